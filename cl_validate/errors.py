@@ -1,0 +1,64 @@
+"""One exception tree and the documented exit codes.
+
+Errors a user can cause (a bad case file, a bad command line) are `UsageError`s: the CLI
+prints them as one line, ``file:line: message (hint: ...)``, without a traceback, and exits 2.
+Anything else escaping the toolkit is a bug and exits 3.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit codes of ``cl-validate`` (a contract: CI scripts branch on them)."""
+
+    OK = 0
+    """Every check of every selected case passed (skipped checks do not fail a run)."""
+    CHECK_FAILED = 1
+    """At least one check failed or errored."""
+    USAGE_ERROR = 2
+    """Bad command line or a case file that does not validate; nothing was compiled."""
+    INTERNAL_ERROR = 3
+    """A bug in cl_validate (or TVM/torch) that is not a verdict about a case."""
+
+
+class ClValidateError(Exception):
+    """Base of every exception cl_validate raises on purpose."""
+
+
+class UsageError(ClValidateError):
+    """A mistake the user can fix: printed in one line, exit code 2.
+
+    `file` and `line` point at what to fix; `hint` says how.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | Path | None = None,
+        line: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = str(file) if file is not None else None
+        self.line = line
+        self.hint = hint
+
+    def __str__(self) -> str:
+        where = ""
+        if self.file:
+            where = f"{self.file}:{self.line}: " if self.line else f"{self.file}: "
+        hint = f" (hint: {self.hint})" if self.hint else ""
+        return f"{where}{self.message}{hint}"
+
+
+class CaseFileError(UsageError):
+    """A case file that does not validate (syntax, keys, types, values, model factory)."""
+
+
+class DeviceUnavailableError(UsageError):
+    """A run asked for a device (``--require-device``) that this machine does not have."""

@@ -1,0 +1,567 @@
+"""Load and validate model case files (``model_cases/*.toml``) into `CaseSpec` objects.
+
+Everything a user can get wrong in a case file is reported here, with the file and line, before
+anything is exported or compiled. This module never imports torch or TVM: listing and
+validating cases must stay instant.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cl_validate.errors import CaseFileError, UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+KNOWN_TARGETS: tuple[str, ...] = ("llvm", "cuda")
+DTYPES: tuple[str, ...] = (
+    "float32", "float16", "float64", "bfloat16", "int8", "uint8", "int32", "int64", "bool",
+)
+IO_LAYOUTS: tuple[str, ...] = ("NCHW", "NHWC")
+DEFAULT_PIPELINE = "nhwc"
+DEFAULT_TOLERANCE = (1e-5, 1e-5)
+#: Inputs larger than this many elements are almost certainly a typo (and would exhaust memory).
+MAX_INPUT_ELEMENTS = 1 << 28
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+_FACTORY_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
+_LAYOUT_STR_RE = re.compile(r"^[A-Za-z0-9]+$")
+_PIPELINE_RE = re.compile(rf"^(?:[A-Za-z0-9_.-]+|{_DOTTED}:{_DOTTED})$")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Elementwise bound |tvm - torch| <= atol + rtol * |torch| (numpy.isclose semantics)."""
+
+    rtol: float
+    atol: float
+
+    def merged(self, override: Mapping[str, float] | None) -> Tolerance:
+        if not override:
+            return self
+        return Tolerance(
+            rtol=float(override.get("rtol", self.rtol)), atol=float(override.get("atol", self.atol))
+        )
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    layout: str | None  # None: passed as PyTorch holds it; "NHWC": program takes channels-last
+    range: tuple[float, float] | None
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    index: int
+    name: str | None
+    layout: str | None
+    tolerance: dict[str, float] = field(default_factory=dict)
+    target_tolerance: dict[str, dict[str, float]] = field(default_factory=dict)
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Maximum counts a case may reach on one target, with the lines that declare them."""
+
+    layout_transforms: int
+    kernels: int | None
+    layout_transforms_line: int | None = None
+    kernels_line: int | None = None
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    """One validated model case. Plain data: safe to pickle to a worker process."""
+
+    name: str
+    path: Path
+    model: str
+    description: str
+    targets: tuple[str, ...]
+    inputs: tuple[InputSpec, ...]
+    outputs: tuple[OutputSpec, ...]
+    layout: dict[str, tuple[str, ...]]
+    pipeline: str
+    seed: int
+    budget: Budget
+    tolerance: Tolerance
+    overrides: dict[str, dict[str, Any]]
+    lines: dict[tuple[str, ...], int]
+
+    # -- per-target views -------------------------------------------------------------------
+    def budget_for(self, target: str) -> Budget:
+        """The case budget with ``[targets_override.<target>.budget]`` applied."""
+        over = self.overrides.get(target, {}).get("budget") or {}
+        b = self.budget
+        lt, kn = b.layout_transforms, b.kernels
+        lt_line, kn_line = b.layout_transforms_line, b.kernels_line
+        if "layout_transforms" in over:
+            lt = over["layout_transforms"]
+            lt_line = self.line_of("targets_override", target, "budget", "layout_transforms")
+        if "kernels" in over:
+            kn = over["kernels"]
+            kn_line = self.line_of("targets_override", target, "budget", "kernels")
+        return Budget(lt, kn, lt_line, kn_line)
+
+    def tolerance_for(self, target: str, output: int = 0) -> tuple[Tolerance, int | None]:
+        """Effective tolerance for one output on one target, and the line that declared it.
+
+        Precedence, most specific first: output × target, output, target, case.
+        """
+        tol = self.tolerance
+        line = self.line_of("tolerance")
+        tgt = self.overrides.get(target, {}).get("tolerance")
+        if tgt:
+            tol, line = tol.merged(tgt), self.line_of("targets_override", target, "tolerance")
+        out = self.outputs[output] if output < len(self.outputs) else None
+        if out is not None and out.tolerance:
+            tol, line = tol.merged(out.tolerance), self.line_of("outputs", str(output), "tolerance")
+        if out is not None and target in out.target_tolerance:
+            tol = tol.merged(out.target_tolerance[target])
+            line = self.line_of("outputs", str(output), "targets_override")
+        return tol, line
+
+    def output_layout(self, index: int) -> str | None:
+        return self.outputs[index].layout if index < len(self.outputs) else None
+
+    def line_of(self, *path: str) -> int | None:
+        """Line of the most specific declared key on `path` (falls back to its parents)."""
+        p = tuple(path)
+        while p:
+            if p in self.lines:
+                return self.lines[p]
+            p = p[:-1]
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# Line locator: tomllib gives no positions, so find key lines with a small scanner that knows
+# the subset of TOML case files use (tables, arrays of tables, dotted and quoted keys).
+# --------------------------------------------------------------------------------------------
+_KEY = r"""(?:"[^"]*"|'[^']*'|[A-Za-z0-9_-]+)"""
+_HEADER_RE = re.compile(rf"^\s*(\[\[?)\s*({_KEY}(?:\s*\.\s*{_KEY})*)\s*\]\]?")
+_KEYLINE_RE = re.compile(rf"^\s*({_KEY}(?:\s*\.\s*{_KEY})*)\s*=\s*(.*)$")
+_INLINE_KEY_RE = re.compile(rf"(?:^|[{{,])\s*({_KEY})\s*=")
+
+
+def _split_key(dotted: str) -> list[str]:
+    parts = re.findall(_KEY, dotted)
+    return [p[1:-1] if p[:1] in "\"'" else p for p in parts]
+
+
+def locate_lines(text: str) -> dict[tuple[str, ...], int]:
+    """Map key paths (``("targets_override", "cuda", "tolerance")``) to 1-based lines.
+
+    Elements of arrays of tables get their index as a path element (``("inputs", "0")``).
+    Keys inside an inline table get the line of that inline table.
+    """
+    lines: dict[tuple[str, ...], int] = {}
+    counters: dict[tuple[str, ...], int] = {}
+    current: tuple[str, ...] = ()
+    depth = 0  # bracket depth of a multi-line value; key lines inside it are not keys
+    for no, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0] if '"' not in raw and "'" not in raw else raw
+        if depth == 0:
+            m = _HEADER_RE.match(line)
+            if m:
+                path = tuple(_split_key(m.group(2)))
+                if m.group(1) == "[[":
+                    idx = counters.get(path, 0)
+                    counters[path] = idx + 1
+                    current = (*path, str(idx))
+                else:
+                    current = path
+                lines.setdefault(current, no)
+                continue
+            m = _KEYLINE_RE.match(line)
+            if m:
+                key = (*current, *_split_key(m.group(1)))
+                lines.setdefault(key, no)
+                value = m.group(2)
+                if value.lstrip().startswith("{"):
+                    for sub in _INLINE_KEY_RE.findall(value):
+                        lines.setdefault((*key, *_split_key(sub)), no)
+                depth += _bracket_delta(value)
+                continue
+        else:
+            depth += _bracket_delta(line)
+    return lines
+
+
+def _bracket_delta(s: str) -> int:
+    s = re.sub(r'"[^"]*"|\'[^\']*\'', "", s).split("#", 1)[0]
+    return s.count("[") + s.count("{") - s.count("]") - s.count("}")
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------
+_TOP_KEYS = (
+    "name", "model", "description", "targets", "pipeline", "seed", "inputs", "outputs",
+    "layout", "budget", "tolerance", "targets_override",
+)
+_INPUT_KEYS = ("name", "shape", "dtype", "layout", "range")
+_OUTPUT_KEYS = ("name", "layout", "tolerance", "targets_override")
+_BUDGET_KEYS = ("layout_transforms", "kernels")
+_TOL_KEYS = ("rtol", "atol")
+_OVERRIDE_KEYS = ("budget", "tolerance")
+
+
+class _Validator:
+    """Walks one parsed case file; every complaint carries the file and line."""
+
+    def __init__(self, path: Path, text: str, display: str) -> None:
+        self.path = path
+        self.display = display
+        self.lines = locate_lines(text)
+
+    def line(self, *path: str) -> int | None:
+        p = tuple(path)
+        while p:
+            if p in self.lines:
+                return self.lines[p]
+            p = p[:-1]
+        return None
+
+    def fail(self, path: Iterable[str], message: str, hint: str | None = None) -> CaseFileError:
+        return CaseFileError(message, file=self.display, line=self.line(*path), hint=hint)
+
+    def table(self, value: Any, path: tuple[str, ...], what: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(path, f"{what} must be a table, got {_kind(value)}")
+        return value
+
+    def keys(self, table: Mapping[str, Any], allowed: Iterable[str], path: tuple[str, ...],
+             where: str) -> None:
+        allowed = tuple(allowed)
+        for key in table:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+                hint = f"did you mean '{close[0]}'?" if close else "allowed: " + ", ".join(allowed)
+                raise self.fail((*path, key), f"unknown key '{key}' in {where}", hint)
+
+    def string(self, value: Any, path: tuple[str, ...], what: str) -> str:
+        if not isinstance(value, str):
+            raise self.fail(path, f"{what} must be a string, got {_kind(value)}")
+        return value
+
+    def integer(self, value: Any, path: tuple[str, ...], what: str, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(path, f"{what} must be an integer, got {_kind(value)} {value!r}")
+        if value < minimum:
+            raise self.fail(path, f"{what} must be >= {minimum}, got {value}")
+        return value
+
+    def number(self, value: Any, path: tuple[str, ...], what: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(path, f"{what} must be a number, got {_kind(value)} {value!r}")
+        if not math.isfinite(value):
+            raise self.fail(path, f"{what} must be finite, got {value}")
+        return float(value)
+
+    def tolerance(self, value: Any, path: tuple[str, ...]) -> dict[str, float]:
+        tab = self.table(value, path, "tolerance")
+        self.keys(tab, _TOL_KEYS, path, "[" + ".".join(p for p in path if not p.isdigit()) + "]")
+        out: dict[str, float] = {}
+        for key in _TOL_KEYS:
+            if key in tab:
+                v = self.number(tab[key], (*path, key), key)
+                if v < 0:
+                    raise self.fail((*path, key), f"{key} must be >= 0, got {v:g}")
+                out[key] = v
+        return out
+
+    def budget(self, value: Any, path: tuple[str, ...]) -> dict[str, int]:
+        tab = self.table(value, path, "budget")
+        self.keys(tab, _BUDGET_KEYS, path, "[" + ".".join(path) + "]")
+        out: dict[str, int] = {}
+        if "layout_transforms" in tab:
+            out["layout_transforms"] = self.integer(
+                tab["layout_transforms"], (*path, "layout_transforms"), "layout_transforms", 0)
+        if "kernels" in tab:
+            out["kernels"] = self.integer(tab["kernels"], (*path, "kernels"), "kernels", 1)
+        return out
+
+    def io_layout(self, value: Any, path: tuple[str, ...]) -> str:
+        s = self.string(value, path, "layout")
+        if s not in IO_LAYOUTS:
+            close = difflib.get_close_matches(s.upper(), IO_LAYOUTS, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "use one of " + ", ".join(IO_LAYOUTS)
+            raise self.fail(path, f"unsupported layout '{s}'", hint)
+        return s
+
+
+def _kind(value: Any) -> str:
+    return {
+        str: "a string", int: "an integer", float: "a number", bool: "a boolean",
+        list: "an array", dict: "a table",
+    }.get(type(value), type(value).__name__)
+
+
+def _display_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def load_case(path: str | Path) -> CaseSpec:
+    """Parse and validate one case file. Raises `CaseFileError` with file and line."""
+    path = Path(path)
+    display = _display_path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CaseFileError("case file not found", file=display) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CaseFileError(f"cannot read case file: {exc}", file=display) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        msg = str(exc)
+        m = re.search(r"\(at line (\d+), column \d+\)", msg)
+        line = int(m.group(1)) if m else None
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg) or "invalid TOML"
+        raise CaseFileError(f"TOML syntax error: {msg}", file=display, line=line,
+                            hint="see https://toml.io for the syntax") from None
+    return _validate(path, text, display, data)
+
+
+def _validate(path: Path, text: str, display: str, data: dict[str, Any]) -> CaseSpec:
+    v = _Validator(path, text, display)
+    v.keys(data, _TOP_KEYS, (), "[case]")
+
+    name = v.string(data.get("name", path.stem), ("name",), "name")
+    if not _NAME_RE.match(name):
+        raise v.fail(("name",), f"case name '{name}' may only use letters, digits, '_', '.', '-'",
+                     "names become file names in reports")
+    if "model" not in data:
+        raise v.fail((), "missing required key 'model'",
+                     "model = \"package.module:factory\" naming a callable returning nn.Module")
+    model = v.string(data["model"], ("model",), "model")
+    if not _FACTORY_RE.match(model):
+        raise v.fail(("model",), f"model '{model}' is not of the form 'module:callable'",
+                     "e.g. model = \"zoo.resnet:resnet50\"")
+    description = v.string(data.get("description", ""), ("description",), "description")
+
+    targets_raw = data.get("targets", list(KNOWN_TARGETS))
+    if not isinstance(targets_raw, list) or not targets_raw:
+        raise v.fail(("targets",), "targets must be a non-empty array of strings")
+    targets: list[str] = []
+    for t in targets_raw:
+        t = v.string(t, ("targets",), "a target")
+        if t not in KNOWN_TARGETS:
+            close = difflib.get_close_matches(t, KNOWN_TARGETS, n=1)
+            raise v.fail(("targets",), f"unknown target '{t}'",
+                         f"did you mean '{close[0]}'?" if close else "use llvm or cuda")
+        if t in targets:
+            raise v.fail(("targets",), f"target '{t}' listed twice")
+        targets.append(t)
+
+    pipeline = v.string(data.get("pipeline", DEFAULT_PIPELINE), ("pipeline",), "pipeline")
+    if not _PIPELINE_RE.match(pipeline):
+        raise v.fail(("pipeline",), f"pipeline '{pipeline}' is neither a name nor 'module:function'")
+    seed = v.integer(data.get("seed", 0), ("seed",), "seed", 0)
+
+    inputs = _inputs(v, data.get("inputs"))
+    outputs = _outputs(v, data.get("outputs", []))
+
+    layout_raw = v.table(data.get("layout", {}), ("layout",), "[layout]")
+    layout: dict[str, tuple[str, ...]] = {}
+    for op, lay in layout_raw.items():
+        if not op.startswith("relax.") or not _NAME_RE.match(op):
+            raise v.fail(("layout", op), f"[layout] key '{op}' is not a Relax op name",
+                         "e.g. \"relax.nn.conv2d\" = [\"NHWC\", \"OHWI\"]")
+        if isinstance(lay, str):
+            lay = [lay]
+        if not isinstance(lay, list) or not lay or not all(isinstance(s, str) for s in lay):
+            raise v.fail(("layout", op), f"[layout] '{op}' must be an array of layout strings")
+        for s in lay:
+            if not _LAYOUT_STR_RE.match(s):
+                raise v.fail(("layout", op), f"'{s}' is not a layout string", "e.g. \"NHWC\"")
+        layout[op] = tuple(lay)
+
+    b = v.budget(data.get("budget", {}), ("budget",))
+    budget = Budget(
+        layout_transforms=b.get("layout_transforms", 0),
+        kernels=b.get("kernels"),
+        layout_transforms_line=v.line("budget", "layout_transforms") or v.line("model"),
+        kernels_line=v.line("budget", "kernels"),
+    )
+    t = v.tolerance(data.get("tolerance", {}), ("tolerance",))
+    tolerance = Tolerance(rtol=t.get("rtol", DEFAULT_TOLERANCE[0]),
+                          atol=t.get("atol", DEFAULT_TOLERANCE[1]))
+
+    overrides: dict[str, dict[str, Any]] = {}
+    over_raw = v.table(data.get("targets_override", {}), ("targets_override",),
+                       "[targets_override]")
+    for tgt, over in over_raw.items():
+        p = ("targets_override", tgt)
+        if tgt not in KNOWN_TARGETS:
+            close = difflib.get_close_matches(tgt, KNOWN_TARGETS, n=1)
+            raise v.fail(p, f"unknown target '{tgt}' in [targets_override]",
+                         f"did you mean '{close[0]}'?" if close else "use llvm or cuda")
+        over = v.table(over, p, f"[targets_override.{tgt}]")
+        v.keys(over, _OVERRIDE_KEYS, p, f"[targets_override.{tgt}]")
+        entry: dict[str, Any] = {}
+        if "budget" in over:
+            entry["budget"] = v.budget(over["budget"], (*p, "budget"))
+        if "tolerance" in over:
+            entry["tolerance"] = v.tolerance(over["tolerance"], (*p, "tolerance"))
+        overrides[tgt] = entry
+
+    return CaseSpec(
+        name=name, path=path, model=model, description=description, targets=tuple(targets),
+        inputs=inputs, outputs=outputs, layout=layout, pipeline=pipeline, seed=seed,
+        budget=budget, tolerance=tolerance, overrides=overrides, lines=v.lines,
+    )
+
+
+def _inputs(v: _Validator, raw: Any) -> tuple[InputSpec, ...]:
+    if raw is None:
+        raise v.fail((), "missing [[inputs]]", "declare at least one [[inputs]] with name, shape")
+    if not isinstance(raw, list) or not raw:
+        raise v.fail(("inputs",), "inputs must be a non-empty array of tables ([[inputs]])")
+    seen: set[str] = set()
+    out: list[InputSpec] = []
+    for i, item in enumerate(raw):
+        p = ("inputs", str(i))
+        item = v.table(item, p, "[[inputs]] entry")
+        v.keys(item, _INPUT_KEYS, p, "[[inputs]]")
+        name = v.string(item.get("name", f"input{i}"), (*p, "name"), "input name")
+        if not _IDENT_RE.match(name):
+            raise v.fail((*p, "name"), f"input name '{name}' is not an identifier")
+        if name in seen:
+            raise v.fail((*p, "name"), f"duplicate input name '{name}'")
+        seen.add(name)
+        if "shape" not in item:
+            raise v.fail(p, f"input '{name}' has no shape", "shape = [1, 3, 224, 224]")
+        shape_raw = item["shape"]
+        if not isinstance(shape_raw, list) or not shape_raw:
+            raise v.fail((*p, "shape"), f"shape of '{name}' must be a non-empty array of integers")
+        shape = tuple(v.integer(d, (*p, "shape"), f"each dimension of '{name}'", 1)
+                      for d in shape_raw)
+        if math.prod(shape) > MAX_INPUT_ELEMENTS:
+            raise v.fail((*p, "shape"), f"input '{name}' has {math.prod(shape):,} elements",
+                         f"at most {MAX_INPUT_ELEMENTS:,}; check the shape for a typo")
+        dtype = v.string(item.get("dtype", "float32"), (*p, "dtype"), "dtype")
+        if dtype not in DTYPES:
+            close = difflib.get_close_matches(dtype, DTYPES, n=1)
+            raise v.fail((*p, "dtype"), f"unsupported dtype '{dtype}'",
+                         f"did you mean '{close[0]}'?" if close else "use one of " + ", ".join(DTYPES))
+        layout = None
+        if "layout" in item:
+            layout = v.io_layout(item["layout"], (*p, "layout"))
+            if len(shape) != 4:
+                raise v.fail((*p, "layout"), f"layout '{layout}' needs a 4-D input, '{name}' "
+                             f"is {len(shape)}-D", "omit layout for inputs that are not images")
+            if layout == "NCHW":
+                layout = None  # as PyTorch holds it: nothing to permute
+        rng = None
+        if "range" in item:
+            r = item["range"]
+            if not isinstance(r, list) or len(r) != 2:
+                raise v.fail((*p, "range"), "range must be [low, high]")
+            lo, hi = (v.number(x, (*p, "range"), "range bound") for x in r)
+            if not lo < hi:
+                raise v.fail((*p, "range"), f"range low {lo:g} must be below high {hi:g}")
+            rng = (lo, hi)
+        out.append(InputSpec(name, shape, dtype, layout, rng, v.line(*p)))
+    return tuple(out)
+
+
+def _outputs(v: _Validator, raw: Any) -> tuple[OutputSpec, ...]:
+    if not isinstance(raw, list):
+        raise v.fail(("outputs",), "outputs must be an array of tables ([[outputs]])")
+    out: list[OutputSpec] = []
+    for i, item in enumerate(raw):
+        p = ("outputs", str(i))
+        item = v.table(item, p, "[[outputs]] entry")
+        v.keys(item, _OUTPUT_KEYS, p, "[[outputs]]")
+        name = v.string(item["name"], (*p, "name"), "output name") if "name" in item else None
+        layout = v.io_layout(item["layout"], (*p, "layout")) if "layout" in item else None
+        if layout == "NCHW":
+            layout = None
+        tol = v.tolerance(item["tolerance"], (*p, "tolerance")) if "tolerance" in item else {}
+        tgt_tol: dict[str, dict[str, float]] = {}
+        over = v.table(item.get("targets_override", {}), (*p, "targets_override"),
+                       "targets_override")
+        for tgt, entry in over.items():
+            if tgt not in KNOWN_TARGETS:
+                raise v.fail((*p, "targets_override"), f"unknown target '{tgt}'", "llvm or cuda")
+            entry = v.table(entry, (*p, "targets_override"), "targets_override entry")
+            v.keys(entry, ("tolerance",), (*p, "targets_override"), "[[outputs]] override")
+            if "tolerance" in entry:
+                tgt_tol[tgt] = v.tolerance(entry["tolerance"], (*p, "targets_override"))
+        out.append(OutputSpec(i, name, layout, tol, tgt_tol, v.line(*p)))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Discovery
+# --------------------------------------------------------------------------------------------
+def discover(paths: Iterable[str | Path]) -> list[Path]:
+    """Case files named by PATHs (files, or folders searched recursively for ``*.toml``)."""
+    found: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found.extend(sorted(q for q in p.rglob("*.toml") if not _hidden(q.relative_to(p))))
+        elif p.is_file():
+            found.append(p)
+        else:
+            raise UsageError(f"no such case file or folder: {raw}",
+                             hint="pass a .toml case file or a folder of them")
+    unique: list[Path] = []
+    seen: set[Path] = set()
+    for p in found:
+        r = p.resolve()
+        if r not in seen:
+            seen.add(r)
+            unique.append(p)
+    return unique
+
+
+def _hidden(rel: Path) -> bool:
+    return any(part.startswith(".") for part in rel.parts)
+
+
+def load_cases(paths: Iterable[str | Path]) -> list[CaseSpec]:
+    """Discover and validate every case; duplicate case names are an error."""
+    files = discover(paths)
+    if not files:
+        raise UsageError("no case files found", hint="case files are *.toml under model_cases/")
+    cases = [load_case(f) for f in files]
+    by_name: dict[str, CaseSpec] = {}
+    for c in cases:
+        if c.name in by_name:
+            first = by_name[c.name]
+            raise CaseFileError(
+                f"duplicate case name '{c.name}' (also in {_display_path(first.path)})",
+                file=_display_path(c.path), line=c.line_of("name"),
+                hint="case names must be unique: set name = \"...\"",
+            )
+        by_name[c.name] = c
+    return cases
+
+
+def display_path(path: Path) -> str:
+    """Path as shown to users and written into reports: relative to the working directory."""
+    return _display_path(path)
