@@ -377,7 +377,8 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any]) -> Case
 
     pipeline = v.string(data.get("pipeline", DEFAULT_PIPELINE), ("pipeline",), "pipeline")
     if not _PIPELINE_RE.match(pipeline):
-        raise v.fail(("pipeline",), f"pipeline '{pipeline}' is neither a name nor 'module:function'")
+        raise v.fail(("pipeline",),
+                     f"pipeline '{pipeline}' is neither a name nor 'module:function'")
     seed = v.integer(data.get("seed", 0), ("seed",), "seed", 0)
 
     inputs = _inputs(v, data.get("inputs"))
@@ -464,8 +465,8 @@ def _inputs(v: _Validator, raw: Any) -> tuple[InputSpec, ...]:
         dtype = v.string(item.get("dtype", "float32"), (*p, "dtype"), "dtype")
         if dtype not in DTYPES:
             close = difflib.get_close_matches(dtype, DTYPES, n=1)
-            raise v.fail((*p, "dtype"), f"unsupported dtype '{dtype}'",
-                         f"did you mean '{close[0]}'?" if close else "use one of " + ", ".join(DTYPES))
+            hint = f"did you mean '{close[0]}'?" if close else "use one of " + ", ".join(DTYPES)
+            raise v.fail((*p, "dtype"), f"unsupported dtype '{dtype}'", hint)
         layout = None
         if "layout" in item:
             layout = v.io_layout(item["layout"], (*p, "layout"))

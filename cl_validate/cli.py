@@ -1,0 +1,178 @@
+"""``cl-validate run | show | list`` — exit codes in `cl_validate.errors.ExitCode`."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import sys
+import traceback
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from cl_validate.errors import ExitCode, UsageError
+from cl_validate.spec import KNOWN_TARGETS, CaseSpec, display_path, load_case, load_cases
+
+DEFAULT_PATH = "model_cases"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of exiting, so every error prints alike."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message, hint=f"see '{self.prog} --help'")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="cl-validate", description="Gate channels-last TVM compiles of PyTorch "
+                "models: layout, runtime layout transforms, kernels and numerics.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="compile and check cases, write JUnit")
+    run.add_argument("paths", nargs="*", metavar="PATH",
+                     help=f"case files or folders of them (default: {DEFAULT_PATH})")
+    _add_target(run, "targets to run (repeatable; default: each case's own targets)",
+                multi=True)
+    run.add_argument("--junit", metavar="FILE", help="write a JUnit XML report to FILE")
+    run.add_argument("-k", dest="patterns", action="append", metavar="PATTERN",
+                     help="only cases whose name contains PATTERN (glob wildcards allowed)")
+    run.add_argument("--require-device", action="store_true",
+                     help="fail (exit 2) instead of skipping numerics when a target's device "
+                     "is missing")
+
+    show = sub.add_parser("show", help="stages, transform counts and kernel list of one case")
+    show.add_argument("case", metavar="CASE", help="a case file, or a case name under "
+                      f"{DEFAULT_PATH}/")
+    _add_target(show, "target to compile for (default: llvm)", multi=False)
+    show.add_argument("--stage", metavar="S", help="print the IR after stage S")
+
+    lst = sub.add_parser("list", help="list the cases found under PATHs")
+    lst.add_argument("paths", nargs="*", metavar="PATH")
+    return p
+
+
+def _add_target(p: argparse.ArgumentParser, help: str, *, multi: bool) -> None:
+    p.add_argument("--target", dest="targets" if multi else "target", choices=KNOWN_TARGETS,
+                   action="append" if multi else "store", help=help)
+
+
+def _select(cases: list[CaseSpec], patterns: Sequence[str] | None) -> list[CaseSpec]:
+    if not patterns:
+        return cases
+
+    def hit(name: str, pat: str) -> bool:
+        return fnmatch.fnmatchcase(name, pat) if any(ch in pat for ch in "*?[") else pat in name
+
+    chosen = [c for c in cases if any(hit(c.name, p) for p in patterns)]
+    if not chosen:
+        raise UsageError(f"-k {' '.join(patterns)} matches no case",
+                         hint="cl-validate list shows the case names")
+    return chosen
+
+
+def _cmd_run(args: argparse.Namespace) -> ExitCode:
+    from cl_validate.report import progress_line, summary_table, write_junit
+    from cl_validate.runner import RunOptions, preflight, run_cases, selected_targets
+
+    cases = _select(load_cases(args.paths or [DEFAULT_PATH]), args.patterns)
+    options = RunOptions(targets=tuple(args.targets) if args.targets else None,
+                         require_device=args.require_device)
+    total = sum(len(selected_targets(c, options)) for c in cases)
+    if total == 0:
+        raise UsageError("no case runs on the selected targets",
+                         hint="check the cases' targets = [...] against --target")
+    models = preflight(cases, options)
+    done = 0
+
+    def on_result(r: object) -> None:
+        nonlocal done
+        done += 1
+        print(progress_line(r, done, total), flush=True)  # type: ignore[arg-type]
+
+    results = run_cases(cases, models, options, on_result)
+    for r in results:
+        if r.target == "cuda" and r.kernels is not None:
+            print(f"\n{r.case.name} [cuda] kernel list ({len(r.kernels)} kernels, "
+                  f">> = layout transform):\n{r.kernels.render()}")
+    print(summary_table(results))
+    if args.junit:
+        path = write_junit(results, args.junit)
+        print(f"JUnit report: {path}")
+    return ExitCode.CHECK_FAILED if any(not r for r in results) else ExitCode.OK
+
+
+def _find_case(ref: str) -> CaseSpec:
+    p = Path(ref)
+    if p.suffix == ".toml" or p.exists():
+        return load_case(p)
+    for case in load_cases([DEFAULT_PATH]) if Path(DEFAULT_PATH).is_dir() else []:
+        if case.name == ref:
+            return case
+    raise UsageError(f"no case named '{ref}'", hint=f"pass a .toml path or a case name under "
+                     f"{DEFAULT_PATH}/ (cl-validate list)")
+
+
+def _cmd_show(args: argparse.Namespace) -> ExitCode:
+    from cl_validate import analysis, numerics
+    from cl_validate.pipeline import compile_case, export_and_import
+    from cl_validate.runner import RunOptions, preflight
+
+    case = _find_case(args.case)
+    target = args.target or "llvm"
+    model = preflight([case], RunOptions(targets=(target,)))[case.name]
+    front = export_and_import(model, case, numerics.torch_inputs(case, numerics.make_inputs(case)))
+    compiled = compile_case(front, case, target, build=False)
+    names = [s.name for s in compiled.stages]
+    if args.stage:
+        if args.stage not in names:
+            raise UsageError(f"no stage '{args.stage}'", hint="stages: " + ", ".join(names))
+        print(compiled.stage(args.stage).mod.script(show_meta=False))
+        return ExitCode.OK
+    kernels = analysis.kernel_list(compiled)
+    counts = analysis.stage_counts(compiled, kernels)
+    budget = case.budget_for(target)
+    print(f"{case.name} [{target}]  pipeline {case.pipeline}  ({display_path(case.path)})")
+    print("\nstage            runtime  weight   seconds")
+    for c, s in zip(counts, compiled.stages, strict=True):
+        print(f"{c.stage:<16} {c.runtime:>7}  {c.weight:>6}   {s.seconds:7.2f}")
+    print(f"\nkernel list: {len(kernels)} kernels, {len(kernels.runtime_transforms)} runtime "
+          f"layout transforms (budget {budget.layout_transforms}), "
+          f"{len(kernels.weight_transforms)} weight transforms; >> marks a transform")
+    print(kernels.render())
+    return ExitCode.OK
+
+
+def _cmd_list(args: argparse.Namespace) -> ExitCode:
+    cases = load_cases(args.paths or [DEFAULT_PATH])
+    width = max(len(c.name) for c in cases)
+    for c in cases:
+        b = c.budget
+        kern = f" kernels<={b.kernels}" if b.kernels is not None else ""
+        print(f"{c.name:<{width}}  {','.join(c.targets):<9}  transforms<={b.layout_transforms}"
+              f"{kern}  {c.model}  ({display_path(c.path)})")
+    return ExitCode.OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``cl-validate`` and ``python -m cl_validate``."""
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module="torch")
+    try:
+        args = _parser().parse_args(argv)
+        command = {"run": _cmd_run, "show": _cmd_show, "list": _cmd_list}[args.command]
+        return int(command(args))
+    except UsageError as exc:
+        print(f"cl-validate: error: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE_ERROR)
+    except KeyboardInterrupt:
+        print("cl-validate: interrupted", file=sys.stderr)
+        return 130
+    except Exception:
+        traceback.print_exc()
+        print("cl-validate: internal error (a bug: please report it with the traceback above)",
+              file=sys.stderr)
+        return int(ExitCode.INTERNAL_ERROR)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

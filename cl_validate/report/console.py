@@ -1,0 +1,67 @@
+"""Console output: a progress line per case × target, and the closing summary table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cl_validate.spec import display_path
+from cl_validate.verdict import CHECKS, CaseResult, Status
+
+_SHORT = {Status.PASSED: "ok", Status.FAILED: "FAIL", Status.SKIPPED: "skip", Status.ERROR: "ERR"}
+
+
+def progress_line(result: CaseResult, done: int, total: int) -> str:
+    """``[ 3/12] PASS resnet50  llvm  layout=ok layout_transforms=ok kernels=skip ...  41.2s``."""
+    verdicts = " ".join(f"{c.check}={_SHORT[c.status]}" for c in result.checks)
+    head = {Status.PASSED: "PASS", Status.SKIPPED: "SKIP", Status.FAILED: "FAIL",
+            Status.ERROR: "ERROR"}[result.status]
+    width = len(str(total))
+    return (f"[{done:>{width}}/{total}] {head:<5} {result.case.name}  {result.target}  "
+            f"{verdicts}  {result.seconds:.1f}s")
+
+
+def _cell(result: CaseResult, check: str) -> str:
+    try:
+        c = result.check(check)
+    except KeyError:
+        return "-"
+    if check == "layout_transforms" and "layout_transforms" in c.measured:
+        s = f"{c.measured['layout_transforms']}/{c.measured['budget']}"
+        if c.measured.get("weight_transforms", "0") != "0":
+            s += f" +{c.measured['weight_transforms']}w"
+    elif check == "kernels" and "kernels" in c.measured:
+        s = c.measured["kernels"] + (f"/{c.measured['budget']}" if "budget" in c.measured
+                                     else "")
+    elif check == "numerics" and "max_abs" in c.measured:
+        s = f"{float(c.measured['max_abs']):.1e}"
+    else:
+        s = ""
+    mark = {Status.PASSED: "", Status.FAILED: "FAIL ", Status.SKIPPED: "skip ",
+            Status.ERROR: "ERR "}[c.status]
+    return (mark + s).strip() or "ok"
+
+
+def summary_table(results: Sequence[CaseResult]) -> str:
+    """One table per target, then every failure's one-line message."""
+    out: list[str] = []
+    headers = ["case", *CHECKS, "time"]
+    for target in dict.fromkeys(r.target for r in results):
+        rows = [[r.case.name, *(_cell(r, c) for c in CHECKS), f"{r.seconds:.1f}s"]
+                for r in results if r.target == target]
+        widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+        out.append(f"\n{target}:")
+        out.append("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+        out.append("  ".join("-" * w for w in widths))
+        out.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
+    bad = [(r, c) for r in results for c in r.checks if c.status.bad]
+    if bad:
+        out.append("")
+        for r, c in bad:
+            path = display_path(r.case.path)
+            where = f"{path}:{c.line}" if c.line else path
+            out.append(f"{c.status.value.upper()} {r.case.name} [{r.target}] {c.check}: "
+                       f"{c.message}  ({where})")
+    n = {s: sum(1 for r in results for c in r.checks if c.status is s) for s in Status}
+    out.append(f"\n{n[Status.PASSED]} passed, {n[Status.FAILED]} failed, {n[Status.ERROR]} "
+               f"errors, {n[Status.SKIPPED]} skipped ({len(results)} case x target runs)")
+    return "\n".join(out)

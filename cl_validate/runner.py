@@ -1,0 +1,163 @@
+"""One case end to end: build the model, export once, compile per target, check → CaseResult.
+
+Validation order is the contract: every case file and every model factory is checked
+(`preflight`) before the first compile, so a typo in case 12 does not cost the compile time
+of cases 1-11.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cl_validate import checks
+from cl_validate.errors import CaseFileError, DeviceUnavailableError
+from cl_validate.spec import CaseSpec, display_path
+from cl_validate.verdict import CHECKS, CaseResult, CheckResult, Status
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Options shared by the CLI and the pytest plugin (defined once)."""
+
+    targets: tuple[str, ...] | None = None  # None: each case's own targets
+    require_device: bool = False
+
+
+def selected_targets(case: CaseSpec, options: RunOptions) -> list[str]:
+    if options.targets is None:
+        return list(case.targets)
+    return [t for t in case.targets if t in options.targets]
+
+
+def preflight(cases: Sequence[CaseSpec], options: RunOptions) -> dict[str, Any]:
+    """Resolve every factory and pipeline and build every model; raise before any compile."""
+    from cl_validate.factory import build_model
+    from cl_validate.pipeline import device_available, resolve_pipeline
+
+    if options.require_device:
+        wanted = {t for c in cases for t in selected_targets(c, options)}
+        for t in sorted(wanted - {"llvm"}):
+            if not device_available(t):
+                raise DeviceUnavailableError(
+                    f"--require-device: no {t} device on this machine",
+                    hint="run on a machine with an NVIDIA GPU, or drop --require-device to "
+                    "run the static checks only")
+    models: dict[str, Any] = {}
+    for case in cases:
+        resolve_pipeline(case)
+        models[case.name] = build_model(case)
+    return models
+
+
+def _error_checks(message: str, kind: str, body: str = "") -> list[CheckResult]:
+    return [CheckResult(c, Status.ERROR, message, kind=kind, body=body) for c in CHECKS]
+
+
+def run_case(case: CaseSpec, model: Any, options: RunOptions,
+             on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+    """Compile and check one case on each selected target."""
+    from cl_validate import analysis, numerics
+    from cl_validate.pipeline import (
+        CompileStageError,
+        compile_case,
+        device_available,
+        device_for,
+        export_and_import,
+    )
+
+    targets = selected_targets(case, options)
+    results: list[CaseResult] = []
+
+    def done(r: CaseResult) -> None:
+        results.append(r)
+        if on_result is not None:
+            on_result(r)
+
+    t_case = time.perf_counter()
+    arrays = numerics.make_inputs(case)
+    tensors = numerics.torch_inputs(case, arrays)
+    try:
+        expected = numerics.run_torch(model, tensors)
+        front = export_and_import(model, case, tensors)
+    except CompileStageError as exc:
+        for t in targets:
+            done(CaseResult(case, t, _error_checks(str(exc), "CompileError", exc.detail),
+                            time.perf_counter() - t_case))
+        return results
+    except Exception as exc:  # the model's own forward raised
+        msg = f"PyTorch forward failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        for t in targets:
+            done(CaseResult(case, t, _error_checks(msg, "ModelError"), 0.0))
+        return results
+    if len(case.outputs) > len(expected):
+        raise CaseFileError(
+            f"case declares {len(case.outputs)} [[outputs]] but the model returns "
+            f"{len(expected)}", file=display_path(case.path),
+            line=case.line_of("outputs", str(len(expected))))
+    shared = time.perf_counter() - t_case
+
+    for target in targets:
+        t0 = time.perf_counter()
+        result = CaseResult(case, target)
+        try:
+            compiled = compile_case(front, case, target)
+        except CompileStageError as exc:
+            result.checks = _error_checks(str(exc), "CompileError", exc.detail)
+            result.seconds = shared + time.perf_counter() - t0
+            done(result)
+            continue
+        kernels = analysis.kernel_list(compiled)
+        counts = analysis.stage_counts(compiled, kernels)
+        op_stage = compiled.stage(analysis.op_level_stage(compiled)).mod
+        compile_s = time.perf_counter() - t0
+        result.kernels, result.stage_counts = kernels, counts
+        result.checks = [
+            checks.check_layout(case, target, analysis.op_layouts(op_stage)),
+            checks.check_layout_transforms(case, target, kernels, counts),
+            checks.check_kernels(case, target, kernels),
+        ]
+        t1 = time.perf_counter()
+        if device_available(target):
+            try:
+                actual = numerics.run_tvm(compiled.executable, case, arrays, device_for(target))
+            except Exception as exc:
+                first = (str(exc).strip().splitlines() or [""])[0][:300]
+                result.checks.append(CheckResult(
+                    "numerics", Status.ERROR, f"running the compiled program failed ({target}): "
+                    f"{type(exc).__name__}: {first}", kind="RuntimeError", body=str(exc)))
+            else:
+                if len(actual) != len(expected):
+                    result.checks.append(CheckResult(
+                        "numerics", Status.FAILED, f"TVM returned {len(actual)} outputs, "
+                        f"PyTorch {len(expected)} ({target})", kind="OutputCountMismatch"))
+                else:
+                    stats = numerics.compare_all(case, target, actual, expected)
+                    result.checks.append(checks.check_numerics(case, target, stats))
+        else:
+            result.checks.append(CheckResult(
+                "numerics", Status.SKIPPED,
+                f"no {target} device on this machine: static checks only",
+                kind="DeviceUnavailable"))
+        numerics_s = time.perf_counter() - t1
+        result.checks = [_timed(c, compile_s if i == 0 else numerics_s if c.check == "numerics"
+                                else 0.0) for i, c in enumerate(result.checks)]
+        result.seconds = shared + time.perf_counter() - t0
+        done(result)
+    return results
+
+
+def _timed(c: CheckResult, seconds: float) -> CheckResult:
+    from dataclasses import replace
+
+    return replace(c, seconds=seconds)
+
+
+def run_cases(cases: Iterable[CaseSpec], models: dict[str, Any], options: RunOptions,
+              on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+    results: list[CaseResult] = []
+    for case in cases:
+        results.extend(run_case(case, models[case.name], options, on_result))
+    return results

@@ -1,0 +1,75 @@
+"""Tiny PyTorch models for the integration tests: seconds to compile, real TVM all the way."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class ConvReLU(nn.Module):
+    """conv3x3 → ReLU → conv3x3, NCHW in and out: two boundary transforms under NHWC."""
+
+    def __init__(self, channels: int = 8) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv2(torch.relu(self.conv1(x)))
+
+
+class Classifier(nn.Module):
+    """conv → ReLU → global mean → Linear: a classifier (1 transform: input boundary)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+class NaNModel(nn.Module):
+    """Produces NaN for every input (log of a negative number): numerics must fail."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log(-torch.abs(self.conv(x)) - 1.0)
+
+
+class TwoOutputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.conv(x)
+        return y, y.sum((2, 3))
+
+
+def conv_relu() -> nn.Module:
+    return ConvReLU()
+
+
+def classifier() -> nn.Module:
+    return Classifier()
+
+
+def nan_model() -> nn.Module:
+    return NaNModel()
+
+
+def two_outputs() -> nn.Module:
+    return TwoOutputs()
+
+
+def not_a_module() -> object:
+    return [1, 2, 3]
+
+
+def raises() -> nn.Module:
+    raise RuntimeError("weights file missing")
