@@ -47,10 +47,10 @@ def check_layout(case: CaseSpec, target: str, ops: Sequence[OpLayout]) -> CheckR
         if not exp:
             continue
         checked += 1
-        for key, want in exp.items():
-            got = op.layouts.get(key)
-            if got != want:
-                wrong.append(f"{op.op} ({op.var}) {key} {got}, expected {want}")
+        diffs = [f"{key} {op.layouts.get(key)}, expected {want}"
+                 for key, want in exp.items() if op.layouts.get(key) != want]
+        if diffs:
+            wrong.append(f"{op.op} ({op.var}) " + ", ".join(diffs))
     measured = {"layout_sensitive_ops": str(checked)}
     if not checked:
         return CheckResult("layout", Status.FAILED,

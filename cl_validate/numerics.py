@@ -162,9 +162,12 @@ def run_torch(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np
     return [_to_numpy(o) for o in flatten_outputs(out)]
 
 
-def run_tvm(executable: Any, case: CaseSpec, arrays: Sequence[np.ndarray], device: Any
-            ) -> list[np.ndarray]:
-    """Run the compiled program with the declared input layouts; outputs back in torch layout."""
+def run_tvm(executable: Any, case: CaseSpec, arrays: Sequence[np.ndarray], device: Any,
+            params: Sequence[Any] = ()) -> list[np.ndarray]:
+    """Run the compiled program with the declared input layouts; outputs back in torch layout.
+
+    `params` are weights a pipeline left as parameters of main (not bound as constants).
+    """
     import tvm
     from tvm import relax
 
@@ -174,6 +177,7 @@ def run_tvm(executable: Any, case: CaseSpec, arrays: Sequence[np.ndarray], devic
         if spec.layout == "NHWC":
             a = np.ascontiguousarray(np.transpose(a, (0, 2, 3, 1)))
         args.append(tvm.runtime.tensor(a, device))
+    args.extend(tvm.runtime.tensor(p.numpy(), device) for p in params)
     outs = [_to_numpy(o) for o in flatten_outputs(vm["main"](*args))]
     for i, o in enumerate(outs):
         if case.output_layout(i) == "NHWC" and o.ndim == 4:

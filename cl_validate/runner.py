@@ -122,7 +122,10 @@ def run_case(case: CaseSpec, model: Any, options: RunOptions,
         t1 = time.perf_counter()
         if device_available(target):
             try:
-                actual = numerics.run_tvm(compiled.executable, case, arrays, device_for(target))
+                unbound = [front.params[p.name]
+                           for p in compiled.final["main"].params[len(case.inputs):]]
+                actual = numerics.run_tvm(compiled.executable, case, arrays, device_for(target),
+                                          unbound)
             except Exception as exc:
                 first = (str(exc).strip().splitlines() or [""])[0][:300]
                 result.checks.append(CheckResult(

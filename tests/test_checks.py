@@ -1,0 +1,127 @@
+"""Each check in isolation, on hand-built analysis results (no compile needed)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from cl_validate.analysis import Kernel, KernelList, OpLayout, StageCount, Transform
+from cl_validate.checks import (
+    check_kernels,
+    check_layout,
+    check_layout_transforms,
+    check_numerics,
+)
+from cl_validate.numerics import compare
+from cl_validate.spec import Tolerance, load_case
+from cl_validate.verdict import Status
+from tests.conftest import MINIMAL
+
+
+@pytest.fixture
+def case(write_case):
+    return load_case(write_case(MINIMAL + "kernels = 3\n\n[targets_override.cuda]\n"
+                                "budget = { layout_transforms = 1 }\n"))
+
+
+def _kernels(n_runtime: int, n_weight: int = 0, extra: int = 1) -> KernelList:
+    ks = []
+    for i in range(n_runtime + n_weight):
+        t = Transform("permute_dims", i, f"transpose{i}", weight=i >= n_runtime,
+                      in_shape=(1, 3, 8, 8), axes=(0, 2, 3, 1))
+        ks.append(Kernel(i, f"transpose{i}", (f"transpose{i}",), (t,)))
+    for j in range(extra):
+        ks.append(Kernel(len(ks), f"fused_conv2d_add{j}", ("conv2d", "add")))
+    return KernelList(ks)
+
+
+COUNTS = [StageCount("import", 0, 0), StageCount("convert_layout", 2, 1)]
+
+
+def test_layout_transforms_within_budget(case):
+    r = check_layout_transforms(case, "llvm", _kernels(2), COUNTS)
+    assert r.status is Status.PASSED and r
+    assert r.measured["layout_transforms"] == "2"
+
+
+def test_layout_transforms_over_budget_names_count_budget_target_and_line(case):
+    r = check_layout_transforms(case, "cuda", _kernels(2), COUNTS)
+    assert r.status is Status.FAILED and not r
+    assert r.message == "layout_transforms 2 > budget 1 (cuda)"
+    assert r.kind == "BudgetExceeded"
+    assert r.line == case.line_of("targets_override", "cuda", "budget", "layout_transforms")
+    assert ">>   0  transpose0" in r.body and "convert_layout=2+1w" in r.body
+
+
+def test_any_weight_transform_fails_even_within_budget(case):
+    r = check_layout_transforms(case, "llvm", _kernels(0, n_weight=1), COUNTS)
+    assert r.status is Status.FAILED
+    assert r.kind == "WeightTransform"
+    assert "should have folded" in r.message
+
+
+def test_kernels_budget(case):
+    assert check_kernels(case, "llvm", _kernels(1, extra=2)).status is Status.PASSED
+    r = check_kernels(case, "llvm", _kernels(2, extra=2))
+    assert r.status is Status.FAILED and r.message == "kernels 4 > budget 3 (llvm)"
+
+
+def test_kernels_skipped_without_budget(write_case):
+    case = load_case(write_case(MINIMAL))
+    r = check_kernels(case, "llvm", _kernels(1))
+    assert r.status is Status.SKIPPED and "2 kernels" in r.message
+
+
+def _conv(layout: str, kernel: str) -> OpLayout:
+    return OpLayout("relax.nn.conv2d", "lv", {"data_layout": layout, "kernel_layout": kernel,
+                                              "out_layout": layout})
+
+
+def test_layout_check(case):
+    pool = OpLayout("relax.nn.max_pool2d", "lv2", {"layout": "NHWC", "out_layout": "NHWC"})
+    assert check_layout(case, "llvm", [_conv("NHWC", "OHWI"), pool]).status is Status.PASSED
+    r = check_layout(case, "llvm", [_conv("NHWC", "OHWI"), _conv("NCHW", "OIHW")])
+    assert r.status is Status.FAILED and r.kind == "LayoutMismatch"
+    assert "1 of 2" in r.message and "data_layout NCHW, expected NHWC" in r.message
+    nchw_pool = OpLayout("relax.nn.max_pool2d", "lv3", {"layout": "NCHW", "out_layout": "NCHW"})
+    r = check_layout(case, "llvm", [_conv("NHWC", "OHWI"), nchw_pool])
+    assert r.status is Status.FAILED and "max_pool2d" in r.message
+
+
+def test_layout_check_fails_when_no_declared_op_is_present(case):
+    r = check_layout(case, "llvm", [])
+    assert r.status is Status.FAILED and r.kind == "LayoutMissing"
+
+
+def test_numerics_check_bound_is_atol_plus_rtol_times_reference(case):
+    ref = np.array([1.0, -2.0, 100.0], dtype=np.float32)
+    tol = Tolerance(rtol=1e-2, atol=1e-3)
+    ok = compare(ref + np.array([1e-3, 0, 0.999], dtype=np.float32), ref, tol)
+    assert ok and ok.mismatched == 0
+    bad = compare(ref + np.array([0, 0, 1.5], dtype=np.float32), ref, tol)
+    assert not bad and bad.mismatched == 1
+    assert math.isclose(bad.max_abs, 1.5, rel_tol=1e-6)
+    assert math.isclose(bad.max_rel, 0.015, rel_tol=1e-4)
+    assert bad.worst_index == (2,)
+    r = check_numerics(case, "llvm", [bad])
+    assert r.status is Status.FAILED and r.kind == "NumericsMismatch"
+    assert "max abs 1.5" in r.message and "1/3 elements" in r.message
+
+
+@pytest.mark.parametrize("where", ["tvm", "torch"])
+def test_nan_or_inf_always_fails(case, where):
+    ref = np.ones(4, dtype=np.float32)
+    got = ref.copy()
+    (got if where == "tvm" else ref)[1] = np.nan if where == "tvm" else np.inf
+    stats = compare(got, ref, Tolerance(rtol=1e9, atol=1e9))
+    assert not stats
+    r = check_numerics(case, "llvm", [stats])
+    assert r.status is Status.FAILED and r.kind == "NonFinite"
+    assert "non-finite" in r.message
+
+
+def test_shape_mismatch_fails(case):
+    stats = compare(np.zeros((2, 3)), np.zeros((3, 2)), Tolerance(1, 1))
+    assert not stats and "shape" in stats.summary()

@@ -1,0 +1,201 @@
+"""End to end through the real pipeline: tiny models, real torch.export, real TVM compile.
+
+One CLI run over a folder of small cases (module-scoped, ~30 s), then each test reads the
+verdicts, the console output and the JUnit file it produced.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+from junitparser import Error, Failure, JUnitXml, Skipped
+
+from cl_validate.cli import main
+from cl_validate.errors import ExitCode
+
+pytestmark = pytest.mark.compile
+
+DATA = Path(__file__).parent / "data"
+
+BASE = """
+[[inputs]]
+name = "x"
+shape = [1, 3, 16, 16]
+
+[layout]
+"relax.nn.conv2d" = ["NHWC", "OHWI"]
+"""
+
+CASES = {
+    "ok.toml": """
+        model = "tiny_models:conv_relu"
+        {BASE}
+        [budget]
+        layout_transforms = 2   # NCHW input and NCHW output boundaries
+        kernels = 4
+        [tolerance]
+        rtol = 1e-4
+        atol = 1e-4
+    """,
+    "over_budget.toml": """
+        model = "tiny_models:conv_relu"
+        targets = ["llvm"]
+        {BASE}
+        [budget]
+        layout_transforms = 1
+    """,
+    "too_tight.toml": """
+        model = "tiny_models:classifier"
+        targets = ["llvm"]
+        {BASE}
+        [budget]
+        layout_transforms = 1
+        [tolerance]
+        rtol = 0.0
+        atol = 0.0
+    """,
+    "nan.toml": """
+        model = "tiny_models:nan_model"
+        targets = ["llvm"]
+        {BASE}
+        [budget]
+        layout_transforms = 2
+    """,
+    "weights_unbound.toml": """
+        model = "tiny_models:conv_relu"
+        targets = ["llvm"]
+        pipeline = "unbound_pipeline:nhwc_unbound"
+        {BASE}
+        [budget]
+        layout_transforms = 2
+        [tolerance]
+        rtol = 1e-4
+        atol = 1e-4
+    """,
+}
+
+
+@pytest.fixture(scope="module")
+def suite_run(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("suite")
+    cases = root / "cases"
+    cases.mkdir()
+    for name in ("tiny_models.py", "unbound_pipeline.py"):
+        shutil.copy(DATA / name, cases / name)
+    for name, text in CASES.items():
+        body = textwrap.dedent(text).replace("{BASE}", BASE)
+        (cases / name).write_text(body.lstrip(), encoding="utf-8")
+    junit = root / "reports" / "r.xml"
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["run", str(cases), "--junit", str(junit)])
+    return code, out.getvalue(), err.getvalue(), JUnitXml.fromfile(str(junit)), junit
+
+
+def _cases(xml: JUnitXml, target: str) -> dict[tuple[str, str], object]:
+    out = {}
+    for suite in xml:
+        if suite.name == f"cl_validate.{target}":
+            for tc in suite:
+                out[(tc.classname, tc.name)] = tc
+    return out
+
+
+def test_exit_code_is_check_failed(suite_run):
+    code, out, err, _, _ = suite_run
+    assert code == ExitCode.CHECK_FAILED, out + err
+
+
+def test_progress_line_per_case_and_target(suite_run):
+    _, out, _, _, _ = suite_run
+    lines = [ln for ln in out.splitlines() if ln.startswith("[")]
+    assert len(lines) == 6  # 5 cases on llvm + ok.toml on cuda
+    assert any("PASS" in ln and " ok  cuda " in ln and "numerics=skip" in ln for ln in lines)
+
+
+def test_passing_case(suite_run):
+    _, _, _, xml, _ = suite_run
+    llvm = _cases(xml, "llvm")
+    for check in ("layout", "layout_transforms", "kernels", "numerics"):
+        tc = llvm[("ok", check)]
+        assert tc.is_passed, check
+        assert tc._elem.get("file").endswith("ok.toml")
+
+
+def test_budget_failure_message_names_count_budget_and_line(suite_run):
+    _, out, _, xml, _ = suite_run
+    tc = _cases(xml, "llvm")[("over_budget", "layout_transforms")]
+    (failure,) = tc.result
+    assert isinstance(failure, Failure)
+    assert failure.message == "layout_transforms 2 > budget 1 (llvm)"
+    assert failure.type == "BudgetExceeded"
+    text = Path(tc._elem.get("file")).read_text().splitlines()
+    assert text[int(tc._elem.get("line")) - 1].strip() == "layout_transforms = 1"
+    assert ">>" in failure.text and "permute_dims" in failure.text
+    assert "FAILED over_budget [llvm] layout_transforms: layout_transforms 2 > budget 1" in out
+
+
+def test_numerics_failure_reports_error_figures(suite_run):
+    _, _, _, xml, _ = suite_run
+    tc = _cases(xml, "llvm")[("too_tight", "numerics")]
+    (failure,) = tc.result
+    assert failure.type == "NumericsMismatch"
+    assert "max abs" in failure.message and "outside rtol 0 atol 0" in failure.message
+    assert "max_abs=" in failure.text
+
+
+def test_nan_model_fails_numerics(suite_run):
+    _, _, _, xml, _ = suite_run
+    (failure,) = _cases(xml, "llvm")[("nan", "numerics")].result
+    assert failure.type == "NonFinite"
+    assert "non-finite values" in failure.message
+
+
+def test_unfolded_weight_transform_fails(suite_run):
+    _, _, _, xml, _ = suite_run
+    (failure,) = _cases(xml, "llvm")[("weights_unbound", "layout_transforms")].result
+    assert failure.type == "WeightTransform"
+    assert "weight transform" in failure.message
+
+
+def test_cuda_builds_without_gpu_and_skips_numerics(suite_run):
+    _, out, _, xml, _ = suite_run
+    cuda = _cases(xml, "cuda")
+    assert cuda[("ok", "layout_transforms")].is_passed
+    (skipped,) = cuda[("ok", "numerics")].result
+    assert isinstance(skipped, Skipped) and "no cuda device" in skipped.message
+    assert "ok [cuda] kernel list" in out and "fused_conv2d" in out
+
+
+def test_junit_validates_against_schemas(suite_run):
+    import xmlschema
+
+    _, _, _, _, junit = suite_run
+    ours = xmlschema.XMLSchema(str(DATA / "junit-cl_validate.xsd"))
+    ours.validate(str(junit))
+    # Everything but our documented extras also conforms to the xunit2 schema pytest uses.
+    reference = Path(__file__).parents[2] / "shared" / "junit-10.xsd"
+    if not reference.exists():
+        pytest.skip("../shared/junit-10.xsd not present")
+    import xml.etree.ElementTree as ET
+
+    tree = ET.parse(junit)
+    for tc in tree.iter("testcase"):
+        tc.attrib.pop("file", None)
+        tc.attrib.pop("line", None)
+        for props in tc.findall("properties"):
+            tc.remove(props)
+    xmlschema.XMLSchema(str(reference)).validate(tree)
+
+
+def test_no_error_verdicts_in_the_suite(suite_run):
+    _, _, _, xml, _ = suite_run
+    errors = [(tc.classname, tc.name) for suite in xml for tc in suite
+              if any(isinstance(r, Error) for r in tc.result)]
+    assert errors == []
