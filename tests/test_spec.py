@@ -91,9 +91,10 @@ def test_per_output_tolerance_precedence(write_case):
 @pytest.mark.parametrize(
     ("text", "line", "fragment"),
     [
-        (MINIMAL + "\n[layuot]\n", 13, "unknown key 'layuot' in [case] (hint: did you mean 'layout'?)"),
-        (MINIMAL.replace("shape = [1, 3, 16, 16]", 'shape = [1, 3, 16, 16]\nshpae = [1]'), 6,
-         "did you mean 'shape'?"),
+        (MINIMAL + "\n[layuot]\n", 13,
+         "unknown key 'layuot' in [case] (hint: did you mean 'layout'?)"),
+        (MINIMAL.replace("shape = [1, 3, 16, 16]", "shape = [1, 3, 16, 16]\nshpae = [1]"),
+         6, "did you mean 'shape'?"),
         (MINIMAL.replace("layout_transforms = 2", "layout_transforms = -1"), 11, ">= 0"),
         (MINIMAL.replace("layout_transforms = 2", "layout_transforms = 1.5"), 11,
          "must be an integer"),
