@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import os
+import signal
 import sys
 import traceback
 import warnings
@@ -39,6 +41,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--require-device", action="store_true",
                      help="fail (exit 2) instead of skipping numerics when a target's device "
                      "is missing")
+    run.add_argument("-j", "--jobs", type=_positive_int, default=None, metavar="N",
+                     help="worker processes (default: the number of cores)")
+    run.add_argument("--timeout", type=_positive_float, metavar="S",
+                     help="seconds per case, overriding each case's timeout")
+    run.add_argument("--max-memory-mb", type=_positive_int, metavar="MB",
+                     help="resident memory cap per worker, overriding each case's max_memory_mb")
+    run.add_argument("--no-isolation", action="store_true",
+                     help="run cases in this process (no timeout or memory cap; for debugging)")
 
     show = sub.add_parser("show", help="stages, transform counts and kernel list of one case")
     show.add_argument("case", metavar="CASE", help="a case file, or a case name under "
@@ -49,6 +59,26 @@ def _parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list the cases found under PATHs")
     lst.add_argument("paths", nargs="*", metavar="PATH")
     return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1: {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {text}")
+    return value
 
 
 def _add_target(p: argparse.ArgumentParser, help: str, *, multi: bool) -> None:
@@ -72,24 +102,48 @@ def _select(cases: list[CaseSpec], patterns: Sequence[str] | None) -> list[CaseS
 
 def _cmd_run(args: argparse.Namespace) -> ExitCode:
     from cl_validate.report import progress_line, summary_table, write_junit
-    from cl_validate.runner import RunOptions, preflight, run_cases, selected_targets
+    from cl_validate.runner import RunOptions, preflight, run_in_process, selected_targets
+    from cl_validate.verdict import CaseResult
 
     cases = _select(load_cases(args.paths or [DEFAULT_PATH]), args.patterns)
-    options = RunOptions(targets=tuple(args.targets) if args.targets else None,
-                         require_device=args.require_device)
+    options = RunOptions(
+        targets=tuple(args.targets) if args.targets else None,
+        require_device=args.require_device,
+        jobs=args.jobs or os.cpu_count() or 1,
+        isolate=not args.no_isolation,
+        timeout=args.timeout,
+        max_memory_mb=args.max_memory_mb,
+    )
     total = sum(len(selected_targets(c, options)) for c in cases)
     if total == 0:
         raise UsageError("no case runs on the selected targets",
                          hint="check the cases' targets = [...] against --target")
-    models = preflight(cases, options)
-    done = 0
+    preflight(cases, options)
+    results: list[CaseResult] = []
 
-    def on_result(r: object) -> None:
-        nonlocal done
-        done += 1
-        print(progress_line(r, done, total), flush=True)  # type: ignore[arg-type]
+    def on_result(r: CaseResult) -> None:
+        results.append(r)
+        print(progress_line(r, len(results), total), flush=True)
 
-    results = run_cases(cases, models, options, on_result)
+    interrupted: str | None = None
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        if options.isolate:
+            from cl_validate.workers import WorkerPool
+
+            with WorkerPool(options) as pool:
+                pool.run(cases, on_result)
+        else:
+            run_in_process(cases, options, on_result)
+    except KeyboardInterrupt as exc:
+        interrupted = str(exc) or "SIGINT"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if interrupted:
+        results.extend(_not_run(cases, options, results, interrupted))
+    order = {c.name: i for i, c in enumerate(cases)}
+    results.sort(key=lambda r: (order[r.case.name], selected_targets(
+        r.case, options).index(r.target)))
     for r in results:
         if r.target == "cuda" and r.kernels is not None:
             print(f"\n{r.case.name} [cuda] kernel list ({len(r.kernels)} kernels, "
@@ -97,8 +151,34 @@ def _cmd_run(args: argparse.Namespace) -> ExitCode:
     print(summary_table(results))
     if args.junit:
         path = write_junit(results, args.junit)
-        print(f"JUnit report: {path}")
+        print(f"JUnit report: {display_path(path)}")
+    if interrupted:
+        print(f"cl-validate: interrupted ({interrupted}); unfinished cases are reported as not "
+              "run", file=sys.stderr)
+        return ExitCode.INTERRUPTED
     return ExitCode.CHECK_FAILED if any(not r for r in results) else ExitCode.OK
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _not_run(cases: Sequence[CaseSpec], options: object, done: Sequence[object],
+             why: str) -> list[object]:
+    """Placeholders for every case × target that did not finish, so the report is complete."""
+    from cl_validate.runner import RunOptions, selected_targets
+    from cl_validate.verdict import CHECKS, CaseResult, CheckResult, Status
+
+    assert isinstance(options, RunOptions)
+    finished = {(r.case.name, r.target) for r in done}  # type: ignore[attr-defined]
+    out: list[object] = []
+    for c in cases:
+        for t in selected_targets(c, options):
+            if (c.name, t) not in finished:
+                out.append(CaseResult(c, t, [CheckResult(ch, Status.SKIPPED,
+                                                         f"not run: run interrupted ({why})",
+                                                         kind="NotRun") for ch in CHECKS]))
+    return out
 
 
 def _find_case(ref: str) -> CaseSpec:
@@ -114,12 +194,14 @@ def _find_case(ref: str) -> CaseSpec:
 
 def _cmd_show(args: argparse.Namespace) -> ExitCode:
     from cl_validate import analysis, numerics
+    from cl_validate.factory import build_model
     from cl_validate.pipeline import compile_case, export_and_import
     from cl_validate.runner import RunOptions, preflight
 
     case = _find_case(args.case)
     target = args.target or "llvm"
-    model = preflight([case], RunOptions(targets=(target,)))[case.name]
+    preflight([case], RunOptions(targets=(target,)))
+    model = build_model(case)
     front = export_and_import(model, case, numerics.torch_inputs(case, numerics.make_inputs(case)))
     compiled = compile_case(front, case, target, build=False)
     names = [s.name for s in compiled.stages]
@@ -166,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.USAGE_ERROR)
     except KeyboardInterrupt:
         print("cl-validate: interrupted", file=sys.stderr)
-        return 130
+        return int(ExitCode.INTERRUPTED)
     except Exception:
         traceback.print_exc()
         print("cl-validate: internal error (a bug: please report it with the traceback above)",

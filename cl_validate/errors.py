@@ -22,6 +22,8 @@ class ExitCode(enum.IntEnum):
     """Bad command line or a case file that does not validate; nothing was compiled."""
     INTERNAL_ERROR = 3
     """A bug in cl_validate (or TVM/torch) that is not a verdict about a case."""
+    INTERRUPTED = 130
+    """SIGINT or SIGTERM: the report holds what finished, the rest is marked not run."""
 
 
 class ClValidateError(Exception):

@@ -24,6 +24,10 @@ class RunOptions:
 
     targets: tuple[str, ...] | None = None  # None: each case's own targets
     require_device: bool = False
+    jobs: int = 1  # worker processes
+    isolate: bool = True  # each case in a worker process with timeout and memory cap
+    timeout: float | None = None  # seconds per case; None: the case's own (or the default)
+    max_memory_mb: int | None = None  # resident memory cap per worker; None: the case's own
 
 
 def selected_targets(case: CaseSpec, options: RunOptions) -> list[str]:
@@ -32,8 +36,12 @@ def selected_targets(case: CaseSpec, options: RunOptions) -> list[str]:
     return [t for t in case.targets if t in options.targets]
 
 
-def preflight(cases: Sequence[CaseSpec], options: RunOptions) -> dict[str, Any]:
-    """Resolve every factory and pipeline and build every model; raise before any compile."""
+def preflight(cases: Sequence[CaseSpec], options: RunOptions) -> None:
+    """Resolve every factory and pipeline and build every model once; raise before any compile.
+
+    The models are dropped again: workers rebuild them from the same seed, and holding every
+    model of a large suite in the parent would cost gigabytes.
+    """
     from cl_validate.factory import build_model
     from cl_validate.pipeline import device_available, resolve_pipeline
 
@@ -45,11 +53,9 @@ def preflight(cases: Sequence[CaseSpec], options: RunOptions) -> dict[str, Any]:
                     f"--require-device: no {t} device on this machine",
                     hint="run on a machine with an NVIDIA GPU, or drop --require-device to "
                     "run the static checks only")
-    models: dict[str, Any] = {}
     for case in cases:
         resolve_pipeline(case)
-        models[case.name] = build_model(case)
-    return models
+        build_model(case)
 
 
 def _error_checks(message: str, kind: str, body: str = "") -> list[CheckResult]:
@@ -93,10 +99,13 @@ def run_case(case: CaseSpec, model: Any, options: RunOptions,
             done(CaseResult(case, t, _error_checks(msg, "ModelError"), 0.0))
         return results
     if len(case.outputs) > len(expected):
-        raise CaseFileError(
+        err = CaseFileError(
             f"case declares {len(case.outputs)} [[outputs]] but the model returns "
             f"{len(expected)}", file=display_path(case.path),
             line=case.line_of("outputs", str(len(expected))))
+        for t in targets:
+            done(CaseResult(case, t, _error_checks(str(err), "CaseFileError"), 0.0))
+        return results
     shared = time.perf_counter() - t_case
 
     for target in targets:
@@ -158,9 +167,12 @@ def _timed(c: CheckResult, seconds: float) -> CheckResult:
     return replace(c, seconds=seconds)
 
 
-def run_cases(cases: Iterable[CaseSpec], models: dict[str, Any], options: RunOptions,
-              on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+def run_in_process(cases: Iterable[CaseSpec], options: RunOptions,
+                   on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+    """Run cases one after another in this process (no isolation: for debugging and tests)."""
+    from cl_validate.factory import build_model
+
     results: list[CaseResult] = []
     for case in cases:
-        results.extend(run_case(case, models[case.name], options, on_result))
+        results.extend(run_case(case, build_model(case), options, on_result))
     return results

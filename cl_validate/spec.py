@@ -30,6 +30,9 @@ DTYPES: tuple[str, ...] = (
 IO_LAYOUTS: tuple[str, ...] = ("NCHW", "NHWC")
 DEFAULT_PIPELINE = "nhwc"
 DEFAULT_TOLERANCE = (1e-5, 1e-5)
+#: Per-case limits of the worker process (seconds for all targets; resident memory).
+DEFAULT_TIMEOUT_S = 900.0
+DEFAULT_MAX_MEMORY_MB = 6144
 #: Inputs larger than this many elements are almost certainly a typo (and would exhaust memory).
 MAX_INPUT_ELEMENTS = 1 << 28
 
@@ -104,6 +107,8 @@ class CaseSpec:
     tolerance: Tolerance
     overrides: dict[str, dict[str, Any]]
     lines: dict[tuple[str, ...], int]
+    timeout: float = DEFAULT_TIMEOUT_S
+    max_memory_mb: int = DEFAULT_MAX_MEMORY_MB
 
     # -- per-target views -------------------------------------------------------------------
     def budget_for(self, target: str) -> Budget:
@@ -215,7 +220,7 @@ def _bracket_delta(s: str) -> int:
 # --------------------------------------------------------------------------------------------
 _TOP_KEYS = (
     "name", "model", "description", "targets", "pipeline", "seed", "inputs", "outputs",
-    "layout", "budget", "tolerance", "targets_override",
+    "layout", "budget", "tolerance", "targets_override", "timeout", "max_memory_mb",
 )
 _INPUT_KEYS = ("name", "shape", "dtype", "layout", "range")
 _OUTPUT_KEYS = ("name", "layout", "tolerance", "targets_override")
@@ -380,6 +385,11 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any]) -> Case
         raise v.fail(("pipeline",),
                      f"pipeline '{pipeline}' is neither a name nor 'module:function'")
     seed = v.integer(data.get("seed", 0), ("seed",), "seed", 0)
+    timeout = v.number(data.get("timeout", DEFAULT_TIMEOUT_S), ("timeout",), "timeout")
+    if timeout <= 0:
+        raise v.fail(("timeout",), f"timeout must be > 0 seconds, got {timeout:g}")
+    max_memory_mb = v.integer(data.get("max_memory_mb", DEFAULT_MAX_MEMORY_MB),
+                              ("max_memory_mb",), "max_memory_mb", 256)
 
     inputs = _inputs(v, data.get("inputs"))
     outputs = _outputs(v, data.get("outputs", []))
@@ -432,6 +442,7 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any]) -> Case
         name=name, path=path, model=model, description=description, targets=tuple(targets),
         inputs=inputs, outputs=outputs, layout=layout, pipeline=pipeline, seed=seed,
         budget=budget, tolerance=tolerance, overrides=overrides, lines=v.lines,
+        timeout=timeout, max_memory_mb=max_memory_mb,
     )
 
 

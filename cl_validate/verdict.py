@@ -52,6 +52,7 @@ class CaseResult:
     seconds: float = 0.0
     kernels: KernelList | None = None
     stage_counts: list[StageCount] = field(default_factory=list)
+    peak_rss_mb: float | None = None  # of the worker process that ran it
 
     @property
     def status(self) -> Status:

@@ -1,0 +1,240 @@
+"""Worker processes: each case runs isolated, with a timeout and a memory cap.
+
+A segfault in TVM, a compile that hangs, or a model that eats the runner's memory must cost
+that one case, never the report: the parent sees the worker die or kills it, turns that into
+`error` verdicts with the reason and the tail of the worker's output, starts a fresh worker,
+and goes on. Workers are started once (importing torch and TVM costs seconds) and take one
+case at a time; the parent prints progress as results arrive.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import tempfile
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from cl_validate.runner import RunOptions, _error_checks, selected_targets
+from cl_validate.spec import CaseSpec
+from cl_validate.verdict import CaseResult
+
+_POLL_S = 0.25
+_TAIL_BYTES = 4000
+
+
+def _rss_mb(pid: int) -> float | None:
+    """Resident memory of a process (Linux /proc); None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _worker_main(conn: Connection, log_path: str, threads: int) -> None:
+    """Loop in the worker: receive a case, run it, send each target's result as it finishes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides about interrupts
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)  # C-level output (TVM, a segfault's last words) lands in the log too
+    os.environ.setdefault("TVM_NUM_THREADS", str(threads))
+    import resource
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    import torch
+    import tvm  # noqa: F401  (import once, before the first case is timed)
+
+    torch.set_num_threads(threads)
+    from cl_validate.factory import build_model
+    from cl_validate.runner import run_case
+
+    conn.send(("ready", None))
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        case, options = msg
+        print(f"=== {case.name}", flush=True)
+        try:
+            model = build_model(case)
+
+            def send(result: CaseResult) -> None:
+                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+                result.peak_rss_mb = peak
+                conn.send(("result", result))
+
+            run_case(case, model, options, send)
+            conn.send(("done", None))
+        except Exception:
+            conn.send(("crash", traceback.format_exc()))
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Connection
+    log_path: Path
+    case: CaseSpec | None = None
+    started: float = 0.0
+    log_offset: int = 0
+    pending: list[str] = field(default_factory=list)  # targets not reported yet
+    ready: bool = False
+
+    def tail(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_offset)
+                data = f.read()
+        except OSError:
+            return ""
+        return data[-_TAIL_BYTES:].decode("utf-8", "replace")
+
+
+class WorkerPool:
+    """Runs cases on `jobs` worker processes; use as a context manager."""
+
+    def __init__(self, options: RunOptions) -> None:
+        self.options = options
+        self.jobs = max(1, options.jobs)
+        self._ctx = mp.get_context("spawn")
+        self._logdir = tempfile.TemporaryDirectory(prefix="cl_validate-workers-")
+        self._workers: list[_Worker] = []
+        self._spawned = 0
+        # Spread the cores over the workers: oversubscribed threads slow everyone down.
+        self._threads = max(1, (os.cpu_count() or 1) // self.jobs)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _spawn(self) -> _Worker:
+        self._spawned += 1
+        log = Path(self._logdir.name) / f"worker{self._spawned}.log"
+        log.touch()
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_worker_main, args=(child, str(log), self._threads),
+                                 daemon=True, name=f"cl_validate-worker{self._spawned}")
+        proc.start()
+        child.close()
+        w = _Worker(proc, parent, log)
+        self._workers.append(w)
+        return w
+
+    def _retire(self, w: _Worker) -> None:
+        if w.process.is_alive():
+            w.process.kill()
+        w.process.join(timeout=5)
+        w.conn.close()
+        self._workers.remove(w)
+
+    def shutdown(self) -> None:
+        for w in list(self._workers):
+            try:
+                if w.case is None and w.process.is_alive():
+                    w.conn.send(None)
+                    w.process.join(timeout=2)
+            except (OSError, BrokenPipeError):
+                pass
+            self._retire(w)
+        self._logdir.cleanup()
+
+    def run(self, cases: Sequence[CaseSpec],
+            on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+        queue = deque(c for c in cases if selected_targets(c, self.options))
+        results: list[CaseResult] = []
+
+        def emit(r: CaseResult) -> None:
+            results.append(r)
+            if on_result is not None:
+                on_result(r)
+
+        def fail_rest(w: _Worker, message: str, kind: str) -> None:
+            assert w.case is not None
+            tail = w.tail()
+            body = f"{message}\n\nlast output of the worker:\n{tail}" if tail else message
+            for t in w.pending:
+                emit(CaseResult(w.case, t, _error_checks(message, kind, body),
+                                time.perf_counter() - w.started))
+            w.case, w.pending = None, []
+
+        while queue or any(w.case is not None for w in self._workers):
+            # Keep `jobs` workers alive while there is work to hand out.
+            while len(self._workers) < min(self.jobs, len(queue) + sum(
+                    1 for w in self._workers if w.case is not None)):
+                self._spawn()
+            for w in self._workers:
+                if w.ready and w.case is None and queue:
+                    case = queue.popleft()
+                    w.case, w.started = case, time.perf_counter()
+                    w.pending = selected_targets(case, self.options)
+                    w.log_offset = w.log_path.stat().st_size
+                    w.conn.send((case, self.options))
+            conns = [w.conn for w in self._workers]
+            sentinels = [w.process.sentinel for w in self._workers]
+            ready = wait([*conns, *sentinels], timeout=_POLL_S)
+            for w in list(self._workers):
+                if w.conn in ready or w.conn.poll():
+                    try:
+                        while w.conn.poll():
+                            kind, payload = w.conn.recv()
+                            if kind == "ready":
+                                w.ready = True
+                            elif kind == "result":
+                                if payload.target in w.pending:
+                                    w.pending.remove(payload.target)
+                                emit(payload)
+                            elif kind == "done":
+                                w.case, w.pending = None, []
+                            elif kind == "crash":
+                                first = payload.strip().splitlines()[-1]
+                                fail_rest(w, f"internal error in the worker: {first}",
+                                          "InternalError")
+                    except (EOFError, OSError):
+                        pass
+                if not w.process.is_alive():
+                    code = w.process.exitcode
+                    if w.case is not None:
+                        why = _describe_exit(code)
+                        fail_rest(w, f"worker process {why} while running this case",
+                                  "WorkerCrashed")
+                    self._retire(w)
+                    continue
+                if w.case is None:
+                    continue
+                limit_s = self.options.timeout or w.case.timeout
+                if time.perf_counter() - w.started > limit_s:
+                    self._retire(w)
+                    fail_rest(w, f"timed out after {limit_s:g} s (timeout)", "Timeout")
+                    continue
+                cap = self.options.max_memory_mb or w.case.max_memory_mb
+                rss = _rss_mb(w.process.pid)
+                if rss is not None and rss > cap:
+                    self._retire(w)
+                    fail_rest(w, f"worker used {rss:.0f} MB, over the {cap} MB memory cap "
+                              "(max_memory_mb)", "OutOfMemory")
+        return results
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "stopped"
+    if code < 0:
+        try:
+            return f"died with {signal.Signals(-code).name}"
+        except ValueError:
+            return f"died with signal {-code}"
+    return f"exited with status {code}"
