@@ -100,7 +100,7 @@ def test_sigterm_leaves_a_valid_report_with_unfinished_cases_marked_not_run(tmp_
             break
     time.sleep(2)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == ExitCode.INTERRUPTED, err
     assert "interrupted (SIGTERM)" in err
     xml = JUnitXml.fromfile(str(junit))
