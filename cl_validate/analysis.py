@@ -195,6 +195,8 @@ def _transform_kind(mod: Any, gvar: Any) -> tuple[str | None, tuple[int, ...] | 
     attrs = func.attrs
     if attrs is not None and TRANSFORM_ATTR in attrs:
         axes = tuple(int(a) for a in attrs[AXES_ATTR]) if AXES_ATTR in attrs else None
+        if axes is not None and axes == tuple(range(len(axes))):
+            return None, None  # an identity permute copies; it does not transform a layout
         return str(attrs[TRANSFORM_ATTR]), axes
     base = gvar.name_hint.rstrip("0123456789")
     return _TRANSFORM_PRIMFUNC_PREFIXES.get(base), None
@@ -336,6 +338,9 @@ def _count_op_level(mod: Any) -> tuple[int, int] | None:
         is_weight = bool(args) and all(_is_const(x) or x in derived for x in args)
         if name in TRANSFORM_OPS:
             kind: str | None = name
+            axes = getattr(call.attrs, "axes", None)
+            if axes is not None and [int(a) for a in axes] == list(range(len(axes))):
+                kind = None  # identity permute: a copy, not a layout transform
         elif name == "relax.call_tir":
             kind = _transform_kind(mod, call.args[0])[0]
             if kind is None and call.args[0].name_hint.startswith("fused_"):
@@ -366,17 +371,15 @@ def stage_counts(compiled: Compiled, final: KernelList) -> list[StageCount]:
 
 
 def op_level_stage(compiled: Compiled) -> str:
-    """Name of the last stage whose main still calls high-level Relax ops (pre-legalize)."""
+    """Name of the last stage before legalization: main calls Relax ops, not PrimFuncs."""
     from tvm import relax
 
     best = compiled.stages[0].name
     for stage in compiled.stages:
-        for b in _bindings(stage.mod["main"]):
-            v = b.value
-            if isinstance(v, relax.Call) and (_op_name(v) or "").startswith("relax.") and \
-                    _op_name(v) not in _NOT_OPS:
-                best = stage.name
-                break
+        if any(isinstance(b.value, relax.Call) and _op_name(b.value) in _NOT_OPS
+               for b in _bindings(stage.mod["main"])):
+            break
+        best = stage.name
     return best
 
 

@@ -270,8 +270,10 @@ def standard_stages(ctx: PipelineContext, *, layout: Sequence[Stage]) -> list[St
 
     target = ctx.target
 
-    def bind(mod: tvm.IRModule) -> tvm.IRModule:
-        return relax.transform.BindParams("main", ctx.params)(mod) if ctx.params else mod
+    def fold(mod: tvm.IRModule) -> tvm.IRModule:
+        from cl_validate.fold import fold_params
+
+        return fold_params(mod, ctx.params)
 
     def legalize(mod: tvm.IRModule) -> tvm.IRModule:
         with target:
@@ -297,8 +299,10 @@ def standard_stages(ctx: PipelineContext, *, layout: Sequence[Stage]) -> list[St
 
     return [
         *layout,
-        Stage("bind_params", bind),
-        Stage("fold", relax.transform.FoldConstant()),
+        # BatchNorm etc. into elementwise ops, so they fold and fuse into the convolutions.
+        Stage("decompose", relax.transform.DecomposeOpsForInference()),
+        # Weights bound as constants, with everything computed from them precomputed.
+        Stage("fold_params", fold),
         Stage("legalize", legalize),
         Stage("fuse", relax.transform.FuseOps()),
         Stage("fuse_tir", fuse_tir),

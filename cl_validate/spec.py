@@ -405,8 +405,9 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any]) -> Case
         if not isinstance(lay, list) or not lay or not all(isinstance(s, str) for s in lay):
             raise v.fail(("layout", op), f"[layout] '{op}' must be an array of layout strings")
         for s in lay:
-            if not _LAYOUT_STR_RE.match(s):
-                raise v.fail(("layout", op), f"'{s}' is not a layout string", "e.g. \"NHWC\"")
+            if not _LAYOUT_STR_RE.match(s) or s == "default":
+                raise v.fail(("layout", op), f"'{s}' is not a layout string",
+                             "name the layout, e.g. \"NHWC\" (TVM 0.27 rejects \"default\")")
         layout[op] = tuple(lay)
 
     b = v.budget(data.get("budget", {}), ("budget",))

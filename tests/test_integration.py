@@ -64,6 +64,13 @@ CASES = {
         [budget]
         layout_transforms = 2
     """,
+    "classifier_cuda.toml": """
+        model = "tiny_models:classifier"
+        targets = ["cuda"]
+        {BASE}
+        [budget]
+        layout_transforms = 1
+    """,
     "weights_unbound.toml": """
         model = "tiny_models:conv_relu"
         targets = ["llvm"]
@@ -115,7 +122,7 @@ def test_exit_code_is_check_failed(suite_run):
 def test_progress_line_per_case_and_target(suite_run):
     _, out, _, _, _ = suite_run
     lines = [ln for ln in out.splitlines() if ln.startswith("[")]
-    assert len(lines) == 6  # 5 cases on llvm + ok.toml on cuda
+    assert len(lines) == 7  # 5 cases on llvm + ok.toml and classifier_cuda on cuda
     assert any("PASS" in ln and " ok  cuda " in ln and "numerics=skip" in ln for ln in lines)
 
 
@@ -171,6 +178,13 @@ def test_cuda_builds_without_gpu_and_skips_numerics(suite_run):
     (skipped,) = cuda[("ok", "numerics")].result
     assert isinstance(skipped, Skipped) and "no cuda device" in skipped.message
     assert "ok [cuda] kernel list" in out and "fused_conv2d" in out
+
+
+def test_layout_is_read_before_legalization_on_cuda(suite_run):
+    _, _, _, xml, _ = suite_run
+    cuda = _cases(xml, "cuda")
+    assert cuda[("classifier_cuda", "layout")].is_passed
+    assert cuda[("classifier_cuda", "layout_transforms")].is_passed
 
 
 def test_junit_validates_against_schemas(suite_run):

@@ -14,4 +14,4 @@ from cl_validate.pipeline import PipelineContext, Stage, standard_stages
 def nhwc_unbound(ctx: PipelineContext) -> list[Stage]:
     stages = standard_stages(ctx, layout=[Stage(
         "convert_layout", relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}))])
-    return [s for s in stages if s.name != "bind_params"]
+    return [s for s in stages if s.name != "fold_params"]
