@@ -1,0 +1,50 @@
+"""Hand-written PyTorch model families for the channels-last (NHWC) case library.
+
+Case files name a factory as ``model = "zoo.<family>:<factory>"`` (``model_cases/`` is on
+``sys.path``). Every factory is callable with no arguments, returns an ``nn.Module`` in eval mode
+and takes keyword-only size knobs so tests can build tiny versions. No factory seeds the RNG: the
+caller (``cl_validate.factory.build_model``) seeds torch before calling it.
+
+Weights are random, but made *layout-observable*: BatchNorm running statistics are calibrated on
+one random batch and every norm layer gets per-channel affine parameters (`zoo._common`), so a
+norm or scale applied along the wrong axis after a layout rewrite changes the output instead of
+hiding behind identity statistics, and activations keep a sane scale through deep stacks.
+
+Families: forum, resnet, fcn, mobilenet, efficientnet, convnext, shufflenet, densenet, unet,
+norms, mixed.
+"""
+
+from __future__ import annotations
+
+FAMILIES: tuple[str, ...] = (
+    "forum",
+    "resnet",
+    "fcn",
+    "mobilenet",
+    "efficientnet",
+    "convnext",
+    "shufflenet",
+    "densenet",
+    "unet",
+    "norms",
+    "mixed",
+)
+
+# Every factory, as case files name it (``model = "zoo.<entry>"``).
+FACTORIES: tuple[str, ...] = (
+    "forum:conv3x3_s2",
+    "forum:two_conv_nhwc",
+    "resnet:resnet18",
+    "resnet:resnet50",
+    "fcn:fcn_small",
+    "mobilenet:mobilenet_v2",
+    "mobilenet:mobilenet_v3_small",
+    "efficientnet:efficientnet_b0_like",
+    "convnext:convnext_stage",
+    "shufflenet:shufflenet_v2",
+    "densenet:densenet_small",
+    "unet:unet_small",
+    "norms:groupnorm_net",
+    "norms:pixelshuffle_net",
+    "mixed:mixed_layout_net",
+)

@@ -1,0 +1,89 @@
+"""A small U-Net (Ronneberger et al. 2015): encoder/decoder with skip concatenation.
+
+Layout features: channel ``cat`` of decoder and encoder maps, max-pool downsampling, and three
+kinds of 2× upsampling in one graph — ConvTranspose2d (k2/s2, weight layout IOHW), bilinear
+``nn.Upsample`` (``align_corners=False``) and nearest ``nn.Upsample`` — each of which needs its
+own NHWC handling (``conv2d_transpose``, ``image.resize2d``). Output stays 4-D.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from zoo._common import ConvNormAct, finalize
+
+UP_MODES = ("transpose", "bilinear", "nearest")
+
+
+class Up(nn.Module):
+    """2× upsample (halving channels) → concat with the skip → double conv."""
+
+    def __init__(self, in_ch: int, skip_ch: int, out_ch: int, mode: str) -> None:
+        super().__init__()
+        half = in_ch // 2
+        if mode == "transpose":
+            self.up: nn.Module = nn.ConvTranspose2d(in_ch, half, kernel_size=2, stride=2)
+        elif mode == "bilinear":
+            self.up = nn.Sequential(
+                nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
+                nn.Conv2d(in_ch, half, 1),
+            )
+        elif mode == "nearest":
+            self.up = nn.Sequential(
+                nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(in_ch, half, 1)
+            )
+        else:
+            raise ValueError(f"unknown upsampling mode {mode!r}; use one of {UP_MODES}")
+        self.conv = nn.Sequential(ConvNormAct(half + skip_ch, out_ch, 3),
+                                  ConvNormAct(out_ch, out_ch, 3))
+
+    def forward(self, x: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+        return self.conv(torch.cat((skip, self.up(x)), dim=1))
+
+
+class UNet(nn.Module):
+    def __init__(self, in_channels: int = 3, num_classes: int = 2, base: int = 32,
+                 up_modes: tuple[str, ...] = ("transpose", "bilinear", "transpose", "nearest"),
+                 ) -> None:
+        super().__init__()
+        depth = len(up_modes)
+        chans = [base * 2**i for i in range(depth + 1)]
+        self.inc = nn.Sequential(ConvNormAct(in_channels, base, 3), ConvNormAct(base, base, 3))
+        self.pool = nn.MaxPool2d(2)
+        self.downs = nn.ModuleList(
+            nn.Sequential(ConvNormAct(chans[i], chans[i + 1], 3),
+                          ConvNormAct(chans[i + 1], chans[i + 1], 3))
+            for i in range(depth)
+        )
+        # up_modes[0] is the deepest (first) decoder stage.
+        self.ups = nn.ModuleList(
+            Up(chans[i + 1], chans[i], chans[i], up_modes[depth - 1 - i])
+            for i in reversed(range(depth))
+        )
+        self.outc = nn.Conv2d(base, num_classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inc(x)
+        skips = [x]
+        for down in self.downs:
+            x = down(self.pool(x))
+            skips.append(x)
+        skips.pop()  # the bottleneck is x itself
+        for up in self.ups:
+            x = up(x, skips.pop())
+        return self.outc(x)
+
+
+def unet_small(
+    in_channels: int = 3,
+    num_classes: int = 2,
+    base: int = 32,
+    up_modes: tuple[str, ...] = ("transpose", "bilinear", "transpose", "nearest"),
+) -> nn.Module:
+    """U-Net with len(up_modes) levels; N×in_channels×H×W → N×num_classes×H×W.
+
+    H and W must be multiples of 2^len(up_modes) (16 by default).
+    """
+    model = UNet(in_channels, num_classes, base, up_modes)
+    return finalize(model, (4, in_channels, 64, 64))
