@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import importlib
 import os
 import signal
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.spec import KNOWN_TARGETS, CaseSpec, display_path, load_case, load_cases
+from cl_validate.verdict import CaseResult
 
 DEFAULT_PATH = "model_cases"
 
@@ -58,7 +60,16 @@ def _parser() -> argparse.ArgumentParser:
 
     lst = sub.add_parser("list", help="list the cases found under PATHs")
     lst.add_argument("paths", nargs="*", metavar="PATH")
+
+    for name, module in _PLUGGED.items():
+        mod = importlib.import_module(module)
+        mod.configure(sub.add_parser(name, help=mod.HELP, description=mod.__doc__))
     return p
+
+
+#: Subcommands that live in their own module: each exposes HELP, configure(parser) and
+#: main(args) -> ExitCode. Keeps this file the dispatcher, not the home of every command.
+_PLUGGED: dict[str, str] = {}
 
 
 def _positive_int(text: str) -> int:
@@ -103,7 +114,6 @@ def _select(cases: list[CaseSpec], patterns: Sequence[str] | None) -> list[CaseS
 def _cmd_run(args: argparse.Namespace) -> ExitCode:
     from cl_validate.report import progress_line, summary_table, write_junit
     from cl_validate.runner import RunOptions, preflight, run_in_process, selected_targets
-    from cl_validate.verdict import CaseResult
 
     cases = _select(load_cases(args.paths or [DEFAULT_PATH]), args.patterns)
     options = RunOptions(
@@ -163,15 +173,15 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def _not_run(cases: Sequence[CaseSpec], options: object, done: Sequence[object],
-             why: str) -> list[object]:
+def _not_run(cases: Sequence[CaseSpec], options: object, done: Sequence[CaseResult],
+             why: str) -> list[CaseResult]:
     """Placeholders for every case × target that did not finish, so the report is complete."""
     from cl_validate.runner import RunOptions, selected_targets
-    from cl_validate.verdict import CHECKS, CaseResult, CheckResult, Status
+    from cl_validate.verdict import CHECKS, CheckResult, Status
 
     assert isinstance(options, RunOptions)
-    finished = {(r.case.name, r.target) for r in done}  # type: ignore[attr-defined]
-    out: list[object] = []
+    finished = {(r.case.name, r.target) for r in done}
+    out: list[CaseResult] = []
     for c in cases:
         for t in selected_targets(c, options):
             if (c.name, t) not in finished:
@@ -241,8 +251,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=UserWarning, module="torch")
     try:
         args = _parser().parse_args(argv)
-        command = {"run": _cmd_run, "show": _cmd_show, "list": _cmd_list}[args.command]
-        return int(command(args))
+        builtin = {"run": _cmd_run, "show": _cmd_show, "list": _cmd_list}
+        if args.command in builtin:
+            return int(builtin[args.command](args))
+        return int(importlib.import_module(_PLUGGED[args.command]).main(args))
     except UsageError as exc:
         print(f"cl-validate: error: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE_ERROR)

@@ -106,10 +106,10 @@ def resolve_pipeline(case: CaseSpec) -> PipelineFactory:
     name = case.pipeline
     if name in _REGISTRY:
         return _REGISTRY[name]
-    where = {"file": display_path(case.path), "line": case.line_of("pipeline")}
+    file, line = display_path(case.path), case.line_of("pipeline")
     if ":" not in name:
-        raise CaseFileError(f"unknown pipeline '{name}'",
-                            hint="registered: " + ", ".join(pipeline_names()), **where)
+        raise CaseFileError(f"unknown pipeline '{name}'", file=file, line=line,
+                            hint="registered: " + ", ".join(pipeline_names()))
     from cl_validate.factory import _ensure_on_path
 
     _ensure_on_path(case)
@@ -119,9 +119,10 @@ def resolve_pipeline(case: CaseSpec) -> PipelineFactory:
         for part in attr.split("."):
             fn = getattr(fn, part)
     except (ImportError, AttributeError) as exc:
-        raise CaseFileError(f"cannot load pipeline '{name}': {exc}", **where) from None
+        raise CaseFileError(f"cannot load pipeline '{name}': {exc}", file=file,
+                            line=line) from None
     if not callable(fn):
-        raise CaseFileError(f"pipeline '{name}' is not callable", **where)
+        raise CaseFileError(f"pipeline '{name}' is not callable", file=file, line=line)
     return fn  # type: ignore[no-any-return]
 
 
