@@ -78,7 +78,8 @@ def _body(kernels: KernelList, counts: Sequence[StageCount]) -> str:
 
 
 def check_layout_transforms(case: CaseSpec, target: str, kernels: KernelList,
-                            counts: Sequence[StageCount]) -> CheckResult:
+                            counts: Sequence[StageCount], *, stale: str = "fail"
+                            ) -> CheckResult:
     budget = case.budget_for(target)
     runtime = len(kernels.runtime_transforms)
     weights = kernels.weight_transforms
@@ -105,7 +106,8 @@ def check_layout_transforms(case: CaseSpec, target: str, kernels: KernelList,
         line=budget.layout_transforms_line, body=body, measured=measured)
 
 
-def check_kernels(case: CaseSpec, target: str, kernels: KernelList) -> CheckResult:
+def check_kernels(case: CaseSpec, target: str, kernels: KernelList, *, stale: str = "fail"
+                  ) -> CheckResult:
     budget = case.budget_for(target)
     n = len(kernels)
     measured = {"kernels": str(n)}

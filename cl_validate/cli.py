@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import importlib
-import os
 import signal
 import sys
 import traceback
@@ -14,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cl_validate.errors import ExitCode, UsageError
+from cl_validate.options import add_to_argparse, run_options
 from cl_validate.spec import KNOWN_TARGETS, CaseSpec, display_path, load_case, load_cases
 from cl_validate.verdict import CaseResult
 
@@ -35,22 +35,10 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="compile and check cases, write JUnit")
     run.add_argument("paths", nargs="*", metavar="PATH",
                      help=f"case files or folders of them (default: {DEFAULT_PATH})")
-    _add_target(run, "targets to run (repeatable; default: each case's own targets)",
-                multi=True)
     run.add_argument("--junit", metavar="FILE", help="write a JUnit XML report to FILE")
     run.add_argument("-k", dest="patterns", action="append", metavar="PATTERN",
                      help="only cases whose name contains PATTERN (glob wildcards allowed)")
-    run.add_argument("--require-device", action="store_true",
-                     help="fail (exit 2) instead of skipping numerics when a target's device "
-                     "is missing")
-    run.add_argument("-j", "--jobs", type=_positive_int, default=None, metavar="N",
-                     help="worker processes (default: the number of cores)")
-    run.add_argument("--timeout", type=_positive_float, metavar="S",
-                     help="seconds per case, overriding each case's timeout")
-    run.add_argument("--max-memory-mb", type=_positive_int, metavar="MB",
-                     help="resident memory cap per worker, overriding each case's max_memory_mb")
-    run.add_argument("--no-isolation", action="store_true",
-                     help="run cases in this process (no timeout or memory cap; for debugging)")
+    add_to_argparse(run)
 
     show = sub.add_parser("show", help="stages, transform counts and kernel list of one case")
     show.add_argument("case", metavar="CASE", help="a case file, or a case name under "
@@ -70,26 +58,6 @@ def _parser() -> argparse.ArgumentParser:
 #: Subcommands that live in their own module: each exposes HELP, configure(parser) and
 #: main(args) -> ExitCode. Keeps this file the dispatcher, not the home of every command.
 _PLUGGED: dict[str, str] = {}
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1: {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text}")
-    return value
 
 
 def _add_target(p: argparse.ArgumentParser, help: str, *, multi: bool) -> None:
@@ -113,17 +81,10 @@ def _select(cases: list[CaseSpec], patterns: Sequence[str] | None) -> list[CaseS
 
 def _cmd_run(args: argparse.Namespace) -> ExitCode:
     from cl_validate.report import progress_line, summary_table, write_junit
-    from cl_validate.runner import RunOptions, preflight, run_in_process, selected_targets
+    from cl_validate.runner import preflight, run_in_process, selected_targets
 
     cases = _select(load_cases(args.paths or [DEFAULT_PATH]), args.patterns)
-    options = RunOptions(
-        targets=tuple(args.targets) if args.targets else None,
-        require_device=args.require_device,
-        jobs=args.jobs or os.cpu_count() or 1,
-        isolate=not args.no_isolation,
-        timeout=args.timeout,
-        max_memory_mb=args.max_memory_mb,
-    )
+    options = run_options(vars(args).get)
     total = sum(len(selected_targets(c, options)) for c in cases)
     if total == 0:
         raise UsageError("no case runs on the selected targets",

@@ -28,6 +28,7 @@ class RunOptions:
     isolate: bool = True  # each case in a worker process with timeout and memory cap
     timeout: float | None = None  # seconds per case; None: the case's own (or the default)
     max_memory_mb: int | None = None  # resident memory cap per worker; None: the case's own
+    stale_budget: str = "fail"  # budget above the measured count: "fail" or "warn"
 
 
 def selected_targets(case: CaseSpec, options: RunOptions) -> list[str]:
@@ -125,8 +126,9 @@ def run_case(case: CaseSpec, model: Any, options: RunOptions,
         result.kernels, result.stage_counts = kernels, counts
         result.checks = [
             checks.check_layout(case, target, analysis.op_layouts(op_stage)),
-            checks.check_layout_transforms(case, target, kernels, counts),
-            checks.check_kernels(case, target, kernels),
+            checks.check_layout_transforms(case, target, kernels, counts,
+                                           stale=options.stale_budget),
+            checks.check_kernels(case, target, kernels, stale=options.stale_budget),
         ]
         t1 = time.perf_counter()
         if device_available(target):
