@@ -13,7 +13,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cl_validate.pipeline import AXES_ATTR, TRANSFORM_ATTR, Compiled
+from cl_validate.attribution import Attribution
+from cl_validate.pipeline import AXES_ATTR, SOURCE_ATTR, TRANSFORM_ATTR, Compiled
 
 if TYPE_CHECKING:
     pass
@@ -39,12 +40,14 @@ class Transform:
     weight: bool  # input derives only from parameters/constants
     in_shape: tuple[int, ...] | None = None
     axes: tuple[int, ...] | None = None
+    attribution: Attribution | None = None
 
     def describe(self) -> str:
         what = f"{self.op}{list(self.axes) if self.axes else ''}"
         shape = f" of {list(self.in_shape)}" if self.in_shape else ""
         kind = "weight transform" if self.weight else "runtime transform"
-        return f"{what}{shape} ({kind})"
+        why = f": {self.attribution.describe()}" if self.attribution else ""
+        return f"{what}{shape} ({kind}{why})"
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,13 @@ def _transform_kind(mod: Any, gvar: Any) -> tuple[str | None, tuple[int, ...] | 
     return _TRANSFORM_PRIMFUNC_PREFIXES.get(base), None
 
 
+def _attribution(mod: Any, gvar: Any) -> Attribution | None:
+    attrs = mod[gvar].attrs
+    if attrs is not None and SOURCE_ATTR in attrs:
+        return Attribution.from_json(str(attrs[SOURCE_ATTR]))
+    return None
+
+
 def _is_primitive(func: Any) -> bool:
     from tvm import relax
 
@@ -219,6 +229,7 @@ class _Component:
     axes: tuple[int, ...] | None
     in_shape: tuple[int, ...] | None
     weight: bool
+    attribution: Attribution | None = None
 
 
 def _fused_components(mod: Any) -> dict[str, list[_Component]]:
@@ -254,7 +265,8 @@ def _fused_components(mod: Any) -> dict[str, list[_Component]]:
                 weight = bool(targs) and all(
                     _is_const(x) or x in derived for x in targs)
                 comps.append(_Component(gv.name_hint, kind, axes,
-                                        _shape(targs[0]) if targs else None, weight))
+                                        _shape(targs[0]) if targs else None, weight,
+                                        _attribution(mod, gv) if kind else None))
         out[call.op.name_hint] = comps
     return out
 
@@ -295,7 +307,7 @@ def kernel_list(compiled: Compiled) -> KernelList:
             for c in comps:
                 if c.transform:
                     transforms.append(Transform(c.transform, index, c.primfunc, c.weight,
-                                                c.in_shape, c.axes))
+                                                c.in_shape, c.axes, c.attribution))
             ops = tuple(c.primfunc for c in comps)
         else:
             ops = (callee,)
@@ -305,7 +317,8 @@ def kernel_list(compiled: Compiled) -> KernelList:
                     weight = bool(args) and all(
                         _is_const(x) or x in derived for x in args)
                     transforms.append(Transform(kind, index, callee, weight,
-                                                _shape(args[0]) if args else None, axes))
+                                                _shape(args[0]) if args else None, axes,
+                                                _attribution(mod, gv)))
         kernels.append(Kernel(index, callee, ops, tuple(transforms), _shape(b.var)))
     return KernelList(kernels)
 

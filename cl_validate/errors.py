@@ -62,5 +62,19 @@ class CaseFileError(UsageError):
     """A case file that does not validate (syntax, keys, types, values, model factory)."""
 
 
+class CompileStageError(ClValidateError):
+    """A pipeline stage raised: a verdict (`error`) about the case, naming the stage."""
+
+    def __init__(self, stage: str, exc: BaseException) -> None:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        # TVM errors carry a long C++ backtrace; the first line says what went wrong.
+        if "Traceback" in first or not first:
+            lines = [ln for ln in str(exc).splitlines() if ln.strip() and "File " not in ln]
+            first = lines[-1].strip() if lines else type(exc).__name__
+        super().__init__(f"{stage} failed: {type(exc).__name__}: {first[:300]}")
+        self.stage = stage
+        self.detail = str(exc)
+
+
 class DeviceUnavailableError(UsageError):
     """A run asked for a device (``--require-device``) that this machine does not have."""

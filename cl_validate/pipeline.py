@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cl_validate.errors import CaseFileError, UsageError
+from cl_validate.errors import CaseFileError, CompileStageError, UsageError
 from cl_validate.spec import CaseSpec, display_path
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 #: can find transforms again after fusion without guessing from names.
 TRANSFORM_ATTR = "cl_validate.transform"
 AXES_ATTR = "cl_validate.axes"
+SOURCE_ATTR = "cl_validate.source"
 DEFAULT_CUDA_ARCH = "sm_90"
 
 
@@ -45,6 +46,8 @@ class PipelineContext:
     target_name: str
     target: tvm.target.Target
     params: dict[str, Any]  # parameter name → tvm.runtime.Tensor (weights of `main`)
+    sources: dict[str, str] = field(default_factory=dict)  # binding name → PyTorch source
+    own_permutes: set[str] = field(default_factory=set)  # binding names of the model's permutes
 
 
 @dataclass
@@ -63,6 +66,7 @@ class Frontend:
     params: dict[str, Any]
     export_seconds: float
     import_seconds: float
+    sources: dict[str, str] = field(default_factory=dict)  # binding name → PyTorch source
 
 
 @dataclass
@@ -194,8 +198,9 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
     """torch.export the (wrapped) model and import it into Relax with weights as params."""
     import torch
     from tvm import relax
-    from tvm.relax.frontend.torch import from_exported_program
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
+    from cl_validate.attribution import sources_by_binding
     from cl_validate.errors import ClValidateError
 
     wrapped = channels_last_wrapper(model, case)
@@ -211,8 +216,12 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
         raise CompileStageError("export", exc) from exc
     t1 = time.perf_counter()
     try:
-        mod = from_exported_program(exported, keep_params_as_input=True,
-                                    unwrap_unit_return_tuple=True)
+        # The importer itself (not the from_exported_program wrapper), to keep its map from
+        # FX nodes to Relax bindings: that is how transforms are traced back to PyTorch code.
+        importer = ExportedProgramImporter()
+        mod = importer.from_exported_program(exported.run_decompositions(), True, True, False,
+                                             None)
+        sources = sources_by_binding(mod, importer.env)
         mod, params = relax.frontend.detach_params(mod)
     except ClValidateError:
         raise
@@ -223,21 +232,7 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
     n_in = int(main.attrs["num_input"]) if main.attrs and "num_input" in main.attrs else len(
         case.inputs)
     named = {p.name: v for p, v in zip(main.params[n_in:], params.get("main", []), strict=True)}
-    return Frontend(exported, mod, named, t1 - t0, t2 - t1)
-
-
-class CompileStageError(Exception):
-    """A stage of the pipeline raised: reported as an `error` verdict naming the stage."""
-
-    def __init__(self, stage: str, exc: BaseException) -> None:
-        first = (str(exc).strip().splitlines() or [""])[0]
-        # TVM errors carry a long C++ backtrace; the first line says what went wrong.
-        if "Traceback" in first or not first:
-            lines = [ln for ln in str(exc).splitlines() if ln.strip() and "File " not in ln]
-            first = lines[-1].strip() if lines else type(exc).__name__
-        super().__init__(f"{stage} failed: {type(exc).__name__}: {first[:300]}")
-        self.stage = stage
-        self.detail = str(exc)
+    return Frontend(exported, mod, named, t1 - t0, t2 - t1, sources)
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,6 +249,8 @@ def _legalize_transforms_tagged() -> dict[str, Callable[..., Any]]:
             out = default(bb, call)
             gvar = out.args[0]
             func = bb.get()[gvar].with_attr(TRANSFORM_ATTR, op_name.split(".")[-1])
+            if call.span is not None:  # the attribution annotate_transforms put there
+                func = func.with_attr(SOURCE_ATTR, str(call.span.source_name.name))
             if op_name == "relax.permute_dims" and call.attrs.axes is not None:
                 func = func.with_attr(AXES_ATTR, [int(a) for a in call.attrs.axes])
             bb.update_func(gvar, func)
@@ -277,6 +274,9 @@ def standard_stages(ctx: PipelineContext, *, layout: Sequence[Stage]) -> list[St
         return fold_params(mod, ctx.params)
 
     def legalize(mod: tvm.IRModule) -> tvm.IRModule:
+        from cl_validate.attribution import annotate_transforms
+
+        mod = annotate_transforms(mod, ctx.sources, ctx.own_permutes)
         with target:
             return tvm.transform.Sequential([
                 relax.backend.DispatchSampling(),
@@ -352,7 +352,10 @@ def compile_case(front: Frontend, case: CaseSpec, target_name: str, *,
     import tvm
 
     target = make_target(target_name)
-    ctx = PipelineContext(case, target_name, target, front.params)
+    from cl_validate.attribution import own_permute_names
+
+    ctx = PipelineContext(case, target_name, target, front.params, front.sources,
+                          own_permute_names(front.mod))
     factory = resolve_pipeline(case)
     compiled = Compiled(target_name)
     compiled.stages.append(StageIR("import", front.mod, front.import_seconds))

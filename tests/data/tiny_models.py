@@ -73,3 +73,34 @@ def not_a_module() -> object:
 
 def raises() -> nn.Module:
     raise RuntimeError("weights file missing")
+
+
+class ReLU6Net(nn.Module):
+    """conv → ReLU6 → conv: `clip` has no layout rule in TVM 0.27's ConvertLayout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU6(),
+                                      nn.Conv2d(8, 8, 3, padding=1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features(x)
+
+
+class OwnPermute(nn.Module):
+    """Takes NHWC, permutes to NCHW itself, convolves, returns NCHW."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x.permute(0, 3, 1, 2))).sum(1)
+
+
+def relu6_net() -> nn.Module:
+    return ReLU6Net()
+
+
+def own_permute() -> nn.Module:
+    return OwnPermute()

@@ -1,0 +1,64 @@
+"""Every runtime transform names its PyTorch source and the reason it is there."""
+
+from __future__ import annotations
+
+import pytest
+
+from cl_validate import analysis, numerics
+from cl_validate.attribution import (
+    INPUT_BOUNDARY,
+    NO_LAYOUT_RULE,
+    OUTPUT_BOUNDARY,
+    OWN_PERMUTE,
+    WEIGHT,
+)
+from cl_validate.factory import build_model
+from cl_validate.pipeline import compile_case, export_and_import
+from cl_validate.spec import load_case
+
+pytestmark = pytest.mark.compile
+
+CASE = """
+model = "tiny_models:{model}"
+pipeline = "{pipeline}"
+[[inputs]]
+name = "x"
+shape = {shape}
+[layout]
+"relax.nn.conv2d" = ["NHWC", "OHWI"]
+"""
+
+
+def _transforms(write_case, model, pipeline="nhwc-plain", shape="[1, 3, 16, 16]"):
+    case = load_case(write_case(CASE.format(model=model, pipeline=pipeline, shape=shape)))
+    tensors = numerics.torch_inputs(case, numerics.make_inputs(case))
+    front = export_and_import(build_model(case), case, tensors)
+    kernels = analysis.kernel_list(compile_case(front, case, "llvm", build=False))
+    return kernels.transforms
+
+
+def test_op_without_layout_rule_names_the_op_and_the_module(write_case):
+    ts = _transforms(write_case, "relu6_net")
+    reasons = [t.attribution.reason for t in ts]
+    assert reasons[0] == INPUT_BOUNDARY and reasons[-1] == OUTPUT_BOUNDARY
+    middle = [t.attribution for t in ts if t.attribution.reason == NO_LAYOUT_RULE]
+    assert len(middle) == 2  # to NCHW before the clip, back to NHWC after it
+    for att in middle:
+        assert att.relax_op == "relax.clip"
+        assert att.source is not None and att.source.startswith("features.1 (")
+        assert "relax.clip has no layout rule" in att.describe()
+        assert "give relax.clip a layout rule" in att.next_step()
+
+
+def test_model_own_permute(write_case):
+    ts = _transforms(write_case, "own_permute", shape="[1, 16, 16, 8]")
+    own = [t for t in ts if t.attribution.reason == OWN_PERMUTE]
+    assert own and own[0].attribution.source is not None
+    assert "permute" in own[0].attribution.source
+
+
+def test_unfolded_weight(write_case):
+    ts = _transforms(write_case, "conv_relu", pipeline="unbound_pipeline:nhwc_unbound")
+    weights = [t for t in ts if t.weight]
+    assert weights and all(t.attribution.reason == WEIGHT for t in weights)
+    assert any("conv1" in (t.attribution.source or "") for t in weights)
