@@ -56,7 +56,8 @@ def resolve_factory(case: CaseSpec) -> Callable[..., Any]:
                          "check the name after ':' in model") from None
         obj = getattr(obj, part)
     if not callable(obj):
-        raise _error(case, f"model '{case.model}' is not callable")
+        raise _error(case, f"model '{case.model}' is not callable ({type(obj).__name__})",
+                     "name a function or class that returns a torch.nn.Module")
     return obj  # type: ignore[no-any-return]
 
 
@@ -73,4 +74,30 @@ def build_model(case: CaseSpec) -> torch.nn.Module:
     if not isinstance(model, torch.nn.Module):
         raise _error(case, f"model factory '{case.model}' returned {type(model).__name__}, "
                      "not a torch.nn.Module", "return the module instance, e.g. `return Net()`")
+    _check_inputs(case, model)
     return model.eval()
+
+
+def _check_inputs(case: CaseSpec, model: torch.nn.Module) -> None:
+    """One [[inputs]] per forward() argument: checked from the signature, before any compile
+    (a mismatch would otherwise surface as a TypeError deep inside a worker)."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):  # forward without a Python signature: nothing to check
+        return
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = sum(1 for p in positional if p.default is p.empty)
+    most = None if any(p.kind is p.VAR_POSITIONAL for p in params) else len(positional)
+    n = len(case.inputs)
+    if required <= n and (most is None or n <= most):
+        return
+    takes = f"{required}" if most == required else f"{required} to {most}"
+    names = ", ".join(p.name for p in positional)
+    # Point at the first surplus [[inputs]], or at the last one when some are missing.
+    line = case.line_of("inputs", str(most if most is not None and n > most else n - 1))
+    raise CaseFileError(
+        f"forward({names}) of '{case.model}' takes {takes} input{'s' * (takes != '1')}, "
+        f"the case declares {n} [[inputs]]", file=display_path(case.path), line=line,
+        hint="declare one [[inputs]] per forward() argument, in order")

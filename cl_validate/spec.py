@@ -87,6 +87,7 @@ class Budget:
     kernels: int | None
     layout_transforms_line: int | None = None
     kernels_line: int | None = None
+    reason: str | None = None  # why the budget was last raised (`budget tighten --reason`)
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ class CaseSpec:
         if "kernels" in over:
             kn = over["kernels"]
             kn_line = self.line_of("targets_override", target, "budget", "kernels")
-        return Budget(lt, kn, lt_line, kn_line)
+        return Budget(lt, kn, lt_line, kn_line, over.get("reason", b.reason))
 
     def tolerance_for(self, target: str, output: int = 0) -> tuple[Tolerance, int | None]:
         """Effective tolerance for one output on one target, and the line that declared it.
@@ -224,7 +225,7 @@ _TOP_KEYS = (
 )
 _INPUT_KEYS = ("name", "shape", "dtype", "layout", "range")
 _OUTPUT_KEYS = ("name", "layout", "tolerance", "targets_override")
-_BUDGET_KEYS = ("layout_transforms", "kernels")
+_BUDGET_KEYS = ("layout_transforms", "kernels", "reason")
 _TOL_KEYS = ("rtol", "atol")
 _OVERRIDE_KEYS = ("budget", "tolerance")
 
@@ -293,10 +294,12 @@ class _Validator:
                 out[key] = v
         return out
 
-    def budget(self, value: Any, path: tuple[str, ...]) -> dict[str, int]:
+    def budget(self, value: Any, path: tuple[str, ...]) -> dict[str, Any]:
         tab = self.table(value, path, "budget")
         self.keys(tab, _BUDGET_KEYS, path, "[" + ".".join(path) + "]")
-        out: dict[str, int] = {}
+        out: dict[str, Any] = {}
+        if "reason" in tab:  # written by `budget tighten --allow-increase --reason TEXT`
+            out["reason"] = self.string(tab["reason"], (*path, "reason"), "reason")
         if "layout_transforms" in tab:
             out["layout_transforms"] = self.integer(
                 tab["layout_transforms"], (*path, "layout_transforms"), "layout_transforms", 0)
@@ -332,21 +335,75 @@ def load_case(path: str | Path) -> CaseSpec:
     path = Path(path)
     display = _display_path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise CaseFileError("case file not found", file=display) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CaseFileError(f"cannot read case file: {exc}", file=display) from None
+    except IsADirectoryError:
+        raise CaseFileError("is a folder, not a case file", file=display,
+                            hint="rename the folder, or pass a .toml file") from None
+    except OSError as exc:
+        raise CaseFileError(f"cannot read case file: {exc.strerror or exc}",
+                            file=display) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise CaseFileError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x})", file=display,
+                            line=line, hint="case files are UTF-8 TOML: save it as UTF-8"
+                            ) from None
+    if not text.strip():
+        raise CaseFileError("case file is empty", file=display,
+                            hint="a case needs at least model = \"module:factory\" and "
+                            "one [[inputs]]")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        msg = str(exc)
-        m = re.search(r"\(at line (\d+), column \d+\)", msg)
-        line = int(m.group(1)) if m else None
-        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg) or "invalid TOML"
-        raise CaseFileError(f"TOML syntax error: {msg}", file=display, line=line,
-                            hint="see https://toml.io for the syntax") from None
+        raise _syntax_error(str(exc), text, display) from None
     return _validate(path, text, display, data)
+
+
+#: tomllib's terse messages, and what to do about each (first match wins).
+_TOML_HINTS: tuple[tuple[str, str, str], ...] = (
+    ("Illegal character '\\n'", "unterminated string", "close the string on the same line"),
+    ("Unterminated string", "unterminated string", "close the string"),
+    ("Cannot overwrite a value", "a key is set twice", "keep one of them"),
+    ("twice", "", "merge the two tables into one"),
+    ("Invalid value", "", "strings need quotes, e.g. dtype = \"float32\""),
+    ("Unclosed", "", "close it: ] ends an array, } an inline table"),
+)
+
+
+def _syntax_error(msg: str, text: str, display: str) -> CaseFileError:
+    """A one-line TOML syntax error at the line to fix (tomllib puts it in the message)."""
+    line: int | None = None
+    m = re.search(r"\(at line (\d+), column \d+\)", msg)
+    if m:
+        line = int(m.group(1))
+    elif "(at end of document)" in msg:  # point at what was left open, else the last line
+        line = _unclosed_line(text) or len(text.rstrip().splitlines()) or None
+    msg = re.sub(r"\s*\(at (?:line \d+, column \d+|end of document)\)", "", msg)
+    twice = re.match(r"Cannot declare \((.*)\) twice", msg)  # "('budget',)" -> "[budget]"
+    if twice:
+        keys = re.findall(r"'([^']*)'", twice.group(1))
+        msg = f"table [{'.'.join(keys)}] declared twice"
+    hint = "see https://toml.io for the syntax"
+    for pattern, better, how in _TOML_HINTS:
+        if pattern in msg:
+            msg, hint = better or msg, how
+            break
+    return CaseFileError(f"TOML syntax error: {msg or 'invalid TOML'}", file=display,
+                         line=line, hint=hint)
+
+
+def _unclosed_line(text: str) -> int | None:
+    """Line where the bracket that is still open at the end of `text` was opened."""
+    depth, opened = 0, None
+    for no, raw in enumerate(text.splitlines(), start=1):
+        before = depth
+        depth += _bracket_delta(raw)
+        if before <= 0 < depth:
+            opened = no
+    return opened if depth > 0 else None
 
 
 def _validate(path: Path, text: str, display: str, data: dict[str, Any]) -> CaseSpec:
@@ -357,6 +414,9 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any]) -> Case
     if not _NAME_RE.match(name):
         raise v.fail(("name",), f"case name '{name}' may only use letters, digits, '_', '.', '-'",
                      "names become file names in reports")
+    if name.startswith("."):  # ".", "..", ".bashrc": a parent reference or a hidden file
+        raise v.fail(("name",), f"case name '{name}' must not start with '.'",
+                     "names become file names in reports; set name = \"...\"")
     if "model" not in data:
         raise v.fail((), "missing required key 'model'",
                      "model = \"package.module:factory\" naming a callable returning nn.Module")
@@ -368,7 +428,8 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any]) -> Case
 
     targets_raw = data.get("targets", list(KNOWN_TARGETS))
     if not isinstance(targets_raw, list) or not targets_raw:
-        raise v.fail(("targets",), "targets must be a non-empty array of strings")
+        raise v.fail(("targets",), "targets must be a non-empty array of strings",
+                     "e.g. targets = [\"llvm\"]; omit targets for both llvm and cuda")
     targets: list[str] = []
     for t in targets_raw:
         t = v.string(t, ("targets",), "a target")
@@ -416,6 +477,7 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any]) -> Case
         kernels=b.get("kernels"),
         layout_transforms_line=v.line("budget", "layout_transforms") or v.line("model"),
         kernels_line=v.line("budget", "kernels"),
+        reason=b.get("reason"),
     )
     t = v.tolerance(data.get("tolerance", {}), ("tolerance",))
     tolerance = Tolerance(rtol=t.get("rtol", DEFAULT_TOLERANCE[0]),
@@ -468,7 +530,8 @@ def _inputs(v: _Validator, raw: Any) -> tuple[InputSpec, ...]:
             raise v.fail(p, f"input '{name}' has no shape", "shape = [1, 3, 224, 224]")
         shape_raw = item["shape"]
         if not isinstance(shape_raw, list) or not shape_raw:
-            raise v.fail((*p, "shape"), f"shape of '{name}' must be a non-empty array of integers")
+            raise v.fail((*p, "shape"), f"shape of '{name}' must be a non-empty array of integers",
+                         "e.g. shape = [1, 3, 224, 224]")
         shape = tuple(v.integer(d, (*p, "shape"), f"each dimension of '{name}'", 1)
                       for d in shape_raw)
         if math.prod(shape) > MAX_INPUT_ELEMENTS:
@@ -558,9 +621,11 @@ def _hidden(rel: Path) -> bool:
 
 def load_cases(paths: Iterable[str | Path]) -> list[CaseSpec]:
     """Discover and validate every case; duplicate case names are an error."""
+    paths = list(paths)
     files = discover(paths)
     if not files:
-        raise UsageError("no case files found", hint="case files are *.toml under model_cases/")
+        raise UsageError("no case files found in " + ", ".join(str(p) for p in paths),
+                         hint="case files are *.toml under model_cases/")
     cases = [load_case(f) for f in files]
     by_name: dict[str, CaseSpec] = {}
     for c in cases:

@@ -1,0 +1,272 @@
+"""Hostile inputs through the real CLI: every one gets its documented exit code, one line that
+names the file (and the exact line), no traceback, and never a partial report.
+
+Each case file in tests/corpus/ is wrong in one way (its first line says how); the tables
+below hold what the CLI must say about it. A corpus file without an entry here fails
+`test_every_corpus_file_is_covered`, so the corpus cannot grow untested.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch  # noqa: F401  (see below)
+import xmlschema
+from junitparser import Error, Failure, JUnitXml
+
+from cl_validate.cli import main
+from cl_validate.errors import ExitCode
+
+# torch is imported above, at collection, on purpose: its logging handler keeps the sys.stderr
+# it finds at import, and if that were a test's capsys stream (closed after that test), a later
+# export failure in this process would log "--- Logging error ---" with a traceback.
+
+CORPUS = Path(__file__).parent / "corpus"
+SCHEMA = Path(__file__).parent / "data" / "junit-cl_validate.xsd"
+PREFIX = "cl-validate: error: "
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A case-file error: exit 2, ``<file>:<line>: <message>`` on stderr, nothing compiled."""
+
+    line: int | None  # None: the error has no line (the file as a whole is wrong)
+    says: str  # a fragment of the message, hint included where there is one
+
+
+USAGE: dict[str, Usage] = {
+    # TOML syntax
+    "syntax_unterminated_string.toml": Usage(2, "unterminated string (hint: close the string"),
+    "syntax_missing_equals.toml": Usage(6, "TOML syntax error: Expected '=' after a key"),
+    "syntax_duplicate_key.toml": Usage(11, "a key is set twice (hint: keep one of them)"),
+    "syntax_duplicate_table.toml": Usage(12, "table [budget] declared twice (hint: merge"),
+    "syntax_unclosed_array.toml": Usage(7, "Unclosed array (hint: close it: ] ends an array"),
+    "syntax_bare_word_value.toml": Usage(10, "Invalid value (hint: strings need quotes"),
+    # misspelled keys, in every kind of table
+    "key_top_level.toml": Usage(4, "unknown key 'descripton' in [case] (hint: did you mean "
+                                   "'description'?)"),
+    "key_inputs.toml": Usage(11, "unknown key 'shpe' in [[inputs]] (hint: did you mean "
+                                 "'shape'?)"),
+    "key_budget.toml": Usage(10, "unknown key 'layout_transform' in [budget] (hint: did you "
+                                 "mean 'layout_transforms'?)"),
+    "key_tolerance.toml": Usage(11, "unknown key 'atoll' in [tolerance] (hint: did you mean "
+                                    "'atol'?)"),
+    "key_targets_override.toml": Usage(9, "unknown key 'tolerence' in [targets_override.cuda]"),
+    "key_targets_override_inline.toml": Usage(
+        9, "unknown key 'kernel' in [targets_override.llvm.budget] (hint: did you mean "
+           "'kernels'?)"),
+    "key_override_target.toml": Usage(8, "unknown target 'cdua' in [targets_override] (hint: "
+                                         "did you mean 'cuda'?)"),
+    # wrong types
+    "type_string_budget.toml": Usage(10, "layout_transforms must be an integer, got a string"),
+    "type_float_dim.toml": Usage(7, "each dimension of 'x' must be an integer, got a number 3.0"),
+    "type_table_for_array.toml": Usage(3, "targets must be a non-empty array of strings (hint:"),
+    "type_inputs_table.toml": Usage(5, "inputs must be a non-empty array of tables ([[inputs]])"),
+    "type_model_integer.toml": Usage(2, "model must be a string, got an integer"),
+    "type_budget_array.toml": Usage(4, "budget must be a table, got an array"),
+    # values out of range
+    "budget_negative.toml": Usage(10, "layout_transforms must be >= 0, got -1"),
+    "budget_fractional.toml": Usage(11, "kernels must be an integer, got a number 2.5"),
+    "budget_zero_kernels.toml": Usage(10, "kernels must be >= 1, got 0"),
+    "shape_empty.toml": Usage(7, "shape of 'x' must be a non-empty array of integers (hint:"),
+    "shape_zero_dim.toml": Usage(7, "each dimension of 'x' must be >= 1, got 0"),
+    "shape_absurd.toml": Usage(7, "input 'x' has 150,528,000,000 elements (hint: at most"),
+    "shape_missing.toml": Usage(5, "input 'x' has no shape (hint: shape = ["),
+    "dtype_unsupported.toml": Usage(8, "unsupported dtype 'complex64' (hint: use one of float32"),
+    "dtype_typo.toml": Usage(8, "unsupported dtype 'flaot32' (hint: did you mean 'float32'?)"),
+    "layout_unsupported.toml": Usage(8, "unsupported layout 'NCWH' (hint: did you mean"),
+    "layout_not_4d.toml": Usage(8, "layout 'NHWC' needs a 4-D input, 'x' is 3-D"),
+    "layout_op_name.toml": Usage(10, "[layout] key 'conv2d' is not a Relax op name"),
+    "tolerance_negative.toml": Usage(11, "atol must be >= 0, got -1e-05"),
+    "tolerance_nan.toml": Usage(10, "rtol must be finite, got nan"),
+    "targets_empty.toml": Usage(3, "targets must be a non-empty array of strings (hint: e.g."),
+    "target_unknown.toml": Usage(3, "unknown target 'cpu' (hint: use llvm or cuda)"),
+    "pipeline_unknown.toml": Usage(4, "unknown pipeline 'nchw' (hint: registered: nhwc"),
+    # names that would become hostile file names
+    "name_path_separator.toml": Usage(2, "case name '../evil' may only use letters, digits"),
+    "name_absolute.toml": Usage(2, "case name '/etc/passwd' may only use letters, digits"),
+    "name_dotdot.toml": Usage(2, "case name '..' must not start with '.'"),
+    "name_hidden.toml": Usage(2, "case name '.bashrc' must not start with '.'"),
+    # files that are not case files at all
+    "empty.toml": Usage(None, "case file is empty (hint: a case needs at least model ="),
+    "comments_only.toml": Usage(None, "missing required key 'model' (hint:"),
+    "non_utf8.toml": Usage(1, "not UTF-8 text (byte 0xff) (hint: case files are UTF-8 TOML"),
+    # model factories (checked before the first compile)
+    "factory_missing_module.toml": Usage(2, "no module named 'corpus_factoreis' (hint: the "
+                                            "module is looked up next to the case file"),
+    "factory_missing_attribute.toml": Usage(2, "'corpus_factories' has no attribute 'resnet'"),
+    "factory_import_raises.toml": Usage(2, "importing 'corpus_broken_import' failed: "
+                                           "ImportError: this module needs the 'timm' package"),
+    "factory_raises.toml": Usage(2, "raised FileNotFoundError: checkpoint weights/conv.pt"),
+    "factory_returns_function.toml": Usage(2, "returned function, not a torch.nn.Module (hint:"),
+    "factory_returns_tensor.toml": Usage(2, "returned Tensor, not a torch.nn.Module (hint:"),
+    "factory_not_callable.toml": Usage(2, "'corpus_factories:NOT_CALLABLE' is not callable "
+                                          "(int) (hint:"),
+    "factory_malformed_ref.toml": Usage(2, "is not of the form 'module:callable'"),
+    "inputs_too_many.toml": Usage(9, "forward(x) of 'corpus_factories:conv' takes 1 input, the "
+                                     "case declares 2 [[inputs]] (hint: declare one"),
+    "inputs_too_few.toml": Usage(5, "forward(x, y) of 'corpus_factories:two_inputs' takes 2 "
+                                    "inputs, the case declares 1 [[inputs]]"),
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A case that validates but cannot pass: exit 1, and a complete, valid JUnit report."""
+
+    check: str  # the check whose verdict is asserted ("*": every check errors alike)
+    kind: type  # junitparser Error or Failure
+    type: str  # failure@type
+    says: tuple[str, ...]  # fragments of failure@message
+    line: int  # testcase@line: the case-file line to look at
+
+
+VERDICTS: dict[str, Verdict] = {
+    "verdict_export_data_dependent.toml": Verdict(
+        "*", Error, "CompileError", ("export failed: GuardOnDataDependentSymNode",), 2),
+    "verdict_import_unsupported_op.toml": Verdict(
+        "*", Error, "CompileError",
+        ("import failed:", "Unsupported function types", "_fft_r2c.default"), 2),
+    "verdict_forward_raises.toml": Verdict(
+        "*", Error, "ModelError", ("PyTorch forward failed: RuntimeError",), 2),
+    "verdict_outputs_too_many.toml": Verdict(
+        "*", Error, "CaseFileError", ("case declares 2 [[outputs]] but the model returns 1",),
+        12),
+    "verdict_nan_output.toml": Verdict(
+        "numerics", Failure, "NonFinite", ("non-finite values: 256 in TVM, 256 in PyTorch",), 15),
+}
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _assert_usage_error(code: int, out: str, err: str, where: str, says: str) -> None:
+    assert code == ExitCode.USAGE_ERROR, out + err
+    assert "Traceback" not in out + err
+    assert out == ""  # nothing ran: no progress line, no table
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert err.startswith(f"{PREFIX}{where}: "), err
+    assert says in err, err
+
+
+def test_every_corpus_file_is_covered() -> None:
+    files = {p.name for p in CORPUS.glob("*.toml")}
+    assert files == set(USAGE) | set(VERDICTS)
+    assert len(files) + 2 >= 25  # + duplicate_names/ and the folder named *.toml below
+
+
+@pytest.mark.parametrize("name", sorted(USAGE))
+def test_case_file_error(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(CORPUS)
+    expect = USAGE[name]
+    reports = tmp_path / "reports"
+    code, out, err = _run(["run", name, "--junit", str(reports / "r.xml")], capsys)
+    where = name if expect.line is None else f"{name}:{expect.line}"
+    _assert_usage_error(code, out, err, where, expect.says)
+    assert not reports.exists()  # no report, no temporary file, not even the folder
+
+
+def test_duplicate_case_names_across_files(monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(CORPUS)
+    code, out, err = _run(["run", "duplicate_names"], capsys)
+    _assert_usage_error(code, out, err, "duplicate_names/second.toml:4",
+                        "duplicate case name 'same' (also in duplicate_names/first.toml) "
+                        "(hint: case names must be unique")
+
+
+def test_folder_named_like_a_case_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "cases" / "looks_like_a_case.toml").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _run(["run", "cases"], capsys)
+    _assert_usage_error(code, out, err, "cases/looks_like_a_case.toml",
+                        "is a folder, not a case file (hint:")
+    # Named directly, it is a folder of cases like any other: an empty one.
+    code, out, err = _run(["run", "cases/looks_like_a_case.toml"], capsys)
+    assert code == ExitCode.USAGE_ERROR and out == "" and err.count("\n") == 1
+    assert "no case files found in cases/looks_like_a_case.toml" in err
+
+
+@pytest.mark.parametrize("name", ["syntax_unterminated_string.toml", "non_utf8.toml",
+                                  "factory_raises.toml"])
+def test_no_traceback_reaches_the_terminal(name: str, tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "cl_validate", "run", name, "--junit",
+                           str(tmp_path / "r.xml")], capture_output=True, text=True,
+                          cwd=CORPUS, timeout=120)
+    expect = USAGE[name]
+    _assert_usage_error(proc.returncode, proc.stdout, proc.stderr,
+                        f"{name}:{expect.line}", expect.says)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _by_case(xml: JUnitXml) -> dict[str, dict[str, object]]:
+    out: dict[str, dict[str, object]] = {}
+    for suite in xml:
+        for tc in suite:
+            out.setdefault(tc.classname, {})[tc.name] = tc
+    return out
+
+
+def _assert_verdict(name: str, xml: JUnitXml) -> None:
+    expect = VERDICTS[name]
+    checks = _by_case(xml)[Path(name).stem]
+    chosen = checks.values() if expect.check == "*" else [checks[expect.check]]
+    for tc in chosen:
+        (result,) = tc.result  # type: ignore[attr-defined]
+        assert isinstance(result, expect.kind), (name, tc.name, result)  # type: ignore[attr-defined]
+        assert result.type == expect.type
+        assert "\n" not in result.message
+        for fragment in expect.says:
+            assert fragment in result.message, result.message
+        assert tc._elem.get("line") == str(expect.line)  # type: ignore[attr-defined]
+        assert tc._elem.get("file").endswith(name)  # type: ignore[attr-defined]
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("name", sorted(VERDICTS))
+def test_failing_verdict_writes_a_complete_valid_report(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(CORPUS)
+    junit = tmp_path / "reports" / "r.xml"
+    code, out, err = _run(["run", name, "--no-isolation", "--junit", str(junit)], capsys)
+    assert code == ExitCode.CHECK_FAILED, out + err
+    assert "Traceback" not in out + err
+    expect = VERDICTS[name]
+    status = "ERROR" if expect.kind is Error else "FAILED"
+    check = "layout" if expect.check == "*" else expect.check
+    stem = Path(name).stem
+    summary = [ln for ln in out.splitlines() if ln.startswith(f"{status} {stem} [llvm] {check}:")]
+    assert len(summary) == 1, out
+    assert summary[0].endswith(f"({name}:{expect.line})")
+    assert expect.says[0] in summary[0]
+    xmlschema.XMLSchema(str(SCHEMA)).validate(str(junit))
+    assert [p.name for p in junit.parent.iterdir()] == ["r.xml"]  # no temporary file left
+    _assert_verdict(name, JUnitXml.fromfile(str(junit)))
+
+
+@pytest.mark.compile
+def test_failing_verdicts_in_workers_print_no_traceback(tmp_path: Path) -> None:
+    """The isolated path (worker processes), as CI runs it, in a separate process."""
+    names = ["verdict_export_data_dependent.toml", "verdict_nan_output.toml"]
+    junit = tmp_path / "r.xml"
+    proc = subprocess.run([sys.executable, "-m", "cl_validate", "run", *names, "-j", "1",
+                           "--junit", str(junit)], capture_output=True, text=True, cwd=CORPUS,
+                          timeout=300, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == ExitCode.CHECK_FAILED, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert proc.stderr == ""  # torch's export diagnostics stay in the worker's log
+    xmlschema.XMLSchema(str(SCHEMA)).validate(str(junit))
+    xml = JUnitXml.fromfile(str(junit))
+    for name in names:
+        _assert_verdict(name, xml)
