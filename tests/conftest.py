@@ -14,6 +14,16 @@ DATA = Path(__file__).parent / "data"
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _outside_github_actions():
+    """The suite runs the CLI on failing tiny cases; under GitHub Actions that would append
+    their reports to the real job summary. Tests of those outputs set the variables."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE"):
+            mp.delenv(name, raising=False)
+        yield
+
+
 @pytest.fixture
 def data_dir() -> Path:
     return DATA

@@ -1,0 +1,341 @@
+"""Markdown report for a reviewer: GitHub renders it as a job summary, a PR comment or a file.
+
+JUnit tells a publisher *that* a check failed; this report tells a reviewer *why*: a table
+per target, then for every failing case × target the one-line failure messages, the transform
+count after each pipeline stage (which stage added or kept a transform), and a Mermaid chart
+of the fused kernel chain with the transform kernels in red. Long chains are collapsed around
+the transforms, so a ResNet-50 chart stays a dozen nodes.
+
+Everything a model, a case file or TVM names (kernel names, shapes, messages) is escaped
+before it reaches Mermaid or Markdown: a hostile name must not break the chart or the page.
+The tests render every chart with the real Mermaid (tools/setup-mermaid.sh).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cl_validate.spec import display_path
+from cl_validate.verdict import CHECKS, CaseResult, CheckResult, Status
+
+if TYPE_CHECKING:
+    from cl_validate.analysis import Kernel, KernelList
+
+MARK = {Status.PASSED: "✅", Status.FAILED: "❌", Status.ERROR: "⚠️", Status.SKIPPED: "⏭️"}
+#: GitHub refuses a step summary over 1 MiB; stay under it with room for other steps' text.
+STEP_SUMMARY_LIMIT = 1_000_000
+
+# --------------------------------------------------------------------------------------------
+# Mermaid
+# --------------------------------------------------------------------------------------------
+#: Characters that end a quoted label or start Mermaid/HTML markup, as Mermaid entity codes
+#: (``#34;`` renders as ``"``). ``#`` itself too, so that text like ``#1;`` stays literal.
+#: A backslash gets a zero-width space after it: in a label with ``<br/>`` Mermaid turns a
+#: literal ``\n`` into a line break even when the backslash came from an entity (measured).
+_MERMAID_ENTITIES = {'"': "#34;", "#": "#35;", "%": "#37;", "&": "#38;", "<": "#60;",
+                     ">": "#62;", "\\": "#92;#8203;", "`": "#96;"}
+_MAX_LABEL = 90
+_MAX_TRANSFORMS = 3  # described per kernel node; a fused kernel may hold more
+
+
+def mermaid_text(text: str, limit: int = _MAX_LABEL) -> str:
+    """`text` made safe inside a double-quoted Mermaid label: one line, no markup."""
+    out: list[str] = []
+    for ch in text[:limit] + ("…" if len(text) > limit else ""):
+        if ch in _MERMAID_ENTITIES:
+            out.append(_MERMAID_ENTITIES[ch])
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"):
+            out.append(" ")  # newlines, tabs, bidi controls, lone surrogates: not in a label
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A run of kernels drawn as one node (positions `first`..`last` in the kernel list)."""
+
+    first: int
+    last: int
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1
+
+
+def collapse(kernels: Sequence[Kernel], *, context: int = 1, min_run: int = 3
+             ) -> list[int | Gap]:
+    """Positions of the kernels to draw: every transform kernel with `context` neighbours on
+    each side, the first and the last kernel; any other run longer than `min_run` kernels
+    becomes a `Gap` (a shorter run is drawn as it is: "… 2 kernels …" would save nothing)."""
+    n = len(kernels)
+    keep = {0, n - 1}
+    for pos, k in enumerate(kernels):
+        if k.transforms:
+            keep.update(range(pos - context, pos + context + 1))
+    plan: list[int | Gap] = []
+    pos = 0
+    while pos < n:
+        if pos in keep:
+            plan.append(pos)
+            pos += 1
+            continue
+        end = pos
+        while end + 1 < n and end + 1 not in keep:
+            end += 1
+        if end - pos + 1 > min_run:
+            plan.append(Gap(pos, end))
+        else:
+            plan.extend(range(pos, end + 1))
+        pos = end + 1
+    return plan
+
+
+def _kernel_label(k: Kernel) -> str:
+    parts = [mermaid_text(f"#{k.index} {k.name}")]
+    if k.out_shape is not None:
+        parts.append(mermaid_text(f"→ {list(k.out_shape)}"))
+    parts.extend(mermaid_text(t.describe(), 120) for t in k.transforms[:_MAX_TRANSFORMS])
+    if len(k.transforms) > _MAX_TRANSFORMS:
+        parts.append(f"+ {len(k.transforms) - _MAX_TRANSFORMS} more transforms")
+    return "<br/>".join(parts)
+
+
+def _gap_label(kernels: Sequence[Kernel], gap: Gap) -> str:
+    first, last = kernels[gap.first].index, kernels[gap.last].index
+    return mermaid_text(f"… {gap.count} kernels (#{first}–#{last}) …")
+
+
+def mermaid_chart(kernels: KernelList | Sequence[Kernel], *, context: int = 1,
+                  min_run: int = 3, max_nodes: int = 80) -> str:
+    """A ``flowchart TD`` of the kernels in execution order, transforms highlighted.
+
+    Transform kernels get class ``transform`` (red; ``weight`` for a weight transform, which
+    should have folded), collapsed runs class ``collapsed``. Past `max_nodes` drawn nodes the
+    rest becomes one final node, so even a model with 70 transforms stays a chart GitHub
+    renders (Mermaid refuses charts over 50,000 characters).
+    """
+    ks = list(kernels)
+    if not ks:
+        return 'flowchart TD\n  empty["no kernels"]'
+    plan = collapse(ks, context=context, min_run=min_run)
+    cut: Gap | None = None
+    if len(plan) > max_nodes:
+        rest = plan[max_nodes - 1]
+        cut = Gap(rest.first if isinstance(rest, Gap) else rest, len(ks) - 1)
+        plan = plan[:max_nodes - 1]
+    lines = ["flowchart TD"]
+    ids: list[str] = []
+    classes: dict[str, list[str]] = {"transform": [], "weight": [], "collapsed": []}
+    for item in plan:
+        if isinstance(item, Gap):
+            node = f"g{item.first}"
+            lines.append(f'  {node}(["{_gap_label(ks, item)}"])')
+            classes["collapsed"].append(node)
+        else:
+            k = ks[item]
+            node = f"k{item}"
+            lines.append(f'  {node}["{_kernel_label(k)}"]')
+            if k.transforms:
+                weight = any(t.weight for t in k.transforms)
+                classes["weight" if weight else "transform"].append(node)
+        ids.append(node)
+    if cut is not None:
+        hidden = sum(1 for k in ks[cut.first:] if k.transforms)
+        text = f"… {cut.count} more kernels, {hidden} with transforms: see the kernel list …"
+        lines.append(f'  more(["{mermaid_text(text, 200)}"])')
+        classes["collapsed"].append("more")
+        ids.append("more")
+    lines.extend(f"  {a} --> {b}" for a, b in itertools.pairwise(ids))
+    lines += ["  classDef transform fill:#ffd7d5,stroke:#cf222e,stroke-width:3px,color:#1f2328",
+              "  classDef weight fill:#ffebc2,stroke:#bc4c00,stroke-width:3px,color:#1f2328",
+              "  classDef collapsed fill:#f6f8fa,stroke:#8c959f,stroke-dasharray:4 3,"
+              "color:#59636e"]
+    lines.extend(f"  class {','.join(nodes)} {name}" for name, nodes in classes.items() if nodes)
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown
+# --------------------------------------------------------------------------------------------
+def _code(text: str) -> str:
+    """An inline code span that `text` cannot break out of (CommonMark's backtick rule)."""
+    text = " ".join(text.split())
+    longest = run = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _fenced(text: str, lang: str) -> str:
+    longest = run = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{lang}\n{text}\n{fence}"
+
+
+def _cell(text: str) -> str:
+    """Text safe in a GFM table cell: one line, no column break, no HTML."""
+    text = " ".join(text.split())
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace(
+        "|", "\\|")
+
+
+def _check_cell(result: CaseResult, name: str) -> str:
+    try:
+        c = result.check(name)
+    except KeyError:
+        return "–"
+    m = c.measured
+    if name in ("layout_transforms", "kernels") and name in m:
+        value = f"{m[name]} / {m['budget']}" if "budget" in m else f"{m[name]} (no budget)"
+        if m.get("weight_transforms", "0") != "0":
+            value += f" +{m['weight_transforms']} weight"
+        if m.get("stale") == "true":
+            value += " (stale)"
+    elif name == "numerics" and "max_abs" in m:
+        value = f"{float(m['max_abs']):.1e}"
+    else:
+        value = {Status.PASSED: "ok", Status.FAILED: "failed", Status.ERROR: "error",
+                 Status.SKIPPED: "skipped"}[c.status]
+    return f"{MARK[c.status]} {_cell(value)}"
+
+
+def _counts(results: Sequence[CaseResult]) -> dict[Status, int]:
+    return {s: sum(1 for r in results for c in r.checks if c.status is s) for s in Status}
+
+
+def _heading(results: Sequence[CaseResult]) -> list[str]:
+    n = _counts(results)
+    bad = [r for r in results if not r]
+    if n[Status.ERROR]:
+        verdict = f"⚠️ {len(bad)} of {len(results)} case × target runs failed or errored"
+    elif n[Status.FAILED]:
+        verdict = f"❌ {len(bad)} of {len(results)} case × target runs failed"
+    else:
+        verdict = f"✅ all {len(results)} case × target runs passed"
+    return [f"## cl_validate: {verdict}", "",
+            f"**{n[Status.PASSED]}** passed · **{n[Status.FAILED]}** failed · "
+            f"**{n[Status.ERROR]}** errors · **{n[Status.SKIPPED]}** skipped checks  ",
+            "✅ passed · ❌ failed · ⚠️ error · ⏭️ skipped; budgets read *measured / budget*"]
+
+
+_HEADERS = {"layout_transforms": "transforms / budget", "kernels": "kernels / budget",
+            "numerics": "numerics max abs err"}
+
+
+def _table(results: Sequence[CaseResult], target: str) -> list[str]:
+    head = ["case", *(_HEADERS.get(c, c.replace("_", " ")) for c in CHECKS), "time"]
+    out = [f"### {_cell(target)}", "", "| " + " | ".join(head) + " |",
+           "|" + "|".join([" --- "] + [" :---: "] * len(CHECKS) + [" ---: "]) + "|"]
+    for r in results:
+        if r.target == target:
+            cells = [f"`{_cell(r.case.name)}`", *(_check_cell(r, c) for c in CHECKS),
+                     f"{r.seconds:.1f} s"]
+            out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _where(result: CaseResult, check: CheckResult) -> str:
+    path = display_path(result.case.path)
+    return f"{path}:{check.line}" if check.line else path
+
+
+def _stages(result: CaseResult) -> str:
+    return " → ".join(f"{c.stage} {c.runtime}" + (f"+{c.weight}w" if c.weight else "")
+                      for c in result.stage_counts)
+
+
+def failure_section(result: CaseResult, *, chart: bool = True) -> str:
+    """Why one case × target failed: messages, transforms per stage, the kernel chain."""
+    out = [f"### {MARK[result.status]} `{_cell(result.case.name)}` on {_cell(result.target)}",
+           "", f"Case file: {_code(display_path(result.case.path))}", ""]
+    for c in result.checks:
+        if c.status.bad:
+            out.append(f"- {MARK[c.status]} **{c.check}**: {_code(c.message)} "
+                       f"at {_code(_where(result, c))}")
+    out.append("")
+    if result.stage_counts:
+        out += ["Runtime layout transforms after each stage (`+Nw`: weight transforms): "
+                + _code(_stages(result)), ""]
+    kernels = result.kernels
+    if kernels is not None and len(kernels):
+        n_t = len(kernels.runtime_transforms) + len(kernels.weight_transforms)
+        if chart:
+            out += [f"Kernel chain in execution order ({len(kernels)} kernels, {n_t} "
+                    "transforms in red, long runs without transforms collapsed):", "",
+                    _fenced(mermaid_chart(kernels), "mermaid"), ""]
+        out += ["<details><summary>Kernel list (<code>&gt;&gt;</code> marks a layout "
+                "transform)</summary>", "", _fenced(kernels.render(), "text"), "",
+                "</details>", ""]
+    return "\n".join(out)
+
+
+def render_markdown(results: Sequence[CaseResult], *, charts: bool = True,
+                    max_bytes: int | None = None) -> str:
+    """The whole report. With `max_bytes`, failure sections that do not fit are left out and
+    counted in a closing note (the tables always stay)."""
+    out = _heading(results)
+    for target in dict.fromkeys(r.target for r in results):
+        out += ["", *_table(results, target)]
+    text = "\n".join(out) + "\n"
+    failing = [r for r in results if not r]
+    if failing:
+        text += "\n## Why it failed\n"
+    left_out = 0
+    for r in failing:
+        section = "\n" + failure_section(r, chart=charts)
+        if max_bytes is not None and len((text + section).encode()) > max_bytes - 200:
+            left_out += 1
+            continue
+        text += section
+    if left_out:
+        text += (f"\n_{left_out} more failing case × target runs left out to stay under the "
+                 "size limit: see the JUnit report or `cl-validate show CASE`._\n")
+    return text
+
+
+def write_markdown(results: Sequence[CaseResult], path: str | Path) -> Path:
+    """Write atomically: a reader (or an interrupted run) never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(render_markdown(results))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def append_step_summary(results: Sequence[CaseResult],
+                        env: Mapping[str, str] | None = None) -> Path | None:
+    """Append the report to ``$GITHUB_STEP_SUMMARY`` (GitHub Actions' job summary) when set.
+
+    Appends, never truncates: earlier steps' summaries in the same file are theirs. Stays
+    under GitHub's 1 MiB per-step limit by leaving out failure sections that do not fit.
+    """
+    env = os.environ if env is None else env
+    target = env.get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return None
+    path = Path(target)
+    used = path.stat().st_size if path.exists() else 0
+    text = render_markdown(results, max_bytes=max(STEP_SUMMARY_LIMIT - used, 20_000))
+    with path.open("a", encoding="utf-8", newline="\n") as f:
+        f.write(("\n" if used else "") + text)
+    return path
