@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cl_validate import checks
-from cl_validate.errors import CaseFileError, DeviceUnavailableError
-from cl_validate.spec import CaseSpec, display_path
+from cl_validate.errors import DeviceUnavailableError
+from cl_validate.spec import CaseSpec
 from cl_validate.verdict import CHECKS, CaseResult, CheckResult, Status
 
 
@@ -29,6 +29,7 @@ class RunOptions:
     timeout: float | None = None  # seconds per case; None: the case's own (or the default)
     max_memory_mb: int | None = None  # resident memory cap per worker; None: the case's own
     stale_budget: str = "fail"  # budget above the measured count: "fail" or "warn"
+    static_only: bool = False  # no build, no numerics: counts only (`budget tighten|record`)
 
 
 def selected_targets(case: CaseSpec, options: RunOptions) -> list[str]:
@@ -54,21 +55,27 @@ def preflight(cases: Sequence[CaseSpec], options: RunOptions) -> None:
                     f"--require-device: no {t} device on this machine",
                     hint="run on a machine with an NVIDIA GPU, or drop --require-device to "
                     "run the static checks only")
+    from cl_validate.baseline import load_baseline
+
     for case in cases:
         resolve_pipeline(case)
         build_model(case)
+        for target in selected_targets(case, options):
+            load_baseline(case, target)  # a hand-edited baseline that does not parse: exit 2
 
 
-def _error_checks(message: str, kind: str, body: str = "") -> list[CheckResult]:
-    return [CheckResult(c, Status.ERROR, message, kind=kind, body=body) for c in CHECKS]
+def _error_checks(message: str, kind: str, body: str = "", line: int | None = None
+                  ) -> list[CheckResult]:
+    return [CheckResult(c, Status.ERROR, message, kind=kind, body=body, line=line)
+            for c in CHECKS]
 
 
 def run_case(case: CaseSpec, model: Any, options: RunOptions,
              on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
     """Compile and check one case on each selected target."""
-    from cl_validate import analysis, numerics
+    from cl_validate import analysis, baseline, numerics
+    from cl_validate.errors import CompileStageError
     from cl_validate.pipeline import (
-        CompileStageError,
         compile_case,
         device_available,
         device_for,
@@ -91,21 +98,24 @@ def run_case(case: CaseSpec, model: Any, options: RunOptions,
         front = export_and_import(model, case, tensors)
     except CompileStageError as exc:
         for t in targets:
-            done(CaseResult(case, t, _error_checks(str(exc), "CompileError", exc.detail),
+            done(CaseResult(case, t, _error_checks(str(exc), "CompileError", exc.detail,
+                                                   case.line_of("model")),
                             time.perf_counter() - t_case))
         return results
     except Exception as exc:  # the model's own forward raised
-        msg = f"PyTorch forward failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        msg = f"PyTorch forward failed: {type(exc).__name__}: {first}".rstrip(": ")
         for t in targets:
-            done(CaseResult(case, t, _error_checks(msg, "ModelError"), 0.0))
+            done(CaseResult(case, t, _error_checks(msg, "ModelError", line=case.line_of("model")),
+                            0.0))
         return results
     if len(case.outputs) > len(expected):
-        err = CaseFileError(
-            f"case declares {len(case.outputs)} [[outputs]] but the model returns "
-            f"{len(expected)}", file=display_path(case.path),
-            line=case.line_of("outputs", str(len(expected))))
+        # Known only once forward() has run, in the worker: an `error` verdict, not exit 2.
+        msg = (f"case declares {len(case.outputs)} [[outputs]] but the model returns "
+               f"{len(expected)}")
         for t in targets:
-            done(CaseResult(case, t, _error_checks(str(err), "CaseFileError"), 0.0))
+            done(CaseResult(case, t, _error_checks(
+                msg, "CaseFileError", line=case.line_of("outputs", str(len(expected)))), 0.0))
         return results
     shared = time.perf_counter() - t_case
 
@@ -113,7 +123,7 @@ def run_case(case: CaseSpec, model: Any, options: RunOptions,
         t0 = time.perf_counter()
         result = CaseResult(case, target)
         try:
-            compiled = compile_case(front, case, target)
+            compiled = compile_case(front, case, target, build=not options.static_only)
         except CompileStageError as exc:
             result.checks = _error_checks(str(exc), "CompileError", exc.detail)
             result.seconds = shared + time.perf_counter() - t0
@@ -129,9 +139,14 @@ def run_case(case: CaseSpec, model: Any, options: RunOptions,
             checks.check_layout_transforms(case, target, kernels, counts,
                                            stale=options.stale_budget),
             checks.check_kernels(case, target, kernels, stale=options.stale_budget),
+            baseline.check_kernel_list(case, target, kernels),
         ]
         t1 = time.perf_counter()
-        if device_available(target):
+        if options.static_only:
+            result.checks.append(CheckResult("numerics", Status.SKIPPED,
+                                             "static checks only: numerics not run",
+                                             kind="StaticOnly"))
+        elif device_available(target):
             try:
                 unbound = [front.params[p.name]
                            for p in compiled.final["main"].params[len(case.inputs):]]

@@ -15,7 +15,7 @@ from cl_validate.spec import CaseSpec
 if TYPE_CHECKING:
     from cl_validate.analysis import KernelList, StageCount
 
-CHECKS: tuple[str, ...] = ("layout", "layout_transforms", "kernels", "numerics")
+CHECKS: tuple[str, ...] = ("layout", "layout_transforms", "kernels", "kernel_list", "numerics")
 
 
 class Status(enum.Enum):

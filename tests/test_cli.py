@@ -71,7 +71,7 @@ def test_require_device_without_gpu_is_an_error(capsys):
 def test_list(capsys):
     code, out, _ = _run(["list", str(DATA)], capsys)
     assert code == ExitCode.OK
-    assert "conv_relu" in out and "transforms<=2" in out and "kernels<=5" in out
+    assert "conv_relu" in out and "transforms<=2" in out and "kernels<=4" in out
 
 
 @pytest.mark.compile

@@ -36,6 +36,8 @@ def _cell(result: CaseResult, check: str) -> str:
         s = f"{float(c.measured['max_abs']):.1e}"
     else:
         s = ""
+    if c.measured.get("stale") == "true":
+        s += " stale"  # under budget: `cl-validate budget tighten` would lower it
     mark = {Status.PASSED: "", Status.FAILED: "FAIL ", Status.SKIPPED: "skip ",
             Status.ERROR: "ERR "}[c.status]
     return (mark + s).strip() or "ok"
@@ -61,6 +63,14 @@ def summary_table(results: Sequence[CaseResult]) -> str:
             where = f"{path}:{c.line}" if c.line else path
             out.append(f"{c.status.value.upper()} {r.case.name} [{r.target}] {c.check}: "
                        f"{c.message}  ({where})")
+    stale = [(r, c) for r in results for c in r.checks
+             if c.status is Status.PASSED and c.measured.get("stale") == "true"]
+    if stale:  # stale_budget = "warn": passes, but the budget should come down
+        out.append("")
+        for r, c in stale:
+            path = display_path(r.case.path)
+            where = f"{path}:{c.line}" if c.line else path
+            out.append(f"WARNING {r.case.name} [{r.target}] {c.check}: {c.message}  ({where})")
     n = {s: sum(1 for r in results for c in r.checks if c.status is s) for s in Status}
     out.append(f"\n{n[Status.PASSED]} passed, {n[Status.FAILED]} failed, {n[Status.ERROR]} "
                f"errors, {n[Status.SKIPPED]} skipped ({len(results)} case x target runs)")

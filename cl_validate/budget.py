@@ -1,0 +1,373 @@
+"""``cl-validate budget tighten|record``: budgets that only go down, and kernel-list baselines.
+
+``tighten`` compiles the cases (static checks only: counts need no numerics, and cuda compiles
+without a GPU) and rewrites each declared budget to the measured value, keeping the case
+file's comments and formatting. Where values go:
+
+- the case-level ``[budget]`` holds the value measured on the case's first target (its
+  *primary* target, ``targets[0]``, default llvm);
+- ``[targets_override.<t>] budget`` entries that exist are updated in place; a new one is
+  added only where a target's value differs from the case-level one — including a target not
+  measured in this run (``--target``) whose budget would otherwise change with the case-level
+  value: it is pinned at its old value;
+- a budget the case does not declare (``kernels`` is optional) is not added.
+
+It never raises a budget unless ``--allow-increase`` is given, and then only with
+``--reason TEXT``, recorded as ``reason = "..."`` in the budget table it raised. A file whose
+budgets are already exact is not touched. ``record`` writes ``baselines/<case>.<target>.txt``
+(see `cl_validate.baseline`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cl_validate.errors import ExitCode, UsageError
+from cl_validate.runner import RunOptions
+from cl_validate.spec import KNOWN_TARGETS, CaseSpec, display_path, load_case, load_cases
+from cl_validate.verdict import CaseResult
+
+HELP = "tighten budgets to the measured counts, or record kernel-list baselines"
+KEYS = ("layout_transforms", "kernels")
+DEFAULT_PATH = "model_cases"
+
+
+TIGHTEN_HELP = """\
+Compile the cases (static checks only) and rewrite each declared budget to the measured
+count, keeping the case file's comments and formatting.
+
+  [budget]                        the value measured on the case's first target
+  [targets_override.<t>] budget   updated in place where it exists; added only where a
+                                  target differs (a target not measured keeps its value)
+  undeclared budgets              not added (kernels is optional)
+
+A budget is never raised unless --allow-increase is given with --reason TEXT, which is
+recorded as reason = "TEXT" in the table it raised. Files already exact are not touched.
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from cl_validate.options import positive_int
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = ("Budgets that only go down.\n\n  tighten  lower budgets to the "
+                          "measured counts\n  record   write the kernel-list baselines that "
+                          "the kernel_list check compares against")
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    tighten = sub.add_parser("tighten", help="lower budgets to the measured counts",
+                             description=TIGHTEN_HELP,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    record = sub.add_parser("record", help="write each case's fused kernel list per target to "
+                            "baselines/<case>.<target>.txt next to the case file",
+                            description="Write baselines/<case>.<target>.txt next to each "
+                            "case file: its fused kernel list, one kernel per line. A run "
+                            "then fails kernel_list when kernels are added, removed, split or "
+                            "merged.")
+    for p in (tighten, record):
+        p.add_argument("paths", nargs="*", metavar="PATH",
+                       help=f"case files or folders of them (default: {DEFAULT_PATH})")
+        p.add_argument("--target", dest="targets", action="append", choices=KNOWN_TARGETS,
+                       help="targets to measure (repeatable; default: each case's own)")
+        p.add_argument("-j", "--jobs", type=positive_int, metavar="N",
+                       help="worker processes (default: the number of cores)")
+        p.add_argument("--no-isolation", action="store_true",
+                       help="compile in this process (no worker processes)")
+    tighten.add_argument("--allow-increase", action="store_true",
+                         help="also raise budgets the case now exceeds (needs --reason)")
+    tighten.add_argument("--reason", metavar="TEXT",
+                         help="why a budget goes up; recorded as reason = \"TEXT\" beside it")
+    tighten.add_argument("--dry-run", action="store_true",
+                         help="show what would change, write nothing")
+
+
+def main(args: argparse.Namespace) -> ExitCode:
+    if args.action == "tighten":
+        if args.allow_increase and not (args.reason or "").strip():
+            raise UsageError("--allow-increase needs --reason TEXT",
+                             hint="say why the budget goes up; it is recorded in the case file")
+        if args.reason and not args.allow_increase:
+            raise UsageError("--reason only goes with --allow-increase",
+                             hint="budgets are lowered without a reason")
+    cases = load_cases(args.paths or [DEFAULT_PATH])
+    results = measure(cases, args)
+    if args.action == "record":
+        return _record(results)
+    return _tighten(cases, results, allow_increase=args.allow_increase,
+                    reason=(args.reason or "").strip(), dry_run=args.dry_run)
+
+
+def measure(cases: Sequence[CaseSpec], args: argparse.Namespace) -> list[CaseResult]:
+    """Compile every case on its selected targets (static checks only) and return results."""
+    from cl_validate.runner import preflight, run_in_process, selected_targets
+
+    options = RunOptions(targets=tuple(args.targets) if args.targets else None,
+                         jobs=args.jobs or os.cpu_count() or 1, isolate=not args.no_isolation,
+                         stale_budget="warn", static_only=True)
+    if not any(selected_targets(c, options) for c in cases):
+        raise UsageError("no case runs on the selected targets",
+                         hint="check the cases' targets = [...] against --target")
+    preflight(cases, options)
+    results: list[CaseResult] = []
+
+    def on_result(r: CaseResult) -> None:
+        results.append(r)
+        if r.kernels is None:
+            print(f"  {r.case.name} [{r.target}]: not measured: {r.checks[0].message}",
+                  flush=True)
+        else:
+            print(f"  {r.case.name} [{r.target}]: {len(r.kernels.runtime_transforms)} layout "
+                  f"transforms, {len(r.kernels)} kernels", flush=True)
+
+    print(f"measuring {len(cases)} case(s) (static checks only)", flush=True)
+    if options.isolate:
+        from cl_validate.workers import WorkerPool
+
+        with WorkerPool(options) as pool:
+            pool.run(cases, on_result)
+    else:
+        run_in_process(cases, options, on_result)
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# record
+# --------------------------------------------------------------------------------------------
+def _record(results: Sequence[CaseResult]) -> ExitCode:
+    from cl_validate import baseline
+
+    failed = 0
+    for r in results:
+        if r.kernels is None:
+            failed += 1
+            continue
+        path = baseline.baseline_path(r.case, r.target)
+        text = baseline.render(r.case, r.target, r.kernels)
+        shown = display_path(path)
+        old = path.read_text(encoding="utf-8") if path.is_file() else None
+        if old == text:
+            print(f"unchanged {shown}")
+            continue
+        what = "wrote"
+        if old is not None:
+            changes = baseline.compare(baseline.parse(old, shown), baseline.snapshot(r.kernels))
+            what = f"updated ({baseline.summarize(changes) or 'comments only'})"
+        _write_atomic(path, text)
+        print(f"{what} {shown} ({len(r.kernels)} kernels)")
+    if failed:
+        print(f"cl-validate: {failed} case x target run(s) did not compile; no baseline written "
+              "for them")
+        return ExitCode.CHECK_FAILED
+    return ExitCode.OK
+
+
+# --------------------------------------------------------------------------------------------
+# tighten: decide
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Plan:
+    """What tighten changes in one case file: table → key → value, and what it refused."""
+
+    case: CaseSpec
+    writes: dict[str | None, dict[str, Any]] = field(default_factory=dict)  # None: [budget]
+    effective: list[str] = field(default_factory=list)  # "llvm  kernels 58 -> 57 (...)"
+    refused: list[str] = field(default_factory=list)
+    expected: dict[str, dict[str, int | None]] = field(default_factory=dict)  # target → budget
+
+    def set(self, table: str | None, key: str, value: Any) -> None:
+        self.writes.setdefault(table, {})[key] = value
+
+
+def _has_override(case: CaseSpec, target: str, key: str) -> bool:
+    return key in (case.overrides.get(target, {}).get("budget") or {})
+
+
+def _above(new: int | None, old: int | None) -> bool:
+    return new is not None and (old is None or new > old)
+
+
+def plan(case: CaseSpec, measured: dict[str, dict[str, int]], *, allow_increase: bool,
+         reason: str) -> Plan:
+    """Budgets after tightening `case` to `measured` (target → key → count); see the module
+    docstring for where each value goes."""
+    p = Plan(case)
+    primary = case.targets[0]
+    for key in KEYS:
+        case_old: int | None = getattr(case.budget, key)
+        new: dict[str, int | None] = {}
+        for t in case.targets:
+            cur: int | None = getattr(case.budget_for(t), key)
+            m = measured.get(t, {}).get(key)
+            new[t] = cur
+            if cur is None or m is None or m == cur:
+                continue
+            if m > cur and not allow_increase:
+                p.refused.append(f"{t}: {key} {m} > budget {cur} — not raised (pass "
+                                 "--allow-increase --reason TEXT to raise it)")
+                continue
+            new[t] = m
+            how = f"raised: {reason}" if m > cur else "lowered"
+            p.effective.append(f"{t:<5} {key} {cur} -> {m} ({how})")
+        new_case = new[primary] if primary in measured and not _has_override(
+            case, primary, key) else case_old
+        if new_case != case_old:
+            p.set(None, key, new_case)
+            if _above(new_case, case_old):
+                p.set(None, "reason", reason)
+        for t in case.targets:
+            cur = getattr(case.budget_for(t), key)
+            if not _has_override(case, t, key) and new[t] == new_case:
+                continue  # inherits the case-level value, which is right for it
+            if new[t] is None or (new[t] == cur and _has_override(case, t, key)):
+                continue
+            p.set(t, key, new[t])
+            if _above(new[t], cur):
+                p.set(t, "reason", reason)
+            if new[t] == cur:
+                why = "not measured" if t not in measured else "measured"
+                p.effective.append(f"{t:<5} {key} stays {cur} ({why}; differs from "
+                                   f"{primary}: pinned in [targets_override.{t}])")
+        for t in case.targets:
+            p.expected.setdefault(t, {})[key] = new[t]
+    return p
+
+
+# --------------------------------------------------------------------------------------------
+# tighten: write
+# --------------------------------------------------------------------------------------------
+def _inline(values: dict[str, Any]) -> Any:
+    """A ``{ key = value, ... }`` inline table in the house style (spaces inside braces)."""
+    import tomlkit
+
+    body = ", ".join(f"{k} = {tomlkit.item(v).as_string()}" for k, v in values.items())
+    return tomlkit.parse(f"budget = {{ {body} }}\n")["budget"]
+
+
+def _new_table(key: str, value: Any) -> Any:
+    """A ``[targets_override.<t>]`` table holding one key, followed by a blank line."""
+    import tomlkit
+
+    table = tomlkit.table()
+    table[key] = value
+    table.add(tomlkit.nl())
+    return table
+
+
+def rewrite(text: str, p: Plan) -> str:
+    """The case file's text with `p` applied; comments and formatting elsewhere untouched."""
+    import tomlkit
+    from tomlkit.items import InlineTable
+
+    doc = tomlkit.parse(text)
+    for table, values in p.writes.items():
+        if table is None:
+            if "budget" not in doc:
+                doc["budget"] = tomlkit.table()
+            for k, v in values.items():
+                doc["budget"][k] = v  # type: ignore[index]
+            continue
+        if "targets_override" not in doc:
+            doc["targets_override"] = tomlkit.table(is_super_table=True)
+        over: Any = doc["targets_override"]
+        if table not in over:
+            over[table] = _new_table("budget", _inline(values))
+        elif "budget" not in over[table]:
+            over[table]["budget"] = _inline(values)
+        elif isinstance(over[table]["budget"], InlineTable):
+            merged = {**over[table]["budget"].unwrap(), **values}
+            over[table]["budget"] = _inline(merged)  # keeps the line's trailing comment
+        else:  # a [targets_override.<t>.budget] table
+            for k, v in values.items():
+                over[table]["budget"][k] = v
+    return tidy(text, tomlkit.dumps(doc))
+
+
+def tidy(old: str, new: str) -> str:
+    """No blank line left at the end of the file by a table added last."""
+    if new.endswith("\n\n") and not old.endswith("\n\n"):
+        new = new.rstrip("\n") + "\n"
+    return new
+
+
+def load_text_as_case(path: Path, text: str) -> CaseSpec:
+    """`text` loaded as the case file `path` would be (from a temporary copy with the same
+    name): a rewrite is checked to mean what was planned before the real file is replaced."""
+    with tempfile.TemporaryDirectory(prefix="cl_validate-check-") as tmp:
+        copy = Path(tmp) / path.name
+        copy.write_text(text, encoding="utf-8")
+        return load_case(copy)
+
+
+def _verify(path: Path, text: str, p: Plan) -> None:
+    """A rewrite that would declare other budgets than planned is a bug: the file is left
+    alone (internal error, exit 3)."""
+    case = load_text_as_case(path, text)
+    for t, want in p.expected.items():
+        got = case.budget_for(t)
+        for key, value in want.items():
+            if getattr(got, key) != value:
+                raise AssertionError(f"rewriting {path} would give {t} {key} "
+                                     f"{getattr(got, key)}, not {value}")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        Path(tmp).write_text(text, encoding="utf-8")
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _tighten(cases: Sequence[CaseSpec], results: Sequence[CaseResult], *,
+             allow_increase: bool, reason: str, dry_run: bool) -> ExitCode:
+    measured: dict[str, dict[str, dict[str, int]]] = {}
+    broken = []
+    for r in results:
+        if r.kernels is None:
+            broken.append(f"{r.case.name} [{r.target}]")
+            continue
+        measured.setdefault(r.case.name, {})[r.target] = {
+            "layout_transforms": len(r.kernels.runtime_transforms), "kernels": len(r.kernels)}
+    changed = exact = refused = 0
+    print()
+    for case in cases:
+        if case.name not in measured:
+            continue
+        p = plan(case, measured[case.name], allow_increase=allow_increase, reason=reason)
+        shown = display_path(case.path)
+        for line in p.refused:
+            print(f"REFUSED {shown}: {line}")
+        refused += len(p.refused)
+        if not p.writes:
+            exact += 1
+            continue
+        old = case.path.read_text(encoding="utf-8")
+        new = rewrite(old, p)
+        _verify(case.path, new, p)
+        changed += 1
+        print(f"{shown}:" + (" (dry run: not written)" if dry_run else ""))
+        for line in p.effective:
+            print(f"  {line}")
+        for line in difflib.unified_diff(old.splitlines(), new.splitlines(), f"a/{shown}",
+                                         f"b/{shown}", n=0, lineterm=""):
+            print(f"  {line}")
+        if not dry_run:
+            _write_atomic(case.path, new)
+    verb = "would update" if dry_run else "updated"
+    print(f"\nbudget tighten: {changed} file(s) {verb}, {exact} exact, {refused} increase(s) "
+          f"refused, {len(broken)} not measured")
+    for b in broken:
+        print(f"NOT MEASURED {b}: did not compile (see cl-validate run)")
+    return ExitCode.CHECK_FAILED if refused or broken else ExitCode.OK

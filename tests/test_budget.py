@@ -1,0 +1,266 @@
+"""Budgets that only go down: the ratchet (stale budgets), per-target budget sources, and
+``cl-validate budget tighten`` rewriting real case files without losing a comment.
+
+Planning and rewriting are tested on case files with given measurements (no compile); the CLI
+tests compile a bundled case and tiny models for real.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+from pathlib import Path
+
+import pytest
+from junitparser import Failure, JUnitXml
+
+from cl_validate.analysis import Kernel, KernelList, StageCount, Transform
+from cl_validate.budget import plan, rewrite
+from cl_validate.checks import check_kernels, check_layout_transforms
+from cl_validate.cli import main
+from cl_validate.errors import ExitCode
+from cl_validate.spec import load_case
+from cl_validate.verdict import Status
+from tests.conftest import DATA, MINIMAL
+
+ROOT = Path(__file__).parents[1]
+COUNTS = [StageCount("import", 0, 0)]
+
+
+def _kernels(transforms: int, extra: int = 1) -> KernelList:
+    ks = [Kernel(i, f"transpose{i}", (f"transpose{i}",),
+                 (Transform("permute_dims", i, f"transpose{i}", False),))
+          for i in range(transforms)]
+    ks += [Kernel(len(ks) + j, f"fused_conv2d{j}_add{j}", ("conv2d", "add")) for j in range(extra)]
+    return KernelList(ks)
+
+
+OVERRIDDEN = (MINIMAL + "kernels = 3\n\n[targets_override.cuda]\n"
+              "budget = { layout_transforms = 1 }\n")
+
+
+# --------------------------------------------------------------------------------------------
+# The ratchet and where a budget comes from
+# --------------------------------------------------------------------------------------------
+def test_under_budget_is_stale_and_fails_by_default(write_case):
+    case = load_case(write_case(OVERRIDDEN))
+    r = check_layout_transforms(case, "llvm", _kernels(1), COUNTS)
+    assert r.status is Status.FAILED and r.kind == "BudgetStale"
+    assert r.message == ("budget stale: layout_transforms 1 < 2 (llvm) — run cl-validate "
+                         "budget tighten")
+    assert r.measured["stale"] == "true" and r.line == 11
+    r = check_kernels(case, "llvm", _kernels(1))
+    assert r.kind == "BudgetStale" and r.message.startswith("budget stale: kernels 2 < 3")
+
+
+def test_warn_policy_passes_but_still_says_stale(write_case):
+    case = load_case(write_case(OVERRIDDEN))
+    r = check_layout_transforms(case, "llvm", _kernels(1), COUNTS, stale="warn")
+    assert r.status is Status.PASSED and r
+    assert "budget stale" in r.message and r.measured["stale"] == "true"
+
+
+def test_exact_budget_passes_without_stale_mark(write_case):
+    case = load_case(write_case(OVERRIDDEN))
+    r = check_layout_transforms(case, "llvm", _kernels(2), COUNTS)
+    assert r.status is Status.PASSED and "stale" not in r.measured
+
+
+def test_budget_source_names_the_override_and_its_line(write_case):
+    case = load_case(write_case(OVERRIDDEN))
+    r = check_layout_transforms(case, "cuda", _kernels(2), COUNTS)
+    assert r.message == "layout_transforms 2 > budget 1 (cuda)"
+    assert r.measured["budget_source"] == "targets_override.cuda, line 15"
+    assert r.body.startswith("budget 1 (targets_override.cuda, line 15)\n")
+    r = check_kernels(case, "cuda", _kernels(2, extra=1))
+    assert r.measured["budget_source"] == "budget, line 12"  # cuda inherits the kernels budget
+    assert r.body.startswith("budget 3 (budget, line 12)")
+
+
+# --------------------------------------------------------------------------------------------
+# Planning and rewriting (no compile)
+# --------------------------------------------------------------------------------------------
+RESNET = (ROOT / "model_cases" / "resnet50.toml").read_text()
+
+
+def _case(tmp_path: Path, text: str, name: str = "c.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return load_case(path)
+
+
+def test_tighten_lowers_in_place_and_keeps_every_comment(tmp_path):
+    case = _case(tmp_path, RESNET)
+    p = plan(case, {"llvm": {"layout_transforms": 1, "kernels": 56},
+                    "cuda": {"layout_transforms": 1, "kernels": 55}},
+             allow_increase=False, reason="")
+    new = rewrite(RESNET, p)
+    changed = {(a, b) for a, b in zip(RESNET.splitlines(), new.splitlines(), strict=True)
+               if a != b}
+    assert changed == {
+        ("layout_transforms = 2", "layout_transforms = 1"),
+        ("kernels = 58                # BatchNorm decomposed and fused into each conv; no BN "
+         "kernels", "kernels = 56                # BatchNorm decomposed and fused into each "
+         "conv; no BN kernels"),
+        ("budget = { layout_transforms = 1, kernels = 57 }",
+         "budget = { layout_transforms = 1, kernels = 55 }"),
+    }
+    assert not p.refused
+
+
+def test_tighten_adds_an_override_only_where_a_target_differs(tmp_path):
+    case = _case(tmp_path, MINIMAL + "kernels = 5   # why five\n")
+    p = plan(case, {"llvm": {"layout_transforms": 2, "kernels": 4},
+                    "cuda": {"layout_transforms": 2, "kernels": 3}},
+             allow_increase=False, reason="")
+    new = rewrite(case.path.read_text(), p)
+    assert "kernels = 4   # why five\n" in new
+    assert new.endswith("[targets_override.cuda]\nbudget = { kernels = 3 }\n")
+    after = _case(tmp_path, new, "after.toml")
+    assert after.budget_for("llvm").kernels == 4 and after.budget_for("cuda").kernels == 3
+
+
+def test_a_target_not_measured_keeps_its_budget(tmp_path):
+    case = _case(tmp_path, MINIMAL)
+    p = plan(case, {"llvm": {"layout_transforms": 1, "kernels": 4}}, allow_increase=False,
+             reason="")
+    after = _case(tmp_path, rewrite(case.path.read_text(), p), "after.toml")
+    assert after.budget_for("llvm").layout_transforms == 1
+    assert after.budget_for("cuda").layout_transforms == 2  # pinned in an override
+    assert after.budget.kernels is None  # an undeclared kernel budget is not added
+    assert any("not measured" in e for e in p.effective)
+
+
+def test_an_increase_is_refused_unless_allowed_with_a_reason(tmp_path):
+    case = _case(tmp_path, OVERRIDDEN)
+    measured = {"llvm": {"layout_transforms": 2, "kernels": 3},
+                "cuda": {"layout_transforms": 2, "kernels": 3}}
+    p = plan(case, measured, allow_increase=False, reason="")
+    assert not p.writes
+    assert p.refused == ["cuda: layout_transforms 2 > budget 1 — not raised (pass "
+                         "--allow-increase --reason TEXT to raise it)"]
+    p = plan(case, measured, allow_increase=True, reason="the new head needs a transpose")
+    new = rewrite(case.path.read_text(), p)
+    assert ('budget = { layout_transforms = 2, reason = "the new head needs a transpose" }'
+            in new)
+    after = _case(tmp_path, new, "after.toml")
+    assert after.budget_for("cuda").layout_transforms == 2
+    assert after.budget_for("cuda").reason == "the new head needs a transpose"
+
+
+def test_exact_budgets_mean_no_writes(tmp_path):
+    case = _case(tmp_path, RESNET)
+    p = plan(case, {"llvm": {"layout_transforms": 2, "kernels": 58},
+                    "cuda": {"layout_transforms": 1, "kernels": 57}},
+             allow_increase=False, reason="")
+    assert p.writes == {} and p.refused == []
+
+
+# --------------------------------------------------------------------------------------------
+# The CLI on real compiles
+# --------------------------------------------------------------------------------------------
+def _cli(argv: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main(argv)
+    return code, out.getvalue()
+
+
+TINY = """
+# Tiny conv-ReLU-conv; NCHW in and out.
+model = "tiny_models:conv_relu"
+targets = ["llvm"]
+
+[[inputs]]
+name = "x"
+shape = [1, 3, 16, 16]
+
+[layout]
+"relax.nn.conv2d" = ["NHWC", "OHWI"]
+
+[budget]
+# the two NCHW boundaries
+layout_transforms = {lt}   # boundaries
+kernels = {kn}
+
+[tolerance]
+rtol = 1e-4
+atol = 1e-4
+"""
+
+
+@pytest.mark.compile
+def test_tighten_restores_a_loosened_bundled_case_byte_for_byte(tmp_path):
+    shutil.copytree(ROOT / "model_cases" / "zoo", tmp_path / "zoo")
+    original = (ROOT / "model_cases" / "forum_conv.toml").read_text()
+    loose = original.replace("layout_transforms = 2", "layout_transforms = 4").replace(
+        "kernels = 3 ", "kernels = 6 ")
+    loose += "\n[targets_override.cuda]\nbudget = { kernels = 5 }   # cuda is different\n"
+    case = tmp_path / "forum_conv.toml"
+    case.write_text(loose)
+    code, out = _cli(["budget", "tighten", str(case), "--no-isolation", "--dry-run"])
+    assert code == ExitCode.OK, out
+    assert case.read_text() == loose and "dry run: not written" in out
+    assert "+layout_transforms = 2" in out
+
+    code, out = _cli(["budget", "tighten", str(case), "--no-isolation"])
+    assert code == ExitCode.OK, out
+    assert "llvm  layout_transforms 4 -> 2 (lowered)" in out
+    assert "cuda  kernels 5 -> 3 (lowered)" in out
+    assert case.read_text() == original + (
+        "\n[targets_override.cuda]\nbudget = { kernels = 3 }   # cuda is different\n")
+    mtime = case.stat().st_mtime_ns
+    code, out = _cli(["budget", "tighten", str(case), "--no-isolation"])
+    assert code == ExitCode.OK and "0 file(s) updated, 1 exact" in out
+    assert case.stat().st_mtime_ns == mtime  # an exact file is not touched
+
+
+@pytest.mark.compile
+def test_tighten_refuses_to_raise_silently_then_raises_with_a_reason(tmp_path):
+    shutil.copy(DATA / "tiny_models.py", tmp_path)
+    case = tmp_path / "tiny.toml"
+    case.write_text(TINY.format(lt=1, kn=4))
+    before = case.read_text()
+    code, out = _cli(["budget", "tighten", str(case), "--no-isolation"])
+    assert code == ExitCode.CHECK_FAILED
+    assert "REFUSED" in out and "llvm: layout_transforms 2 > budget 1" in out
+    assert case.read_text() == before
+
+    code, out = _cli(["budget", "tighten", str(case), "--allow-increase"])
+    assert code == ExitCode.USAGE_ERROR and "--allow-increase needs --reason TEXT" in out
+
+    code, out = _cli(["budget", "tighten", str(case), "--no-isolation", "--allow-increase",
+                      "--reason", "output boundary is NCHW"])
+    assert code == ExitCode.OK, out
+    text = case.read_text()
+    assert "layout_transforms = 2   # boundaries\n" in text
+    assert 'reason = "output boundary is NCHW"' in text and "# the two NCHW boundaries" in text
+    assert load_case(case).budget.reason == "output boundary is NCHW"
+    code, out = _cli(["run", str(case), "--no-isolation"])  # the loader accepts `reason`
+    assert code == ExitCode.OK, out
+
+
+@pytest.mark.compile
+def test_stale_budget_fails_unless_pyproject_says_warn(tmp_path, monkeypatch):
+    shutil.copy(DATA / "tiny_models.py", tmp_path)
+    case = tmp_path / "tiny.toml"
+    case.write_text(TINY.format(lt=3, kn=4))
+    monkeypatch.chdir(tmp_path)
+    junit = tmp_path / "r.xml"
+    code, out = _cli(["run", str(case), "--no-isolation", "--junit", str(junit)])
+    assert code == ExitCode.CHECK_FAILED, out
+    (tc,) = [tc for s in JUnitXml.fromfile(str(junit)) for tc in s
+             if tc.name == "layout_transforms"]
+    (failure,) = tc.result
+    assert isinstance(failure, Failure) and failure.type == "BudgetStale"
+    assert failure.message == ("budget stale: layout_transforms 2 < 3 (llvm) — run "
+                               "cl-validate budget tighten")
+    assert tc._elem.get("line") == "15" and "budget 3 (budget, line 15)" in failure.text
+
+    (tmp_path / "pyproject.toml").write_text('[tool.cl_validate]\nstale_budget = "warn"\n')
+    code, out = _cli(["run", str(case), "--no-isolation"])
+    assert code == ExitCode.OK, out
+    assert "2/3 stale" in out
+    assert "WARNING tiny [llvm] layout_transforms: budget stale: layout_transforms 2 < 3" in out
+

@@ -1,0 +1,119 @@
+"""``cl-validate calibrate``: the proposal rule on known errors, and a real tiny model whose
+tolerance is measured, proposed and written back without losing a comment."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+
+import numpy as np
+import pytest
+
+from cl_validate.calibrate import FLOOR, nice_ceil, observe, propose, toml_number
+from cl_validate.cli import main
+from cl_validate.errors import ExitCode
+from cl_validate.spec import load_case
+from tests.conftest import DATA
+
+
+def test_nice_ceil_rounds_up_to_one_two_five():
+    assert [nice_ceil(x) for x in (1.1e-5, 2e-5, 3e-5, 4.9e-7, 0.3, 7.0)] == \
+        [2e-5, 2e-5, 5e-5, 5e-7, 0.5, 10.0]
+    assert nice_ceil(0.0) == 0.0
+
+
+def test_toml_number_is_short_and_exact():
+    assert [toml_number(x) for x in (5e-6, 1e-4, 1.5e-5, 0.01)] == ["5e-6", "1e-4", "1.5e-5",
+                                                                     "0.01"]
+    assert float(toml_number(1.234567e-7)) == 1.234567e-7
+
+
+def test_proposal_covers_the_observed_error_with_headroom():
+    rng = np.random.default_rng(0)
+    ref = rng.uniform(-1, 1, size=1000)
+    err = 3e-6 * np.abs(ref) + 2e-7 * rng.uniform(-1, 1, size=1000)  # relative + absolute
+    obs = observe([(0, 0, 0, ref + err, ref), (0, 1, 0, ref - err, ref)])
+    assert len(obs.samples) == 2 and obs.samples[0].max_abs == pytest.approx(
+        np.abs(err).max())
+    rtol, atol = propose(obs, 4.0)
+    assert np.all(np.abs(err) * 4 <= atol + rtol * np.abs(ref))
+    assert rtol <= 2e-5 and atol <= 5e-6  # headroom, not a blanket loosening
+    assert propose(observe([(0, 0, 0, ref, ref)]), 4.0) == (FLOOR, FLOOR)  # never zero
+
+
+def test_non_finite_outputs_are_counted():
+    ref = np.ones(4)
+    obs = observe([(0, 0, 0, np.array([1.0, np.nan, 1.0, np.inf]), ref)])
+    assert obs.nonfinite == 2
+
+
+CASE = """# Tiny conv-ReLU-conv, NCHW in and out.
+model = "tiny_models:conv_relu"
+
+[[inputs]]
+name = "x"
+shape = [1, 3, 16, 16]
+
+[layout]
+"relax.nn.conv2d" = ["NHWC", "OHWI"]
+
+[budget]
+layout_transforms = 2
+kernels = 4
+
+[tolerance]
+# copied from another case
+rtol = 1e-2   # far too loose
+atol = 1e-2
+"""
+
+
+def _cli(argv: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main(argv)
+    return code, out.getvalue()
+
+
+@pytest.mark.compile
+def test_calibrate_proposes_then_writes_only_when_asked(tmp_path):
+    shutil.copy(DATA / "tiny_models.py", tmp_path)
+    case = tmp_path / "tiny.toml"
+    case.write_text(CASE)
+    code, out = _cli(["calibrate", str(case), "--seeds", "3"])
+    assert code == ExitCode.OK, out
+    rows = [ln.split() for ln in out.splitlines() if ln.split()[:1] == ["0"]]
+    assert [r[1] for r in rows] == ["0", "1", "2"]  # one row per input seed
+    assert "max over samples: max_abs" in out
+    proposal = next(ln for ln in out.splitlines() if ln.startswith("proposed"))
+    assert "rtol = " in proposal and "tiny.toml:15): rtol = 0.01, atol = 0.01" in out
+    assert case.read_text() == CASE  # no --write: nothing written
+
+    code, out = _cli(["calibrate", str(case), "--seeds", "3", "--write"])
+    assert code == ExitCode.OK, out
+    text = case.read_text()
+    rtol = proposal.split("rtol = ")[1].split(",")[0]
+    atol = proposal.split("atol = ")[1].strip()
+    assert f"rtol = {rtol}   # far too loose\n" in text and f"atol = {atol}\n" in text
+    assert "# copied from another case" in text
+    # cuda inherited [tolerance] and was not measured: it keeps the old value
+    assert text.endswith("[targets_override.cuda]\ntolerance = { rtol = 0.01, atol = 0.01 }\n")
+    spec = load_case(case)
+    assert spec.tolerance_for("llvm")[0].rtol == float(rtol) < 1e-2
+    assert spec.tolerance_for("cuda")[0].rtol == 1e-2
+    code, out = _cli(["run", str(case), "--no-isolation", "--target", "llvm"])
+    assert code == ExitCode.OK, out  # the written tolerance holds on the run's own sample
+
+
+def test_calibrate_usage_errors(tmp_path):
+    from cl_validate.pipeline import device_available
+
+    code, out = _cli(["calibrate", str(tmp_path / "nope.toml")])
+    assert code == ExitCode.USAGE_ERROR and "case file not found" in out
+    if not device_available("cuda"):
+        shutil.copy(DATA / "tiny_models.py", tmp_path)
+        case = tmp_path / "tiny.toml"
+        case.write_text(CASE)
+        code, out = _cli(["calibrate", str(case), "--target", "cuda"])
+        assert code == ExitCode.USAGE_ERROR and "no cuda device" in out
