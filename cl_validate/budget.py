@@ -105,7 +105,7 @@ def main(args: argparse.Namespace) -> ExitCode:
 
 def measure(cases: Sequence[CaseSpec], args: argparse.Namespace) -> list[CaseResult]:
     """Compile every case on its selected targets (static checks only) and return results."""
-    from cl_validate.runner import preflight, run_in_process, selected_targets
+    from cl_validate.runner import preflight, run_suite, selected_targets
 
     options = RunOptions(targets=tuple(args.targets) if args.targets else None,
                          jobs=args.jobs or os.cpu_count() or 1, isolate=not args.no_isolation,
@@ -126,13 +126,7 @@ def measure(cases: Sequence[CaseSpec], args: argparse.Namespace) -> list[CaseRes
                   f"transforms, {len(r.kernels)} kernels", flush=True)
 
     print(f"measuring {len(cases)} case(s) (static checks only)", flush=True)
-    if options.isolate:
-        from cl_validate.workers import WorkerPool
-
-        with WorkerPool(options) as pool:
-            pool.run(cases, on_result)
-    else:
-        run_in_process(cases, options, on_result)
+    run_suite(cases, options, on_result)
     return results
 
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from cl_validate import checks
 from cl_validate.errors import DeviceUnavailableError
 from cl_validate.spec import CaseSpec
 from cl_validate.verdict import CHECKS, CaseResult, CheckResult, Status
+
+if TYPE_CHECKING:
+    from cl_validate.analysis import KernelList, OpLayout, StageCount
+    from cl_validate.cache import Cache
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,7 @@ class RunOptions:
     max_memory_mb: int | None = None  # resident memory cap per worker; None: the case's own
     stale_budget: str = "fail"  # budget above the measured count: "fail" or "warn"
     static_only: bool = False  # no build, no numerics: counts only (`budget tighten|record`)
+    cache_dir: str | None = None  # measurements cache (cl_validate.cache); None: no cache
 
 
 def selected_targets(case: CaseSpec, options: RunOptions) -> list[str]:
@@ -38,12 +43,14 @@ def selected_targets(case: CaseSpec, options: RunOptions) -> list[str]:
     return [t for t in case.targets if t in options.targets]
 
 
-def preflight(cases: Sequence[CaseSpec], options: RunOptions) -> None:
+def preflight(cases: Sequence[CaseSpec], options: RunOptions) -> dict[str, str]:
     """Resolve every factory and pipeline and build every model once; raise before any compile.
 
-    The models are dropped again: workers rebuild them from the same seed, and holding every
-    model of a large suite in the parent would cost gigabytes.
+    Returns each case's weights digest (for the cache key). The models are dropped again:
+    workers rebuild them from the same seed, and holding every model of a large suite in the
+    parent would cost gigabytes.
     """
+    from cl_validate.cache import weights_digest
     from cl_validate.factory import build_model
     from cl_validate.pipeline import device_available, resolve_pipeline
 
@@ -57,11 +64,13 @@ def preflight(cases: Sequence[CaseSpec], options: RunOptions) -> None:
                     "run the static checks only")
     from cl_validate.baseline import load_baseline
 
+    digests: dict[str, str] = {}
     for case in cases:
         resolve_pipeline(case)
-        build_model(case)
+        digests[case.name] = weights_digest(build_model(case))
         for target in selected_targets(case, options):
             load_baseline(case, target)  # a hand-edited baseline that does not parse: exit 2
+    return digests
 
 
 def _error_checks(message: str, kind: str, body: str = "", line: int | None = None
@@ -70,10 +79,34 @@ def _error_checks(message: str, kind: str, body: str = "", line: int | None = No
             for c in CHECKS]
 
 
-def run_case(case: CaseSpec, model: Any, options: RunOptions,
-             on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
-    """Compile and check one case on each selected target."""
-    from cl_validate import analysis, baseline, numerics
+@dataclass
+class Measurement:
+    """What compiling (and running) one case on one target produced — no verdicts.
+
+    Verdicts are a function of a measurement and the *current* case file (`judge`), so a
+    cached measurement re-judged after a budget or tolerance edit gives the right answer.
+    """
+
+    target: str
+    error: tuple[str, str, str, int | None] | None = None  # message, kind, detail, line
+    kernels: KernelList | None = None
+    stage_counts: list[StageCount] = field(default_factory=list)
+    op_layouts: list[OpLayout] = field(default_factory=list)
+    actual: list[Any] | None = None  # TVM outputs in PyTorch layout (numpy)
+    expected: list[Any] | None = None  # PyTorch outputs (numpy)
+    numerics_skip: tuple[str, str] | None = None  # reason, kind
+    numerics_error: tuple[str, str] | None = None  # message, detail
+    compile_seconds: float = 0.0
+    numerics_seconds: float = 0.0
+    seconds: float = 0.0
+    peak_rss_mb: float | None = None
+
+
+def measure_case(case: CaseSpec, model: Any, options: RunOptions,
+                 on_measurement: Callable[[Measurement], None] | None = None
+                 ) -> list[Measurement]:
+    """Export once, then compile (and run, where the device exists) on each target."""
+    from cl_validate import analysis, numerics
     from cl_validate.errors import CompileStageError
     from cl_validate.pipeline import (
         compile_case,
@@ -83,12 +116,12 @@ def run_case(case: CaseSpec, model: Any, options: RunOptions,
     )
 
     targets = selected_targets(case, options)
-    results: list[CaseResult] = []
+    out: list[Measurement] = []
 
-    def done(r: CaseResult) -> None:
-        results.append(r)
-        if on_result is not None:
-            on_result(r)
+    def done(m: Measurement) -> None:
+        out.append(m)
+        if on_measurement is not None:
+            on_measurement(m)
 
     t_case = time.perf_counter()
     arrays = numerics.make_inputs(case)
@@ -98,83 +131,116 @@ def run_case(case: CaseSpec, model: Any, options: RunOptions,
         front = export_and_import(model, case, tensors)
     except CompileStageError as exc:
         for t in targets:
-            done(CaseResult(case, t, _error_checks(str(exc), "CompileError", exc.detail,
-                                                   case.line_of("model")),
-                            time.perf_counter() - t_case))
-        return results
+            done(Measurement(t, (str(exc), "CompileError", exc.detail, case.line_of("model")),
+                             seconds=time.perf_counter() - t_case))
+        return out
     except Exception as exc:  # the model's own forward raised
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         msg = f"PyTorch forward failed: {type(exc).__name__}: {first}".rstrip(": ")
         for t in targets:
-            done(CaseResult(case, t, _error_checks(msg, "ModelError", line=case.line_of("model")),
-                            0.0))
-        return results
+            done(Measurement(t, (msg, "ModelError", "", case.line_of("model"))))
+        return out
     if len(case.outputs) > len(expected):
         # Known only once forward() has run, in the worker: an `error` verdict, not exit 2.
         msg = (f"case declares {len(case.outputs)} [[outputs]] but the model returns "
                f"{len(expected)}")
         for t in targets:
-            done(CaseResult(case, t, _error_checks(
-                msg, "CaseFileError", line=case.line_of("outputs", str(len(expected)))), 0.0))
-        return results
+            done(Measurement(t, (msg, "CaseFileError", "",
+                                 case.line_of("outputs", str(len(expected))))))
+        return out
     shared = time.perf_counter() - t_case
 
     for target in targets:
         t0 = time.perf_counter()
-        result = CaseResult(case, target)
+        m = Measurement(target)
         try:
             compiled = compile_case(front, case, target, build=not options.static_only)
         except CompileStageError as exc:
-            result.checks = _error_checks(str(exc), "CompileError", exc.detail)
-            result.seconds = shared + time.perf_counter() - t0
-            done(result)
+            m.error = (str(exc), "CompileError", exc.detail, None)
+            m.seconds = shared + time.perf_counter() - t0
+            done(m)
             continue
-        kernels = analysis.kernel_list(compiled)
-        counts = analysis.stage_counts(compiled, kernels)
-        op_stage = compiled.stage(analysis.op_level_stage(compiled)).mod
-        compile_s = time.perf_counter() - t0
-        result.kernels, result.stage_counts = kernels, counts
-        result.checks = [
-            checks.check_layout(case, target, analysis.op_layouts(op_stage)),
-            checks.check_layout_transforms(case, target, kernels, counts,
-                                           stale=options.stale_budget),
-            checks.check_kernels(case, target, kernels, stale=options.stale_budget),
-            baseline.check_kernel_list(case, target, kernels),
-        ]
+        m.kernels = analysis.kernel_list(compiled)
+        m.stage_counts = analysis.stage_counts(compiled, m.kernels)
+        m.op_layouts = analysis.op_layouts(
+            compiled.stage(analysis.op_level_stage(compiled)).mod)
+        m.compile_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
         if options.static_only:
-            result.checks.append(CheckResult("numerics", Status.SKIPPED,
-                                             "static checks only: numerics not run",
-                                             kind="StaticOnly"))
+            m.numerics_skip = ("static checks only: numerics not run", "StaticOnly")
         elif device_available(target):
             try:
                 unbound = [front.params[p.name]
                            for p in compiled.final["main"].params[len(case.inputs):]]
-                actual = numerics.run_tvm(compiled.executable, case, arrays, device_for(target),
-                                          unbound)
+                m.actual = numerics.run_tvm(compiled.executable, case, arrays,
+                                            device_for(target), unbound)
+                m.expected = expected
             except Exception as exc:
                 first = (str(exc).strip().splitlines() or [""])[0][:300]
-                result.checks.append(CheckResult(
-                    "numerics", Status.ERROR, f"running the compiled program failed ({target}): "
-                    f"{type(exc).__name__}: {first}", kind="RuntimeError", body=str(exc)))
-            else:
-                if len(actual) != len(expected):
-                    result.checks.append(CheckResult(
-                        "numerics", Status.FAILED, f"TVM returned {len(actual)} outputs, "
-                        f"PyTorch {len(expected)} ({target})", kind="OutputCountMismatch"))
-                else:
-                    stats = numerics.compare_all(case, target, actual, expected)
-                    result.checks.append(checks.check_numerics(case, target, stats))
+                m.numerics_error = (f"running the compiled program failed ({target}): "
+                                    f"{type(exc).__name__}: {first}", str(exc))
         else:
-            result.checks.append(CheckResult(
-                "numerics", Status.SKIPPED,
-                f"no {target} device on this machine: static checks only",
-                kind="DeviceUnavailable"))
-        numerics_s = time.perf_counter() - t1
-        result.checks = [_timed(c, compile_s if i == 0 else numerics_s if c.check == "numerics"
-                                else 0.0) for i, c in enumerate(result.checks)]
-        result.seconds = shared + time.perf_counter() - t0
-        done(result)
+            m.numerics_skip = (f"no {target} device on this machine: static checks only",
+                               "DeviceUnavailable")
+        m.numerics_seconds = time.perf_counter() - t1
+        m.seconds = shared + time.perf_counter() - t0
+        done(m)
+    return out
+
+
+def judge(case: CaseSpec, m: Measurement, options: RunOptions) -> CaseResult:
+    """The verdicts of one measurement under the case file as it is now."""
+    from cl_validate import baseline, numerics
+
+    result = CaseResult(case, m.target, seconds=m.seconds, peak_rss_mb=m.peak_rss_mb)
+    if m.error is not None:
+        message, kind, detail, line = m.error
+        result.checks = _error_checks(message, kind, detail, line)
+        return result
+    assert m.kernels is not None
+    target = m.target
+    result.kernels, result.stage_counts = m.kernels, m.stage_counts
+    result.checks = [
+        checks.check_layout(case, target, m.op_layouts),
+        checks.check_layout_transforms(case, target, m.kernels, m.stage_counts,
+                                       stale=options.stale_budget),
+        checks.check_kernels(case, target, m.kernels, stale=options.stale_budget),
+        baseline.check_kernel_list(case, target, m.kernels),
+    ]
+    if m.numerics_skip is not None:
+        reason, kind = m.numerics_skip
+        num = CheckResult("numerics", Status.SKIPPED, reason, kind=kind)
+    elif m.numerics_error is not None:
+        num = CheckResult("numerics", Status.ERROR, m.numerics_error[0], kind="RuntimeError",
+                          body=m.numerics_error[1])
+    else:
+        assert m.actual is not None and m.expected is not None
+        if len(m.actual) != len(m.expected):
+            num = CheckResult("numerics", Status.FAILED, f"TVM returned {len(m.actual)} "
+                              f"outputs, PyTorch {len(m.expected)} ({target})",
+                              kind="OutputCountMismatch")
+        else:
+            stats = numerics.compare_all(case, target, m.actual, m.expected)
+            num = checks.check_numerics(case, target, stats)
+    result.checks.append(num)
+    result.checks = [_timed(c, m.compile_seconds if i == 0 else m.numerics_seconds
+                            if c.check == "numerics" else 0.0)
+                     for i, c in enumerate(result.checks)]
+    return result
+
+
+def run_case(case: CaseSpec, model: Any, options: RunOptions,
+             on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+    """Measure and judge one case on each selected target (in this process)."""
+    results: list[CaseResult] = []
+
+    def judged(m: Measurement) -> None:
+        r = judge(case, m, options)
+        results.append(r)
+        if on_result is not None:
+            on_result(r)
+
+    measure_case(case, model, options, judged)
     return results
 
 
@@ -193,3 +259,50 @@ def run_in_process(cases: Iterable[CaseSpec], options: RunOptions,
     for case in cases:
         results.extend(run_case(case, build_model(case), options, on_result))
     return results
+
+
+def run_suite(cases: Sequence[CaseSpec], options: RunOptions,
+              on_result: Callable[[CaseResult], None], *, cache: Cache | None = None,
+              digests: dict[str, str] | None = None) -> None:
+    """Judge every case × target: from the cache where the measurement is known, else by
+    measuring (in worker processes unless `options.isolate` is off) and storing the result."""
+    from cl_validate import cache as cache_mod
+    from cl_validate.factory import build_model
+
+    keys: dict[tuple[str, str], str] = {}
+    todo: list[CaseSpec] = []
+    for case in cases:
+        if cache is None or digests is None:
+            todo.append(case)
+            continue
+        hits: list[Measurement | None] = []
+        for target in selected_targets(case, options):
+            numerics, desc = cache_mod.target_description(target, options)
+            k = cache_mod.key(case, target, digests[case.name], numerics, desc,
+                              options.static_only)
+            keys[(case.name, target)] = k
+            hits.append(cache.get(k))
+        if all(m is not None for m in hits):  # every target known: judge without compiling
+            for m in hits:
+                assert m is not None
+                on_result(judge(case, m, options))
+        else:  # export is shared by the targets, so a partial hit still runs the case
+            todo.append(case)
+
+    def measured(case: CaseSpec, m: Measurement) -> CaseResult:
+        k = keys.get((case.name, m.target))
+        if cache is not None and k is not None and cache_mod.cacheable(m):
+            cache.put(k, m)
+        return judge(case, m, options)
+
+    if not todo:
+        return
+    if options.isolate:
+        from cl_validate.workers import WorkerPool
+
+        with WorkerPool(options) as pool:
+            pool.run(todo, on_result, on_measurement=measured)
+    else:
+        for case in todo:
+            measure_case(case, build_model(case), options,
+                         lambda m, case=case: on_result(measured(case, m)))  # type: ignore[misc]

@@ -22,7 +22,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from cl_validate.runner import RunOptions, _error_checks, selected_targets
+from cl_validate.runner import Measurement, RunOptions, _error_checks, selected_targets
 from cl_validate.spec import CaseSpec
 from cl_validate.verdict import CaseResult
 
@@ -58,7 +58,7 @@ def _worker_main(conn: Connection, log_path: str, threads: int) -> None:
 
     torch.set_num_threads(threads)
     from cl_validate.factory import build_model
-    from cl_validate.runner import run_case
+    from cl_validate.runner import measure_case
 
     conn.send(("ready", None))
     while True:
@@ -70,12 +70,11 @@ def _worker_main(conn: Connection, log_path: str, threads: int) -> None:
         try:
             model = build_model(case)
 
-            def send(result: CaseResult) -> None:
-                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-                result.peak_rss_mb = peak
-                conn.send(("result", result))
+            def send(m: Measurement) -> None:
+                m.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+                conn.send(("measurement", m))
 
-            run_case(case, model, options, send)
+            measure_case(case, model, options, send)
             conn.send(("done", None))
         except Exception:
             conn.send(("crash", traceback.format_exc()))
@@ -153,7 +152,16 @@ class WorkerPool:
         self._logdir.cleanup()
 
     def run(self, cases: Sequence[CaseSpec],
-            on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+            on_result: Callable[[CaseResult], None] | None = None, *,
+            on_measurement: Callable[[CaseSpec, Measurement], CaseResult] | None = None
+            ) -> list[CaseResult]:
+        """Measure and judge `cases`; a case a worker could not finish becomes `error` results.
+
+        `on_measurement` turns a measurement into its result (the default judges it); the
+        suite runner uses it to store measurements in the cache on the way.
+        """
+        from cl_validate.runner import judge
+
         queue = deque(c for c in cases if selected_targets(c, self.options))
         results: list[CaseResult] = []
 
@@ -193,10 +201,12 @@ class WorkerPool:
                             kind, payload = w.conn.recv()
                             if kind == "ready":
                                 w.ready = True
-                            elif kind == "result":
+                            elif kind == "measurement":
                                 if payload.target in w.pending:
                                     w.pending.remove(payload.target)
-                                emit(payload)
+                                assert w.case is not None
+                                emit(on_measurement(w.case, payload) if on_measurement
+                                     else judge(w.case, payload, self.options))
                             elif kind == "done":
                                 w.case, w.pending = None, []
                             elif kind == "crash":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 import warnings
 from collections.abc import Callable
@@ -12,6 +13,10 @@ import pytest
 DATA = Path(__file__).parent / "data"
 
 warnings.filterwarnings("ignore", category=FutureWarning)
+
+# Tests measure cold: a cached measurement would make a rerun trivially identical. Cache tests
+# pass --cache-dir explicitly (which wins over this).
+os.environ["CL_VALIDATE_NO_CACHE"] = "1"
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -46,9 +46,10 @@ def _cell(result: CaseResult, check: str) -> str:
 def summary_table(results: Sequence[CaseResult]) -> str:
     """One table per target, then every failure's one-line message."""
     out: list[str] = []
-    headers = ["case", *CHECKS, "time"]
+    headers = ["case", *CHECKS, "time", "peak MB"]
     for target in dict.fromkeys(r.target for r in results):
-        rows = [[r.case.name, *(_cell(r, c) for c in CHECKS), f"{r.seconds:.1f}s"]
+        rows = [[r.case.name, *(_cell(r, c) for c in CHECKS), f"{r.seconds:.1f}s",
+                 f"{r.peak_rss_mb:.0f}" if r.peak_rss_mb else "-"]
                 for r in results if r.target == target]
         widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
         out.append(f"\n{target}:")

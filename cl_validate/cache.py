@@ -1,0 +1,175 @@
+"""Content-addressed cache of measurements, so an unchanged suite re-validates almost free.
+
+A `Measurement` (kernel list, per-stage counts, op layouts, the TVM and PyTorch outputs) is
+stored under a key that hashes everything that can change it: the case's model, inputs,
+layouts, pipeline and seed; the source of the model's package, of a user pipeline and of
+cl_validate itself; the weights; the target and whether numerics ran there; the TVM, torch,
+numpy and Python versions. Budgets and tolerances are *not* in the key: verdicts are re-judged
+from the measurement and the case file as it is now, so editing a budget never needs a
+recompile and can never be answered from a stale verdict.
+
+Entries are written atomically (temporary file + rename), so several workers or CI jobs may
+share one cache directory; a corrupt or unreadable entry is treated as a miss.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import pickle
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cl_validate.spec import CaseSpec
+
+if TYPE_CHECKING:
+    from cl_validate.runner import Measurement, RunOptions
+
+FORMAT = 1
+DEFAULT_DIR = ".cl_validate_cache"
+#: Set to 1 to run cold by default (the test suite does); an explicit --cache-dir still wins.
+NO_CACHE_ENV = "CL_VALIDATE_NO_CACHE"
+
+
+def resolve_dir(cache_dir: str | None, no_cache: bool) -> str | None:
+    """The cache directory a run uses, or None for no cache."""
+    if no_cache:
+        return None
+    if cache_dir:
+        return cache_dir
+    return None if os.environ.get(NO_CACHE_ENV, "") not in ("", "0") else DEFAULT_DIR
+
+
+def _hash_tree(root: Path) -> str:
+    h = hashlib.sha256()
+    files = [root] if root.is_file() else sorted(root.rglob("*.py"))
+    for f in files:
+        if "__pycache__" in f.parts:
+            continue
+        h.update(str(f.relative_to(root.parent if root.is_file() else root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+@functools.cache
+def _own_source() -> str:
+    return _hash_tree(Path(__file__).resolve().parent)
+
+
+def _module_source(module_name: str) -> str:
+    """Hash of the source behind `module_name`'s top-level package (or single module)."""
+    top = module_name.split(".")[0]
+    mod = sys.modules.get(top)
+    origin = getattr(mod, "__file__", None)
+    if not origin:
+        return f"unhashable:{module_name}"
+    path = Path(origin).resolve()
+    return _hash_tree(path.parent if path.name == "__init__.py" else path)
+
+
+@functools.cache
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "machine": platform.machine()}
+    for dist in ("apache-tvm", "torch", "numpy"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = "absent"
+    return out
+
+
+def weights_digest(model: Any) -> str:
+    """Hash of a model's parameters and buffers (names, dtypes, shapes, bytes)."""
+    import torch
+
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def key(case: CaseSpec, target: str, weights: str, numerics: bool, target_desc: str,
+        static_only: bool = False) -> str:
+    """The cache key of one case × target measurement."""
+    inputs = [[i.name, list(i.shape), i.dtype, i.layout, i.range] for i in case.inputs]
+    parts = {
+        "format": FORMAT,
+        "model": case.model,
+        "inputs": inputs,
+        "outputs": [o.layout for o in case.outputs],
+        "layout": {k: list(v) for k, v in sorted(case.layout.items())},
+        "pipeline": case.pipeline,
+        "pipeline_source": _module_source(case.pipeline.partition(":")[0])
+        if ":" in case.pipeline else "",
+        "seed": case.seed,
+        "model_source": _module_source(case.model.partition(":")[0]),
+        "weights": weights,
+        "cl_validate": _own_source(),
+        "versions": _versions(),
+        "target": target,
+        "target_desc": target_desc,
+        "numerics": numerics,
+        "static_only": static_only,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+class Cache:
+    """Measurements on disk under `root/<2 hex>/<key>.pkl`."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.hits = 0
+        self.misses = 0
+
+    def _path(self, k: str) -> Path:
+        return self.root / k[:2] / f"{k}.pkl"
+
+    def get(self, k: str) -> Measurement | None:
+        path = self._path(k)
+        try:
+            with open(path, "rb") as f:
+                m = pickle.load(f)
+        except FileNotFoundError:
+            self.misses += 1
+            return None
+        except Exception:  # corrupt, truncated or from another version: a miss
+            self.misses += 1
+            return None
+        self.hits += 1
+        return m  # type: ignore[no-any-return]
+
+    def put(self, k: str, m: Measurement) -> None:
+        path = self._path(k)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(m, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def cacheable(m: Measurement) -> bool:
+    """Errors are not cached: a crash or an environment problem must be retried."""
+    return m.error is None and m.numerics_error is None
+
+
+def target_description(target: str, options: RunOptions) -> tuple[bool, str]:
+    """Whether numerics will run on `target` here, and the compile target in words."""
+    if target == "llvm":
+        return (not options.static_only), "llvm"
+    from cl_validate.pipeline import device_available, make_target
+
+    return (not options.static_only and device_available(target)), str(make_target(target))
