@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from cl_validate.errors import ExitCode, UsageError
+from cl_validate.errors import CompileStageError, ExitCode, UsageError
 from cl_validate.options import add_to_argparse, run_options
 from cl_validate.spec import KNOWN_TARGETS, CaseSpec, display_path, load_case, load_cases
 from cl_validate.verdict import CaseResult
@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("paths", nargs="*", metavar="PATH",
                      help=f"case files or folders of them (default: {DEFAULT_PATH})")
     run.add_argument("--junit", metavar="FILE", help="write a JUnit XML report to FILE")
+    run.add_argument("--markdown", metavar="FILE", help="write a Markdown report to FILE: tables, "
+                     "why each failure failed, kernel-chain charts (GitHub renders it)")
     run.add_argument("-k", dest="patterns", action="append", metavar="PATTERN",
                      help="only cases whose name contains PATTERN (glob wildcards allowed)")
     add_to_argparse(run)
@@ -45,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
                       f"{DEFAULT_PATH}/")
     _add_target(show, "target to compile for (default: llvm)", multi=False)
     show.add_argument("--stage", metavar="S", help="print the IR after stage S")
+    show.add_argument("--diff", nargs=2, metavar=("S1", "S2"),
+                      help="print a unified diff of the IR after stage S1 and after stage S2")
 
     lst = sub.add_parser("list", help="list the cases found under PATHs")
     lst.add_argument("paths", nargs="*", metavar="PATH")
@@ -57,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
 
 #: Subcommands that live in their own module: each exposes HELP, configure(parser) and
 #: main(args) -> ExitCode. Keeps this file the dispatcher, not the home of every command.
-_PLUGGED: dict[str, str] = {}
+_PLUGGED: dict[str, str] = {"budget": "cl_validate.budget", "calibrate": "cl_validate.calibrate",
+                            "merge": "cl_validate.report.merge"}
 
 
 def _add_target(p: argparse.ArgumentParser, help: str, *, multi: bool) -> None:
@@ -80,32 +85,45 @@ def _select(cases: list[CaseSpec], patterns: Sequence[str] | None) -> list[CaseS
 
 
 def _cmd_run(args: argparse.Namespace) -> ExitCode:
+    from cl_validate.cache import Cache
     from cl_validate.report import progress_line, summary_table, write_junit
-    from cl_validate.runner import preflight, run_in_process, selected_targets
+    from cl_validate.runner import preflight, run_suite, selected_targets
 
+    if args.junit:  # a report path that cannot be written fails now, not after the compiles
+        from cl_validate.paths import report_file
+
+        report_file(args.junit, "--junit")
+    if args.markdown:
+        from cl_validate.paths import report_file
+
+        report_file(args.markdown, "--markdown")
     cases = _select(load_cases(args.paths or [DEFAULT_PATH]), args.patterns)
     options = run_options(vars(args).get)
+    if args.shard:  # this CI job's share; every shard job computes the same split
+        from cl_validate.shard import shard_cases
+
+        cases = shard_cases(cases, args.shard, args.shard_timings, options)
+        if not cases:  # more shards than cases: still a (empty) report for `merge`
+            print(f"shard {args.shard[0]}/{args.shard[1]}: no cases to run")
+            if args.junit:
+                write_junit([], args.junit)
+            return ExitCode.OK
     total = sum(len(selected_targets(c, options)) for c in cases)
     if total == 0:
         raise UsageError("no case runs on the selected targets",
                          hint="check the cases' targets = [...] against --target")
-    preflight(cases, options)
+    digests = preflight(cases, options)
     results: list[CaseResult] = []
 
     def on_result(r: CaseResult) -> None:
         results.append(r)
         print(progress_line(r, len(results), total), flush=True)
 
+    cache = Cache(options.cache_dir) if options.cache_dir else None
     interrupted: str | None = None
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        if options.isolate:
-            from cl_validate.workers import WorkerPool
-
-            with WorkerPool(options) as pool:
-                pool.run(cases, on_result)
-        else:
-            run_in_process(cases, options, on_result)
+        run_suite(cases, options, on_result, cache=cache, digests=digests)
     except KeyboardInterrupt as exc:
         interrupted = str(exc) or "SIGINT"
     finally:
@@ -120,14 +138,35 @@ def _cmd_run(args: argparse.Namespace) -> ExitCode:
             print(f"\n{r.case.name} [cuda] kernel list ({len(r.kernels)} kernels, "
                   f">> = layout transform):\n{r.kernels.render()}")
     print(summary_table(results))
+    if cache is not None and cache.hits:
+        print(f"cache: {cache.hits} of {cache.hits + cache.misses} case x target measurements "
+              f"reused from {cache.root}")
     if args.junit:
         path = write_junit(results, args.junit)
         print(f"JUnit report: {display_path(path)}")
+    if args.markdown:
+        from cl_validate.report import write_markdown
+
+        print(f"Markdown report: {display_path(write_markdown(results, args.markdown))}")
+    _github_outputs(results)
     if interrupted:
         print(f"cl-validate: interrupted ({interrupted}); unfinished cases are reported as not "
               "run", file=sys.stderr)
         return ExitCode.INTERRUPTED
     return ExitCode.CHECK_FAILED if any(not r for r in results) else ExitCode.OK
+
+
+def _github_outputs(results: Sequence[CaseResult]) -> None:
+    """Under GitHub Actions: the Markdown report into the job summary, and an annotation on
+    the case-file line of every failed check. No-ops anywhere else."""
+    from cl_validate.report import append_step_summary, emit_annotations
+
+    try:
+        append_step_summary(results)
+    except OSError as exc:  # the summary is a courtesy; the verdict and JUnit stand without it
+        print(f"cl-validate: warning: cannot append to $GITHUB_STEP_SUMMARY: {exc}",
+              file=sys.stderr)
+    emit_annotations(results, sys.stdout)
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -176,10 +215,19 @@ def _cmd_show(args: argparse.Namespace) -> ExitCode:
     front = export_and_import(model, case, numerics.torch_inputs(case, numerics.make_inputs(case)))
     compiled = compile_case(front, case, target, build=False)
     names = [s.name for s in compiled.stages]
+    for wanted in [args.stage] if args.stage else list(args.diff or []):
+        if wanted not in names:
+            raise UsageError(f"no stage '{wanted}'", hint="stages: " + ", ".join(names))
     if args.stage:
-        if args.stage not in names:
-            raise UsageError(f"no stage '{args.stage}'", hint="stages: " + ", ".join(names))
         print(compiled.stage(args.stage).mod.script(show_meta=False))
+        return ExitCode.OK
+    if args.diff:
+        import difflib
+
+        a, b = (compiled.stage(n).mod.script(show_meta=False).splitlines() for n in args.diff)
+        diff = difflib.unified_diff(a, b, fromfile=args.diff[0], tofile=args.diff[1],
+                                    lineterm="")
+        print("\n".join(diff) or f"no difference between {args.diff[0]} and {args.diff[1]}")
         return ExitCode.OK
     kernels = analysis.kernel_list(compiled)
     counts = analysis.stage_counts(compiled, kernels)
@@ -219,6 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"cl-validate: error: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE_ERROR)
+    except CompileStageError as exc:
+        print(f"cl-validate: {exc}", file=sys.stderr)
+        return int(ExitCode.CHECK_FAILED)
     except KeyboardInterrupt:
         print("cl-validate: interrupted", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)

@@ -37,6 +37,13 @@ def positive_float(text: str) -> float:
     return value
 
 
+def _shard(text: str) -> tuple[int, int]:
+    """``--shard I/N``; raises UsageError itself so the message is one line of our own."""
+    from cl_validate.shard import parse_shard
+
+    return parse_shard(text)
+
+
 @dataclass(frozen=True)
 class Option:
     dest: str  # RunOptions field (and argparse dest)
@@ -75,6 +82,16 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option("no_isolation", ("--no-isolation",),
            "run cases in this process (no timeout or memory cap; for debugging)",
            action="store_true"),
+    Option("cache_dir", ("--cache-dir",), "where measurements are cached (default: "
+           ".cl_validate_cache; an unchanged case re-validates without compiling)",
+           pytest_flag="--cl-cache-dir", metavar="DIR"),
+    Option("no_cache", ("--no-cache",), "neither read nor write the cache",
+           pytest_flag="--cl-no-cache", action="store_true"),
+    # CLI only: under pytest, pytest-xdist distributes the items.
+    Option("shard", ("--shard",), "run only shard I of N (1-based) of the selected cases; N "
+           "jobs with the same cases run each case exactly once", type=_shard, metavar="I/N"),
+    Option("shard_timings", ("--shard-timings",), "balance --shard by the test times in this "
+           "JUnit report of an earlier run (default: balance by case count)", metavar="FILE"),
 )
 
 
@@ -95,6 +112,7 @@ def add_to_pytest(group: Any) -> None:
 def run_options(get: Callable[[str], Any], *, in_process_default: bool = False) -> RunOptions:
     """RunOptions from an option getter (``vars(args).get`` or a pytest config lookup) and the
     project's ``[tool.cl_validate]`` settings."""
+    from cl_validate.cache import resolve_dir
     from cl_validate.config import load_config
 
     config = load_config()
@@ -108,4 +126,5 @@ def run_options(get: Callable[[str], Any], *, in_process_default: bool = False) 
         timeout=get("timeout"),
         max_memory_mb=get("max_memory_mb"),
         stale_budget=config.stale_budget,
+        cache_dir=resolve_dir(get("cache_dir"), bool(get("no_cache"))),
     )

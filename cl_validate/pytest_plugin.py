@@ -1,0 +1,249 @@
+"""pytest plugin: ``pytest model_cases/`` runs every case's checks as pytest tests.
+
+Each case file is a collector holding its case; the case's items are ``check[target]``, so
+node ids read ``model_cases/resnet50.toml::resnet50::layout_transforms[llvm]`` — the target
+is the parameter, at the end, where pytest expects one: such an id can be passed back to
+pytest to re-run one check, and ``--junitxml`` writes classname ``model_cases.resnet50.toml.
+resnet50`` and name ``layout_transforms[llvm]``. (An id with the bracket in the middle,
+``resnet50[llvm]::layout_transforms``, is neither selectable nor named right in JUnit by
+pytest 9.) The verdicts and one-line messages are the CLI's: a failed check fails with the
+check's message followed by its body (kernel list, error figures), a skipped check skips
+with its reason, and a check that errored (the compile failed, the factory raised) is a
+pytest error.
+
+The compile runs once per case × target: the first item of a target runs it and the case
+collector keeps the `CaseResult` for that target's other checks. Under pytest-xdist use
+``--dist loadscope`` (or ``loadfile``), which sends every item of one case to the same
+worker; with the default ``--dist load`` the verdicts are the same, but a case may compile
+on two workers.
+
+Which TOML files are cases: a ``*.toml`` with a top-level ``model`` key that is named on the
+command line or lies in a folder named by the ``cl_validate_case_dirs`` ini option
+(default: ``model_cases``). So ``pytest tests`` never compiles a fixture case lying in
+``tests/data``, and pyproject.toml is never read as a case.
+
+Cases run in the pytest process (no timeout or memory cap) unless ``--cl-timeout`` or
+``--cl-max-memory-mb`` is given: then each case × target runs in a worker process with those
+limits, as under ``cl-validate run``. Disable the plugin with ``-p no:cl_validate``.
+
+Imports nothing heavy at startup: torch and TVM load only when a case item runs.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from cl_validate.errors import UsageError
+from cl_validate.spec import tomllib
+from cl_validate.verdict import CHECKS, Status
+
+if TYPE_CHECKING:
+    from cl_validate.runner import RunOptions
+    from cl_validate.spec import CaseSpec
+    from cl_validate.verdict import CaseResult, CheckResult
+    from cl_validate.workers import WorkerPool
+
+CASE_DIRS_INI = "cl_validate_case_dirs"
+_options_key = pytest.StashKey["RunOptions"]()
+_pool_key = pytest.StashKey["WorkerPool"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from cl_validate.options import add_to_pytest
+
+    add_to_pytest(parser.getgroup("cl_validate", "cl_validate model cases"))
+    parser.addini(CASE_DIRS_INI, type="args", default=["model_cases"],
+                  help="folder names whose *.toml files with a `model` key are collected as "
+                  "cl_validate cases (default: model_cases)")
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> CaseFile | None:
+    if file_path.suffix != ".toml":
+        return None
+    explicit = parent.session.isinitpath(file_path)
+    dirs = set(parent.config.getini(CASE_DIRS_INI))
+    if not explicit and not dirs.intersection(file_path.parent.parts):
+        return None
+    if not _looks_like_case(file_path):
+        return None
+    return CaseFile.from_parent(parent, path=file_path)
+
+
+def _looks_like_case(path: Path) -> bool:
+    """A case file has a top-level ``model`` key. One that does not parse is collected
+    anyway, so its syntax error is reported (with the line) rather than silently skipped."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return True
+    return "model" in data
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    pool = session.config.stash.get(_pool_key, None)
+    if pool is not None:
+        pool.shutdown()
+        del session.config.stash[_pool_key]
+
+
+def _run_options(config: pytest.Config) -> RunOptions:
+    """The shared run options from ``--cl-*`` and ``[tool.cl_validate]`` (read once)."""
+    if _options_key not in config.stash:
+        from dataclasses import replace
+
+        from cl_validate.options import run_options
+
+        def get(dest: str) -> Any:
+            return config.getoption(f"cl_{dest}", default=None)
+
+        isolate = get("timeout") is not None or get("max_memory_mb") is not None
+        config.stash[_options_key] = replace(
+            run_options(get, in_process_default=not isolate), jobs=1)
+    return config.stash[_options_key]
+
+
+class CheckFailed(Exception):
+    """A check's verdict was FAILED: its message, then its body."""
+
+
+def _one_line(excinfo: pytest.ExceptionInfo[BaseException]) -> str | None:
+    """Our own errors print as the CLI prints them: one line, no traceback."""
+    return str(excinfo.value) if isinstance(excinfo.value, UsageError) else None
+
+
+class CaseFile(pytest.File):
+    """One case file: validated on collection (a bad file is a one-line collection error)."""
+
+    def collect(self) -> Iterator[CaseNode]:
+        from cl_validate.spec import load_case
+
+        case = load_case(self.path)
+        _run_options(self.config)  # a bad [tool.cl_validate] is this file's one-line error
+        yield CaseNode.from_parent(self, name=case.name, case=case)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> Any:
+        return _one_line(excinfo) or super().repr_failure(excinfo)
+
+
+class CaseNode(pytest.Collector):
+    """One case: a ``check[target]`` item per selected target and check. Compiles each
+    target on first use and keeps the result for that target's other checks."""
+
+    def __init__(self, *, case: CaseSpec, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case = case
+        self._results: dict[str, CaseResult | BaseException] = {}
+
+    def collect(self) -> Iterator[CheckItem]:
+        from cl_validate.runner import selected_targets
+
+        for target in selected_targets(self.case, _run_options(self.config)):
+            for check in CHECKS:
+                yield CheckItem.from_parent(self, name=f"{check}[{target}]", check=check,
+                                            target=target)
+
+    def check(self, target: str, name: str) -> CheckResult:
+        if target not in self._results:
+            try:
+                self._results[target] = self._run(target)
+            except Exception as exc:  # every check of this case × target reports it
+                self._results[target] = exc
+        result = self._results[target]
+        if isinstance(result, BaseException):
+            raise result
+        return result.check(name)
+
+    def _run(self, target: str) -> CaseResult:
+        from dataclasses import replace
+
+        from cl_validate.runner import preflight, run_case
+
+        options = replace(_run_options(self.config), targets=(target,))
+        with warnings.catch_warnings():  # as the CLI: torch.export's noise is not ours
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.filterwarnings("ignore", category=UserWarning, module="torch")
+            if options.require_device:
+                preflight([self.case], options)  # raises if the device is missing
+            if options.isolate:
+                results = self._pool(options).run([self.case])
+            else:
+                from cl_validate.factory import build_model
+
+                results = run_case(self.case, build_model(self.case), options)
+        (result,) = [r for r in results if r.target == target]
+        return result
+
+    def _pool(self, options: RunOptions) -> WorkerPool:
+        pool = self.config.stash.get(_pool_key, None)
+        if pool is None:
+            from cl_validate.workers import WorkerPool
+
+            pool = self.config.stash[_pool_key] = WorkerPool(options)
+        else:
+            pool.options = options
+        return pool
+
+
+class CheckItem(pytest.Item):
+    """One check of one case × target: passes, fails, errors or skips as the CLI's verdict."""
+
+    parent: CaseNode
+
+    def __init__(self, *, check: str, target: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.check, self.target = check, target
+
+    def setup(self) -> None:
+        # Failing in setup makes pytest report an error, as the CLI's JUnit has <error>.
+        # pytrace=False: the message is the report, a traceback into the plugin is noise.
+        try:
+            self._check = self.parent.check(self.target, self.check)
+        except UsageError as exc:  # the factory or pipeline cannot be used, no device
+            unusable = str(exc)
+        else:
+            unusable = ""
+        if unusable:
+            pytest.fail(unusable, pytrace=False)
+        for key, value in self._check.measured.items():
+            self.user_properties.append((key, value))
+        if self._check.status is Status.ERROR:  # the compile or the model failed
+            pytest.fail(_text(self._check), pytrace=False)
+
+    def runtest(self) -> None:
+        c = self._check
+        if c.status is Status.FAILED:
+            raise CheckFailed(_text(c))
+        if c.status is Status.SKIPPED:
+            # Reported at the case file's line, not at this line of the plugin.
+            raise pytest.skip.Exception(c.message, _use_item_location=True)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> Any:
+        # A failed check reports its text as it stands: the first line is the CLI's message
+        # (pytest's summary line and its JUnit failure message start with it), then the body.
+        if isinstance(excinfo.value, CheckFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        check = getattr(self, "_check", None)
+        line = (check.line if check is not None else None) or \
+            self.parent.case.line_of(*_DECLARED_BY.get(self.check, ("model",))) or 1
+        return self.path, line - 1, f"{self.parent.name}::{self.name}"
+
+
+#: Where a case declares what each check checks (its line until a verdict names one).
+_DECLARED_BY: dict[str, tuple[str, ...]] = {
+    "layout": ("layout",), "layout_transforms": ("budget", "layout_transforms"),
+    "kernels": ("budget", "kernels"), "numerics": ("tolerance",),
+}
+
+
+def _text(c: CheckResult) -> str:
+    return c.message + (f"\n\n{c.body}" if c.body else "")
