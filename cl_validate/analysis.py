@@ -66,6 +66,7 @@ class OpLayout:
     op: str
     var: str
     layouts: dict[str, str]
+    module: str | None = None  # nn.Module path of the PyTorch op it came from
 
 
 @dataclass
@@ -396,8 +397,11 @@ def op_level_stage(compiled: Compiled) -> str:
     return best
 
 
-def op_layouts(mod: Any) -> list[OpLayout]:
-    """Every op in main with layout attributes (convolutions, pooling, resize, …)."""
+def op_layouts(mod: Any, sources: dict[str, str] | None = None) -> list[OpLayout]:
+    """Every op in main with layout attributes (convolutions, pooling, resize, …).
+
+    `sources` (binding name → "module.path (op)") gives each op its nn.Module path.
+    """
     from tvm import relax
 
     out: list[OpLayout] = []
@@ -414,5 +418,7 @@ def op_layouts(mod: Any) -> list[OpLayout]:
             if value is not None and str(value):
                 layouts[key] = str(value)
         if layouts:
-            out.append(OpLayout(str(_op_name(call)), b.var.name, layouts))
+            src = (sources or {}).get(b.var.name)
+            module = src.rsplit(" (", 1)[0] if src and not src.startswith("(") else None
+            out.append(OpLayout(str(_op_name(call)), b.var.name, layouts, module))
     return out

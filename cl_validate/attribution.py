@@ -21,6 +21,7 @@ INPUT_BOUNDARY = "graph input boundary"
 OUTPUT_BOUNDARY = "graph output boundary"
 OWN_PERMUTE = "the model's own permute"
 NO_LAYOUT_RULE = "op without a layout rule"
+PINNED = "layout pinned by [layout_overrides]"
 WEIGHT = "unfolded weight"
 
 NEXT_STEP = {
@@ -32,7 +33,16 @@ NEXT_STEP = {
                     "through it) so it runs in NHWC",
     WEIGHT: "a weight transform did not fold: bind the weights as constants before folding "
             "(the fold_params stage)",
+    PINNED: "expected: the case keeps this module in another layout; budget the transforms at "
+            "its borders",
 }
+#: Ops that take whatever layout their input has: a transform after one of them was caused
+#: further up, so attribution walks past them to the op that decided the layout.
+_FOLLOWERS = frozenset({
+    "relax.nn.relu", "relax.add", "relax.subtract", "relax.multiply", "relax.divide",
+    "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu", "relax.clip",
+    "relax.nn.leakyrelu", "relax.exp", "relax.sqrt", "relax.negative",
+})
 
 
 @dataclass(frozen=True)
@@ -144,8 +154,12 @@ def _users(bindings: Iterable[Any]) -> dict[Any, list[Any]]:
     return users
 
 
-def annotate_transforms(mod: Any, sources: dict[str, str], own_permutes: set[str]) -> Any:
-    """Return `mod` with every transform call in main carrying its `Attribution` in its span."""
+def annotate_transforms(mod: Any, sources: dict[str, str], own_permutes: set[str],
+                        pinned_modules: Iterable[str] = ()) -> Any:
+    """Return `mod` with every transform call in main carrying its `Attribution` in its span.
+
+    `pinned_modules` are the nn.Module paths the case keeps in another layout on purpose.
+    """
     import tvm
     from tvm import ir, relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -159,6 +173,7 @@ def annotate_transforms(mod: Any, sources: dict[str, str], own_permutes: set[str
     derived = _const_derived(func, _weight_params(func))
     users = _users(bindings)
     producer = {b.var: b for b in bindings}
+    pinned = set(pinned_modules)
     outputs = _output_vars(func.body.body, producer)
 
     def op_of(b: Any) -> str | None:
@@ -187,11 +202,16 @@ def annotate_transforms(mod: Any, sources: dict[str, str], own_permutes: set[str
             culprit = None
             if axes == _TO_NHWC and isinstance(x, relax.Var) and x in producer:
                 culprit = producer[x]
+                while op_of(culprit) in _FOLLOWERS and culprit.value.args and isinstance(
+                        culprit.value.args[0], relax.Var) and culprit.value.args[0] in producer:
+                    culprit = producer[culprit.value.args[0]]
             else:
                 culprit = next(iter(users.get(b.var, [])), None)
             if culprit is not None:
-                att = Attribution(NO_LAYOUT_RULE, op_of(culprit),
-                                  sources.get(culprit.var.name))
+                src = sources.get(culprit.var.name)
+                module = src.rsplit(" (", 1)[0] if src else None
+                reason = PINNED if module in pinned else NO_LAYOUT_RULE
+                att = Attribution(reason, op_of(culprit), src)
             else:
                 att = Attribution(NO_LAYOUT_RULE, None, sources.get(name))
         attributions[b.var] = att

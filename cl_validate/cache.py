@@ -107,6 +107,7 @@ def key(case: CaseSpec, target: str, weights: str, numerics: bool, target_desc: 
         "inputs": inputs,
         "outputs": [o.layout for o in case.outputs],
         "layout": {k: list(v) for k, v in sorted(case.layout.items())},
+        "layout_overrides": {k: list(v) for k, v in sorted(case.layout_overrides.items())},
         "pipeline": case.pipeline,
         "pipeline_source": _module_source(case.pipeline.partition(":")[0])
         if ":" in case.pipeline else "",

@@ -20,6 +20,8 @@ def expected_layouts(case: CaseSpec, op: OpLayout) -> dict[str, str]:
     """What the case declares for `op`: its own [layout] entry, else the declared data layout
     of the same rank (pooling, resize, … follow the convolutions' layout)."""
     declared = case.layout.get(op.op)
+    if op.module is not None and op.module in case.layout_overrides:
+        declared = case.layout_overrides[op.module]
     if declared:
         exp = {"data_layout": declared[0]}
         if len(declared) > 1 and "kernel_layout" in op.layouts:

@@ -276,7 +276,8 @@ def standard_stages(ctx: PipelineContext, *, layout: Sequence[Stage]) -> list[St
     def legalize(mod: tvm.IRModule) -> tvm.IRModule:
         from cl_validate.attribution import annotate_transforms
 
-        mod = annotate_transforms(mod, ctx.sources, ctx.own_permutes)
+        mod = annotate_transforms(mod, ctx.sources, ctx.own_permutes,
+                                  ctx.case.layout_overrides)
         with target:
             return tvm.transform.Sequential([
                 relax.backend.DispatchSampling(),
@@ -311,10 +312,29 @@ def standard_stages(ctx: PipelineContext, *, layout: Sequence[Stage]) -> list[St
 
 
 def _convert_layout(ctx: PipelineContext) -> Stage:
+    """ConvertLayout to the case's [layout]; [layout_overrides] pins single modules' ops.
+
+    An override is matched through the op's weight parameter, which the importer names after
+    the module (``layer1.0.conv1`` → ``p_layer1_0_conv1_weight``).
+    """
     from tvm import relax
 
     desired = {op: list(lay) for op, lay in ctx.case.layout.items()}
-    return Stage("convert_layout", relax.transform.ConvertLayout(desired))
+    overrides = ctx.case.layout_overrides
+    if not overrides:
+        return Stage("convert_layout", relax.transform.ConvertLayout(desired))
+    by_weight = {f"p_{path.replace('.', '_')}_weight": list(lay)
+                 for path, lay in overrides.items()}
+
+    def layout_cb(call: Any) -> dict[str, list[str]]:
+        op = getattr(call.op, "name", None)
+        if op in desired and len(call.args) > 1 and isinstance(call.args[1], relax.Var):
+            pinned = by_weight.get(call.args[1].name)
+            if pinned is not None:
+                return {**desired, op: pinned}
+        return desired
+
+    return Stage("convert_layout", relax.transform.ConvertLayout(desired, layout_cb))
 
 
 @register_pipeline("nhwc-plain")

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cl_validate import checks
-from cl_validate.errors import DeviceUnavailableError
-from cl_validate.spec import CaseSpec
+from cl_validate.errors import CaseFileError, DeviceUnavailableError
+from cl_validate.spec import CaseSpec, display_path
 from cl_validate.verdict import CHECKS, CaseResult, CheckResult, Status
 
 if TYPE_CHECKING:
@@ -67,7 +67,20 @@ def preflight(cases: Sequence[CaseSpec], options: RunOptions) -> dict[str, str]:
     digests: dict[str, str] = {}
     for case in cases:
         resolve_pipeline(case)
-        digests[case.name] = weights_digest(build_model(case))
+        model = build_model(case)
+        modules = dict(model.named_modules())
+        for path in case.layout_overrides:
+            if path not in modules:
+                import difflib
+
+                close = difflib.get_close_matches(path, list(modules), n=1)
+                raise CaseFileError(
+                    f"[layout_overrides] names '{path}', which is not a module of the model",
+                    file=display_path(case.path), line=case.line_of("layout_overrides", path),
+                    hint=f"did you mean '{close[0]}'?" if close else "use a path from "
+                    "model.named_modules(), e.g. 'layer1.0.conv1'")
+        digests[case.name] = weights_digest(model)
+        del model, modules
         for target in selected_targets(case, options):
             load_baseline(case, target)  # a hand-edited baseline that does not parse: exit 2
     return digests
@@ -163,7 +176,7 @@ def measure_case(case: CaseSpec, model: Any, options: RunOptions,
         m.kernels = analysis.kernel_list(compiled)
         m.stage_counts = analysis.stage_counts(compiled, m.kernels)
         m.op_layouts = analysis.op_layouts(
-            compiled.stage(analysis.op_level_stage(compiled)).mod)
+            compiled.stage(analysis.op_level_stage(compiled)).mod, front.sources)
         m.compile_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
         if options.static_only:

@@ -110,6 +110,8 @@ class CaseSpec:
     lines: dict[tuple[str, ...], int]
     timeout: float = DEFAULT_TIMEOUT_S
     max_memory_mb: int = DEFAULT_MAX_MEMORY_MB
+    #: nn.Module path → layouts for that module's op, overriding [layout] (mixed layouts)
+    layout_overrides: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     # -- per-target views -------------------------------------------------------------------
     def budget_for(self, target: str) -> Budget:
@@ -222,6 +224,7 @@ def _bracket_delta(s: str) -> int:
 _TOP_KEYS = (
     "name", "model", "description", "targets", "pipeline", "seed", "inputs", "outputs",
     "layout", "budget", "tolerance", "targets_override", "timeout", "max_memory_mb",
+    "layout_overrides",
 )
 _INPUT_KEYS = ("name", "shape", "dtype", "layout", "range")
 _OUTPUT_KEYS = ("name", "layout", "tolerance", "targets_override")
@@ -455,21 +458,8 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any]) -> Case
     inputs = _inputs(v, data.get("inputs"))
     outputs = _outputs(v, data.get("outputs", []))
 
-    layout_raw = v.table(data.get("layout", {}), ("layout",), "[layout]")
-    layout: dict[str, tuple[str, ...]] = {}
-    for op, lay in layout_raw.items():
-        if not op.startswith("relax.") or not _NAME_RE.match(op):
-            raise v.fail(("layout", op), f"[layout] key '{op}' is not a Relax op name",
-                         "e.g. \"relax.nn.conv2d\" = [\"NHWC\", \"OHWI\"]")
-        if isinstance(lay, str):
-            lay = [lay]
-        if not isinstance(lay, list) or not lay or not all(isinstance(s, str) for s in lay):
-            raise v.fail(("layout", op), f"[layout] '{op}' must be an array of layout strings")
-        for s in lay:
-            if not _LAYOUT_STR_RE.match(s) or s == "default":
-                raise v.fail(("layout", op), f"'{s}' is not a layout string",
-                             "name the layout, e.g. \"NHWC\" (TVM 0.27 rejects \"default\")")
-        layout[op] = tuple(lay)
+    layout = _layouts(v, data.get("layout", {}), "layout")
+    layout_overrides = _layouts(v, data.get("layout_overrides", {}), "layout_overrides")
 
     b = v.budget(data.get("budget", {}), ("budget",))
     budget = Budget(
@@ -505,8 +495,32 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any]) -> Case
         name=name, path=path, model=model, description=description, targets=tuple(targets),
         inputs=inputs, outputs=outputs, layout=layout, pipeline=pipeline, seed=seed,
         budget=budget, tolerance=tolerance, overrides=overrides, lines=v.lines,
-        timeout=timeout, max_memory_mb=max_memory_mb,
+        timeout=timeout, max_memory_mb=max_memory_mb, layout_overrides=layout_overrides,
     )
+
+
+def _layouts(v: _Validator, raw: Any, table: str) -> dict[str, tuple[str, ...]]:
+    """[layout] (Relax op → layouts) or [layout_overrides] (nn.Module path → layouts)."""
+    tab = v.table(raw, (table,), f"[{table}]")
+    out: dict[str, tuple[str, ...]] = {}
+    for key, lay in tab.items():
+        if table == "layout" and (not key.startswith("relax.") or not _NAME_RE.match(key)):
+            raise v.fail((table, key), f"[layout] key '{key}' is not a Relax op name",
+                         "e.g. \"relax.nn.conv2d\" = [\"NHWC\", \"OHWI\"]")
+        if table == "layout_overrides" and not re.match(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$",
+                                                        key):
+            raise v.fail((table, key), f"[layout_overrides] key '{key}' is not an nn.Module path",
+                         "e.g. \"layer1.0.conv1\" = [\"NCHW\", \"OIHW\"]")
+        if isinstance(lay, str):
+            lay = [lay]
+        if not isinstance(lay, list) or not lay or not all(isinstance(s, str) for s in lay):
+            raise v.fail((table, key), f"[{table}] '{key}' must be an array of layout strings")
+        for s in lay:
+            if not _LAYOUT_STR_RE.match(s) or s == "default":
+                raise v.fail((table, key), f"'{s}' is not a layout string",
+                             "name the layout, e.g. \"NHWC\" (TVM 0.27 rejects \"default\")")
+        out[key] = tuple(lay)
+    return out
 
 
 def _inputs(v: _Validator, raw: Any) -> tuple[InputSpec, ...]:

@@ -1,0 +1,54 @@
+"""[layout_overrides]: a module kept in another layout on purpose, checked and attributed."""
+
+from __future__ import annotations
+
+import pytest
+
+from cl_validate import analysis, numerics
+from cl_validate.attribution import PINNED
+from cl_validate.checks import check_layout
+from cl_validate.errors import CaseFileError
+from cl_validate.factory import build_model
+from cl_validate.pipeline import compile_case, export_and_import
+from cl_validate.runner import RunOptions, preflight
+from cl_validate.spec import load_case
+from cl_validate.verdict import Status
+
+CASE = """
+model = "tiny_models:conv_relu"
+[[inputs]]
+name = "x"
+shape = [1, 3, 16, 16]
+[layout]
+"relax.nn.conv2d" = ["NHWC", "OHWI"]
+[layout_overrides]
+{override}
+"""
+
+
+def test_unknown_module_is_a_case_file_error_before_compiling(write_case):
+    case = load_case(write_case(CASE.format(override='"conv9" = ["NCHW", "OIHW"]')))
+    with pytest.raises(CaseFileError) as info:
+        preflight([case], RunOptions())
+    assert info.value.line == 8 and "did you mean 'conv1'" in str(info.value)
+
+
+def test_bad_module_path_is_rejected_by_the_loader(write_case):
+    with pytest.raises(CaseFileError, match="not an nn.Module path"):
+        load_case(write_case(CASE.format(override='"conv 1" = ["NCHW"]')))
+
+
+@pytest.mark.compile
+def test_pinned_module_stays_nchw_and_its_border_transforms_are_attributed(write_case):
+    case = load_case(write_case(CASE.format(override='"conv2" = ["NCHW", "OIHW"]')))
+    tensors = numerics.torch_inputs(case, numerics.make_inputs(case))
+    front = export_and_import(build_model(case), case, tensors)
+    compiled = compile_case(front, case, "llvm", build=False)
+    ops = analysis.op_layouts(compiled.stage(analysis.op_level_stage(compiled)).mod,
+                              front.sources)
+    convs = {op.module: op.layouts["data_layout"] for op in ops if op.op == "relax.nn.conv2d"}
+    assert convs == {"conv1": "NHWC", "conv2": "NCHW"}
+    assert check_layout(case, "llvm", ops).status is Status.PASSED
+    pinned = [t for t in analysis.kernel_list(compiled).transforms
+              if t.attribution and t.attribution.reason == PINNED]
+    assert pinned and all("conv2" in (t.attribution.source or "") for t in pinned)
