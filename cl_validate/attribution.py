@@ -40,7 +40,7 @@ NEXT_STEP = {
 #: further up, so attribution walks past them to the op that decided the layout.
 _FOLLOWERS = frozenset({
     "relax.nn.relu", "relax.add", "relax.subtract", "relax.multiply", "relax.divide",
-    "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu", "relax.clip",
+    "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu",
     "relax.nn.leakyrelu", "relax.exp", "relax.sqrt", "relax.negative",
 })
 
@@ -203,7 +203,8 @@ def annotate_transforms(mod: Any, sources: dict[str, str], own_permutes: set[str
             if axes == _TO_NHWC and isinstance(x, relax.Var) and x in producer:
                 culprit = producer[x]
                 while op_of(culprit) in _FOLLOWERS and culprit.value.args and isinstance(
-                        culprit.value.args[0], relax.Var) and culprit.value.args[0] in producer:
+                        culprit.value.args[0], relax.Var) and culprit.value.args[0] in producer \
+                        and op_of(producer[culprit.value.args[0]]) not in TRANSFORM_OPS:
                     culprit = producer[culprit.value.args[0]]
             else:
                 culprit = next(iter(users.get(b.var, [])), None)

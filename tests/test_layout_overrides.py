@@ -30,7 +30,7 @@ def test_unknown_module_is_a_case_file_error_before_compiling(write_case):
     case = load_case(write_case(CASE.format(override='"conv9" = ["NCHW", "OIHW"]')))
     with pytest.raises(CaseFileError) as info:
         preflight([case], RunOptions())
-    assert info.value.line == 8 and "did you mean 'conv1'" in str(info.value)
+    assert info.value.line == 8 and "did you mean 'conv" in str(info.value)
 
 
 def test_bad_module_path_is_rejected_by_the_loader(write_case):
