@@ -201,6 +201,7 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
     from cl_validate.attribution import sources_by_binding
+    from cl_validate.converters import custom_convert_map
     from cl_validate.errors import ClValidateError
 
     wrapped = channels_last_wrapper(model, case)
@@ -220,7 +221,7 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
         # FX nodes to Relax bindings: that is how transforms are traced back to PyTorch code.
         importer = ExportedProgramImporter()
         mod = importer.from_exported_program(exported.run_decompositions(), True, True, False,
-                                             None)
+                                             custom_convert_map())
         sources = sources_by_binding(mod, importer.env)
         mod, params = relax.frontend.detach_params(mod)
     except ClValidateError:
