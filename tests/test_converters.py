@@ -1,0 +1,57 @@
+"""QDQ int8 through the real pipeline: real int8 tensors in the IR, numerics within a step."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from cl_validate.factory import build_model
+from cl_validate.runner import RunOptions, run_case
+from cl_validate.spec import load_case
+from cl_validate.verdict import Status
+
+pytestmark = pytest.mark.compile
+ZOO = Path(__file__).parents[1] / "model_cases"
+
+CASE = """
+model = "zoo.qdq:qdq_conv"
+targets = ["llvm"]
+[[inputs]]
+name = "x"
+shape = [1, 3, 32, 32]
+[layout]
+"relax.nn.conv2d" = ["NHWC", "OHWI"]
+[budget]
+layout_transforms = 2
+[tolerance]
+rtol = 0.0
+atol = 0.0626
+"""
+
+
+def test_qdq_conv_imports_int8_and_matches_torch_within_one_step(write_case):
+    if str(ZOO) not in sys.path:
+        sys.path.insert(0, str(ZOO))
+    case = load_case(write_case(CASE))
+    (result,) = run_case(case, build_model(case), RunOptions(isolate=False))
+    assert result.check("numerics").status is Status.PASSED, result.check("numerics").message
+    assert result.check("layout").status is Status.PASSED
+    assert result.kernels is not None
+    names = " ".join(k.name for k in result.kernels)
+    assert "quantize" in names and "dequantize" in names and "conv2d" in names
+    assert not result.kernels.weight_transforms  # the int8 weight's layout change folded
+
+
+def test_qdq_ir_holds_int8_tensors(write_case):
+    from cl_validate import numerics
+    from cl_validate.pipeline import export_and_import
+
+    if str(ZOO) not in sys.path:
+        sys.path.insert(0, str(ZOO))
+    case = load_case(write_case(CASE))
+    front = export_and_import(build_model(case), case,
+                              numerics.torch_inputs(case, numerics.make_inputs(case)))
+    text = front.mod.script(show_meta=False)
+    assert 'dtype="int8"' in text and "R.quantize(" in text and "R.dequantize(" in text
