@@ -1,0 +1,71 @@
+"""Fixtures for the layout cleanup pass tests: the real torch.export -> Relax -> ConvertLayout
+front end, a count of run-time permutes, and an llvm build to compare numerics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
+
+
+@dataclass
+class Imported:
+    """A torch model after import and ConvertLayout, weights still parameters of ``main``."""
+
+    converted: Any  # tvm.IRModule after ConvertLayout
+    params: list[Any]  # tvm.runtime.Tensor per weight parameter, in order
+    example: np.ndarray
+
+    def bound(self, mod: Any) -> Any:
+        """``mod`` with the weights bound as constants (as a pipeline does after layout)."""
+        from tvm import relax
+
+        names = [p.name for p in mod["main"].params[1:]]
+        return relax.transform.BindParams("main", dict(zip(names, self.params, strict=True)))(
+            mod)
+
+
+@pytest.fixture(scope="session")
+def import_nhwc() -> Callable[..., Imported]:
+    """Export a torch module, import it keeping weights as inputs, convert conv2d to NHWC."""
+
+    def run(model: Any, shape: tuple[int, ...] = (1, 3, 16, 16)) -> Imported:
+        import torch
+        from tvm import relax
+        from tvm.relax.frontend.torch import from_exported_program
+
+        torch.manual_seed(0)
+        example = torch.randn(*shape)
+        with torch.no_grad():
+            exported = torch.export.export(model.eval(), (example,))
+        mod = from_exported_program(exported, keep_params_as_input=True,
+                                    unwrap_unit_return_tuple=True)
+        mod, params = relax.frontend.detach_params(mod)
+        converted = relax.transform.ConvertLayout(NHWC)(mod)
+        return Imported(converted, list(params.get("main", [])), example.numpy())
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def run_llvm() -> Callable[..., list[np.ndarray]]:
+    """Legalize, build for llvm and run ``main`` (inputs first, then any weights)."""
+
+    def run(mod: Any, *args: Any) -> list[np.ndarray]:
+        import tvm
+        from tvm import relax
+
+        ex = tvm.compile(relax.transform.LegalizeOps()(mod),
+                         target=tvm.target.Target({"kind": "llvm"}))
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        inputs = [tvm.runtime.tensor(a) if isinstance(a, np.ndarray) else a for a in args]
+        out = vm["main"](*inputs)
+        outs = list(out) if not hasattr(out, "numpy") else [out]
+        return [o.numpy() for o in outs]
+
+    return run

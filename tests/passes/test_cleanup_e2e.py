@@ -1,0 +1,138 @@
+"""End to end on small real torch models: export -> import -> ConvertLayout -> cleanup passes.
+
+One model per technique. Each checks the run-time permute count before and after, and that the
+compiled module computes exactly (bit for bit) what it computes without the passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from torch import nn
+from torch.nn import functional as F
+
+from cl_validate.passes import cleanup_passes
+from cl_validate.passes._util import (
+    bindings,
+    count_permutes,
+    moves_only_unit_axes,
+    permute_axes,
+    static_shape,
+)
+
+pytestmark = pytest.mark.compile
+
+
+class MobileBlock(nn.Module):
+    """MobileNetV2 inverted residual with ReLU6 (R.clip: no layout rule) around it."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, padding=1), nn.ReLU6())
+        self.expand = nn.Sequential(nn.Conv2d(c, 2 * c, 1), nn.BatchNorm2d(2 * c), nn.ReLU6())
+        self.dw = nn.Sequential(nn.Conv2d(2 * c, 2 * c, 3, padding=1, groups=2 * c), nn.ReLU6())
+        self.project = nn.Conv2d(2 * c, c, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.stem(x)
+        return y + self.project(self.dw(self.expand(y)))
+
+
+class HardSwishSE(nn.Module):
+    """MobileNetV3 style: Hardswish, squeeze-excite gate with Hardsigmoid, Mish, concat."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, c, 3, padding=1)
+        self.reduce, self.expand = nn.Conv2d(c, 4, 1), nn.Conv2d(4, c, 1)
+        self.out = nn.Conv2d(2 * c, c, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.hardswish(self.conv(x))
+        gate = F.hardsigmoid(self.expand(F.relu(self.reduce(y.mean((2, 3), keepdim=True)))))
+        return self.out(torch.cat([y * gate, F.mish(y)], 1))
+
+
+class Shuffles(nn.Module):
+    """PixelShuffle and a ShuffleNet channel shuffle: reshape/transpose chains in NCHW."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, c, 1)
+        self.mid = nn.Conv2d(c, c, 1)
+        self.up = nn.PixelShuffle(2)
+        self.out = nn.Conv2d(c // 4, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        n, c, h, w = y.shape
+        y = y.reshape(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
+        return self.out(self.up(self.mid(y)))
+
+
+class Classifier(nn.Module):
+    """Global pool + flatten + linear: the pooled (1, 1, 1, C) value goes back to NCHW before
+    the flatten, a permute that only moves size-1 axes."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, c, 3, padding=1)
+        self.fc = nn.Linear(c, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.adaptive_avg_pool2d(F.relu(self.conv(x)), 1)
+        return self.fc(torch.flatten(y, 1))
+
+
+def _cleanup(mod: tvm.IRModule) -> tvm.IRModule:
+    out = tvm.transform.Sequential(cleanup_passes())(mod)
+    tvm.relax.analysis.well_formed(out)
+    return out
+
+
+def _exact(run_llvm: Callable[..., list[np.ndarray]], a: tvm.IRModule, b: tvm.IRModule,
+           *args: Any) -> None:
+    for x, y in zip(run_llvm(a, *args), run_llvm(b, *args), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize(("model", "before", "after"), [
+    pytest.param(MobileBlock, 8, 2, id="relu6-mobilenet-block"),
+    pytest.param(HardSwishSE, 10, 2, id="hardswish-se-mish-concat"),
+    pytest.param(Shuffles, 8, 4, id="pixel-and-channel-shuffle"),
+])
+def test_transforms_left_are_the_boundary(import_nhwc: Any, run_llvm: Any, model: type,
+                                          before: int, after: int) -> None:
+    """Input and output permutes remain (the model is NCHW in and out); each shuffle keeps
+    the one transpose that is the shuffle itself."""
+    imp = import_nhwc(model())
+    cleaned = _cleanup(imp.converted)
+    assert count_permutes(imp.converted) == before
+    assert count_permutes(cleaned) == after
+    _exact(run_llvm, imp.converted, cleaned, imp.example, *imp.params)
+
+
+def test_bound_weights(import_nhwc: Any, run_llvm: Any) -> None:
+    """Weights already bound as constants: the same result, the same count."""
+    imp = import_nhwc(HardSwishSE())
+    bound = imp.bound(imp.converted)
+    cleaned = _cleanup(bound)
+    assert (count_permutes(bound), count_permutes(cleaned)) == (10, 2)
+    _exact(run_llvm, bound, cleaned, imp.example)
+
+
+def test_size1_permute_becomes_reshape(import_nhwc: Any, run_llvm: Any) -> None:
+    imp = import_nhwc(Classifier())
+    cleaned = _cleanup(imp.converted)
+    assert count_permutes(imp.converted) == 2  # input, and the pooled (1, 1, 1, 8)
+    assert count_permutes(cleaned) == 1  # input only
+    for b in bindings(cleaned["main"]):  # every permute left (weights too) moves data
+        axes = permute_axes(b.value)
+        if axes is not None:
+            assert not moves_only_unit_axes(static_shape(b.value.args[0]), axes)
+    _exact(run_llvm, imp.converted, cleaned, imp.example, *imp.params)
