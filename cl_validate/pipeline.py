@@ -346,22 +346,13 @@ def nhwc_plain(ctx: PipelineContext) -> list[Stage]:
 
 @register_pipeline("nhwc")
 def nhwc(ctx: PipelineContext) -> list[Stage]:
-    """ConvertLayout followed by our cleanup passes (cl_validate.passes), when available."""
-    layout = [_convert_layout(ctx)]
-    cleanup = _cleanup_stage()
-    if cleanup is not None:
-        layout.append(cleanup)
-    return standard_stages(ctx, layout=layout)
-
-
-def _cleanup_stage() -> Stage | None:
+    """ConvertLayout followed by our cleanup passes (cl_validate.passes)."""
     import tvm
 
-    try:
-        from cl_validate.passes import cleanup_passes
-    except ImportError:
-        return None
-    return Stage("cleanup", tvm.transform.Sequential(list(cleanup_passes())))
+    from cl_validate.passes import cleanup_passes
+
+    cleanup = Stage("cleanup", tvm.transform.Sequential(list(cleanup_passes())))
+    return standard_stages(ctx, layout=[_convert_layout(ctx), cleanup])
 
 
 # --------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ def test_unknown_module_is_a_case_file_error_before_compiling(write_case):
 
 
 def test_bad_module_path_is_rejected_by_the_loader(write_case):
-    with pytest.raises(CaseFileError, match="not an nn.Module path"):
+    with pytest.raises(CaseFileError, match=r"not an nn\.Module path"):
         load_case(write_case(CASE.format(override='"conv 1" = ["NCHW"]')))
 
 

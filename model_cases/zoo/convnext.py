@@ -91,3 +91,10 @@ def convnext_stage(
     branch is ~1e-6 of the residual, so a numerics check could not see a broken block.
     """
     return finalize(ConvNeXt(num_classes, depths, dims, layer_scale_init))
+
+
+def convnext_t_short() -> nn.Module:
+    """ConvNeXt-T widths with one block per stage (plus a third in stage 3): every layout
+    feature of the full model — patchify stem, the blocks' own NCHW↔NHWC permutes around
+    LayerNorm + Linear, downsampling LayerNorms — at a fraction of the compile time."""
+    return convnext_stage(depths=(1, 1, 3, 1))

@@ -1,0 +1,123 @@
+"""cl_validate's own cost on top of TVM, for one case: wall time and peak memory.
+
+Runs, alternately and each in a fresh process (so both pay the same imports and cold
+caches), (a) ``cl-validate run CASE --target llvm`` and (b) the shortest raw TVM script that
+does the same work: torch.export, Relax import, ConvertLayout, bind + fold the weights, legalize
++ fuse + build, one run, compare with PyTorch. Prints each run, the median wall-time ratio
+(a / b) and peak RSS. Ratios are taken within one invocation: this machine is shared and noisy.
+
+    python benchmarks/overhead.py model_cases/resnet50.toml --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+RAW = textwrap.dedent('''
+    import sys, warnings
+    warnings.filterwarnings("ignore")
+    import numpy as np, torch, tvm
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+    sys.path[:0] = [{case_dir!r}, {cwd!r}]
+    import importlib
+    mod_name, _, attr = {model!r}.partition(":")
+    factory = getattr(importlib.import_module(mod_name), attr)
+    torch.manual_seed(0)
+    model = factory().eval()
+    x = np.random.default_rng(0).uniform(-1, 1, size={shape!r}).astype("float32")
+    with torch.no_grad():
+        expected = model(torch.from_numpy(x)).numpy()
+        ep = torch.export.export(model, (torch.from_numpy(x),))
+    mod = from_exported_program(ep, keep_params_as_input=True, unwrap_unit_return_tuple=True)
+    mod, params = relax.frontend.detach_params(mod)
+    mod = relax.transform.ConvertLayout({layout!r})(mod)
+    main = mod["main"]
+    n = int(main.attrs["num_input"])
+    mod = relax.transform.BindParams("main", {{p.name: v for p, v in
+                                              zip(main.params[n:], params["main"])}})(mod)
+    mod = relax.transform.FoldConstant()(mod)
+    target = tvm.target.Target({{"kind": "llvm"}})
+    with target:
+        mod = tvm.transform.Sequential([
+            relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(), relax.transform.FuseOps(),
+            relax.transform.FuseTIR()])(mod)
+    ex = tvm.compile(mod, target=target)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(out, expected, rtol={rtol}, atol={atol})
+''')
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of one child process tree (largest process in it)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):
+        sys.exit(f"{' '.join(cmd)} failed ({code}):\n{err[-3000:]}")
+    return wall, usage.ru_maxrss / 1024.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("case", type=Path)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from cl_validate.spec import load_case
+
+    case = load_case(args.case)
+    if len(case.inputs) != 1 or case.inputs[0].layout:
+        sys.exit("this benchmark handles single-input NCHW cases")
+    tol = case.tolerance_for("llvm")[0]
+    script = RAW.format(case_dir=str(case.path.resolve().parent), cwd=os.getcwd(),
+                        model=case.model, shape=list(case.inputs[0].shape),
+                        layout={k: list(v) for k, v in case.layout.items()},
+                        rtol=tol.rtol, atol=tol.atol)
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(script)
+        raw_path = f.name
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    ours_cmd = [sys.executable, "-m", "cl_validate", "run", str(args.case), "--target", "llvm",
+                "--no-cache"] if "--no-cache" in _run_help() else [
+        sys.executable, "-m", "cl_validate", "run", str(args.case), "--target", "llvm"]
+    raw_cmd = [sys.executable, raw_path]
+    ours, raw = [], []
+    print(f"case {case.name}: cl_validate vs raw TVM, {args.repeat} alternating runs each")
+    for i in range(args.repeat):
+        for name, cmd, acc in (("cl_validate", ours_cmd, ours), ("raw TVM", raw_cmd, raw)):
+            wall, peak = _run(cmd, env)
+            acc.append((wall, peak))
+            print(f"  run {i + 1} {name:<11} {wall:7.2f} s   peak RSS {peak:7.0f} MB")
+    Path(raw_path).unlink()
+    o = statistics.median(w for w, _ in ours)
+    r = statistics.median(w for w, _ in raw)
+    print(f"median wall: cl_validate {o:.2f} s, raw TVM {r:.2f} s, ratio {o / r:.3f}")
+    print(f"peak RSS (largest process, max over runs): cl_validate "
+          f"{max(p for _, p in ours):.0f} MB, raw TVM {max(p for _, p in raw):.0f} MB")
+
+
+def _run_help() -> str:
+    out = subprocess.run([sys.executable, "-m", "cl_validate", "run", "--help"],
+                         capture_output=True, text=True)
+    return out.stdout
+
+
+if __name__ == "__main__":
+    main()
