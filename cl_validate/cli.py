@@ -112,7 +112,6 @@ def _cmd_run(args: argparse.Namespace) -> ExitCode:
     if total == 0:
         raise UsageError("no case runs on the selected targets",
                          hint="check the cases' targets = [...] against --target")
-    digests = preflight(cases, options)
     results: list[CaseResult] = []
 
     def on_result(r: CaseResult) -> None:
@@ -121,13 +120,22 @@ def _cmd_run(args: argparse.Namespace) -> ExitCode:
 
     cache = Cache(options.cache_dir) if options.cache_dir else None
     interrupted: str | None = None
+    pool = None
+    if options.isolate:  # workers import torch and TVM while this process validates the cases
+        from cl_validate.workers import WorkerPool
+
+        pool = WorkerPool(options)
+        pool.prestart(len(cases))
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        run_suite(cases, options, on_result, cache=cache, digests=digests)
+        digests = preflight(cases, options)
+        run_suite(cases, options, on_result, cache=cache, digests=digests, pool=pool)
     except KeyboardInterrupt as exc:
         interrupted = str(exc) or "SIGINT"
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if pool is not None:
+            pool.shutdown()
     if interrupted:
         results.extend(_not_run(cases, options, results, interrupted))
     order = {c.name: i for i, c in enumerate(cases)}

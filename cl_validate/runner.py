@@ -20,6 +20,7 @@ from cl_validate.verdict import CHECKS, CaseResult, CheckResult, Status
 if TYPE_CHECKING:
     from cl_validate.analysis import KernelList, OpLayout, StageCount
     from cl_validate.cache import Cache
+    from cl_validate.workers import WorkerPool
 
 
 @dataclass(frozen=True)
@@ -276,7 +277,7 @@ def run_in_process(cases: Iterable[CaseSpec], options: RunOptions,
 
 def run_suite(cases: Sequence[CaseSpec], options: RunOptions,
               on_result: Callable[[CaseResult], None], *, cache: Cache | None = None,
-              digests: dict[str, str] | None = None) -> None:
+              digests: dict[str, str] | None = None, pool: WorkerPool | None = None) -> None:
     """Judge every case × target: from the cache where the measurement is known, else by
     measuring (in worker processes unless `options.isolate` is off) and storing the result."""
     from cl_validate import cache as cache_mod
@@ -313,8 +314,11 @@ def run_suite(cases: Sequence[CaseSpec], options: RunOptions,
     if options.isolate:
         from cl_validate.workers import WorkerPool
 
-        with WorkerPool(options) as pool:
+        if pool is not None:
             pool.run(todo, on_result, on_measurement=measured)
+        else:
+            with WorkerPool(options) as own:
+                own.run(todo, on_result, on_measurement=measured)
     else:
         for case in todo:
             measure_case(case, build_model(case), options,

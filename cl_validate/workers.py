@@ -120,6 +120,19 @@ class WorkerPool:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
+    def prestart(self, n: int) -> None:
+        """Start up to `n` workers now, so their torch/TVM imports overlap the caller's own
+        work (validating every case before the first compile)."""
+        self._plan(n)
+        while len(self._workers) < min(n, self.jobs):
+            self._spawn()
+
+    def _plan(self, n_cases: int) -> None:
+        """Spread the cores over the workers that will actually run: one case gets them all."""
+        if not self._workers:
+            busy = max(1, min(self.jobs, n_cases))
+            self._threads = max(1, (os.cpu_count() or 1) // busy)
+
     def _spawn(self) -> _Worker:
         self._spawned += 1
         log = Path(self._logdir.name) / f"worker{self._spawned}.log"
@@ -163,6 +176,7 @@ class WorkerPool:
         from cl_validate.runner import judge
 
         queue = deque(c for c in cases if selected_targets(c, self.options))
+        self._plan(len(queue))
         results: list[CaseResult] = []
 
         def emit(r: CaseResult) -> None:
