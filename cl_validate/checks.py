@@ -92,15 +92,17 @@ def budget_source(case: CaseSpec, target: str, key: str) -> str:
 
 
 def _budget_verdict(case: CaseSpec, target: str, key: str, measured_n: int, budget: int,
-                    line: int | None, stale: str, body: str, measured: dict[str, str]
-                    ) -> CheckResult:
+                    line: int | None, stale: str, body: str, measured: dict[str, str],
+                    next_step: str = "") -> CheckResult:
     """Over budget fails; under budget is a stale budget (the ratchet): fails, or passes with
     a warning when the project sets ``stale_budget = "warn"``; exactly on budget passes."""
     source = budget_source(case, target, key)
     measured["budget_source"] = source
     body = f"budget {budget} ({source})" + (f"\n{body}" if body else "")
     if measured_n > budget:
-        return CheckResult(key, Status.FAILED, f"{key} {measured_n} > budget {budget} ({target})",
+        nxt = f" — next: {next_step}" if next_step else ""
+        return CheckResult(key, Status.FAILED,
+                           f"{key} {measured_n} > budget {budget} ({target}){nxt}",
                            kind="BudgetExceeded", line=line, body=body, measured=measured)
     if measured_n < budget:
         measured["stale"] = "true"
@@ -133,7 +135,36 @@ def check_layout_transforms(case: CaseSpec, target: str, kernels: KernelList,
             kind="WeightTransform", line=budget.layout_transforms_line, body=body,
             measured=measured)
     return _budget_verdict(case, target, "layout_transforms", runtime, budget.layout_transforms,
-                           budget.layout_transforms_line, stale, body, measured)
+                           budget.layout_transforms_line, stale, body, measured,
+                           _transform_next_step(case, target, kernels))
+
+
+def _transform_next_step(case: CaseSpec, target: str, kernels: KernelList) -> str:
+    """The most useful thing to do about the runtime transforms: an op that needs a layout
+    rule beats the model's own permutes, which beat the graph boundaries."""
+    from collections import Counter
+
+    from cl_validate.attribution import (
+        INPUT_BOUNDARY,
+        NO_LAYOUT_RULE,
+        OUTPUT_BOUNDARY,
+        OWN_PERMUTE,
+    )
+
+    atts = [t.attribution for t in kernels.runtime_transforms if t.attribution is not None]
+    rules = Counter(a.relax_op for a in atts if a.reason == NO_LAYOUT_RULE and a.relax_op)
+    if rules:
+        op, n = rules.most_common(1)[0]
+        where = next((a.source for a in atts if a.relax_op == op and a.source), None)
+        return f"give {op} a layout rule ({n} transform(s){f', e.g. {where}' if where else ''})"
+    own = [a for a in atts if a.reason == OWN_PERMUTE]
+    if own:
+        return f"the model permutes itself ({len(own)}x, e.g. {own[0].source or 'a permute'})"
+    if any(a.reason == INPUT_BOUNDARY for a in atts):
+        return 'declare the input layout = "NHWC" if callers can pass channels-last data'
+    if any(a.reason == OUTPUT_BOUNDARY for a in atts):
+        return 'declare [[outputs]] layout = "NHWC" if callers accept channels-last data'
+    return f"`cl-validate show {case.name} --target {target}` names each transform's source"
 
 
 def check_kernels(case: CaseSpec, target: str, kernels: KernelList, *, stale: str = "fail"
@@ -147,7 +178,9 @@ def check_kernels(case: CaseSpec, target: str, kernels: KernelList, *, stale: st
     measured["budget"] = str(budget.kernels)
     body = kernels.render() if n > budget.kernels else ""
     return _budget_verdict(case, target, "kernels", n, budget.kernels, budget.kernels_line,
-                           stale, body, measured)
+                           stale, body, measured,
+                           f"`cl-validate show {case.name} --target {target}` lists the kernels; "
+                           "a new or split one is a fusion that broke")
 
 
 def check_numerics(case: CaseSpec, target: str, stats: Sequence[ErrorStats]) -> CheckResult:

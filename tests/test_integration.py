@@ -140,7 +140,8 @@ def test_budget_failure_message_names_count_budget_and_line(suite_run):
     tc = _cases(xml, "llvm")[("over_budget", "layout_transforms")]
     (failure,) = tc.result
     assert isinstance(failure, Failure)
-    assert failure.message == "layout_transforms 2 > budget 1 (llvm)"
+    assert failure.message.startswith("layout_transforms 2 > budget 1 (llvm) — next: ")
+    assert 'declare the input layout = "NHWC"' in failure.message  # both are boundaries
     assert failure.type == "BudgetExceeded"
     text = Path(tc._elem.get("file")).read_text().splitlines()
     assert text[int(tc._elem.get("line")) - 1].strip() == "layout_transforms = 1"
