@@ -104,3 +104,23 @@ def test_console_script_entry_point_help():
     proc = subprocess.run([sys.executable, "-m", "cl_validate", "--help"], capture_output=True,
                           text=True)
     assert proc.returncode == 0 and "run" in proc.stdout and "show" in proc.stdout
+
+
+@pytest.mark.compile
+def test_show_diff_between_two_stages(capsys):
+    code, out, _ = _run(["show", str(DATA / "conv_relu.toml"), "--diff", "import",
+                         "convert_layout"], capsys)
+    assert code == ExitCode.OK
+    assert out.startswith("--- import\n+++ convert_layout")
+    assert "+" in out and "R.permute_dims" in out and 'data_layout="NHWC"' in out
+    code, out, _ = _run(["show", str(DATA / "conv_relu.toml"), "--diff", "fuse", "fuse"],
+                        capsys)
+    assert code == ExitCode.OK and "no difference between fuse and fuse" in out
+
+
+@pytest.mark.compile
+def test_show_names_each_transforms_source(capsys):
+    code, out, _ = _run(["show", str(DATA / "conv_relu.toml")], capsys)
+    assert code == ExitCode.OK
+    assert "graph input boundary, from input 'x'" in out
+    assert "graph output boundary, from conv2" in out
