@@ -91,9 +91,6 @@ class KernelList:
     def weight_transforms(self) -> list[Transform]:
         return [t for t in self.transforms if t.weight]
 
-    def names(self) -> list[str]:
-        return [k.name for k in self.kernels]
-
     def render(self, *, only_marked: bool = False) -> str:
         """Text table: one kernel per line, transforms marked with ``>>``."""
         lines = []

@@ -23,15 +23,15 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cl_validate.casefile import load_text_as_case, set_section, tidy, write_atomic
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.runner import RunOptions
-from cl_validate.spec import KNOWN_TARGETS, CaseSpec, display_path, load_case, load_cases
+from cl_validate.spec import KNOWN_TARGETS, CaseSpec, display_path, load_cases
 from cl_validate.verdict import CaseResult
 
 HELP = "tighten budgets to the measured counts, or record kernel-list baselines"
@@ -152,7 +152,7 @@ def _record(results: Sequence[CaseResult]) -> ExitCode:
         if old is not None:
             changes = baseline.compare(baseline.parse(old, shown), baseline.snapshot(r.kernels))
             what = f"updated ({baseline.summarize(changes) or 'comments only'})"
-        _write_atomic(path, text)
+        write_atomic(path, text)
         print(f"{what} {shown} ({len(r.kernels)} kernels)")
     if failed:
         print(f"cl-validate: {failed} case x target run(s) did not compile; no baseline written "
@@ -235,67 +235,15 @@ def plan(case: CaseSpec, measured: dict[str, dict[str, int]], *, allow_increase:
 # --------------------------------------------------------------------------------------------
 # tighten: write
 # --------------------------------------------------------------------------------------------
-def _inline(values: dict[str, Any]) -> Any:
-    """A ``{ key = value, ... }`` inline table in the house style (spaces inside braces)."""
-    import tomlkit
-
-    body = ", ".join(f"{k} = {tomlkit.item(v).as_string()}" for k, v in values.items())
-    return tomlkit.parse(f"budget = {{ {body} }}\n")["budget"]
-
-
-def _new_table(key: str, value: Any) -> Any:
-    """A ``[targets_override.<t>]`` table holding one key, followed by a blank line."""
-    import tomlkit
-
-    table = tomlkit.table()
-    table[key] = value
-    table.add(tomlkit.nl())
-    return table
-
-
 def rewrite(text: str, p: Plan) -> str:
     """The case file's text with `p` applied; comments and formatting elsewhere untouched."""
     import tomlkit
-    from tomlkit.items import InlineTable
 
     doc = tomlkit.parse(text)
     for table, values in p.writes.items():
-        if table is None:
-            if "budget" not in doc:
-                doc["budget"] = tomlkit.table()
-            for k, v in values.items():
-                doc["budget"][k] = v  # type: ignore[index]
-            continue
-        if "targets_override" not in doc:
-            doc["targets_override"] = tomlkit.table(is_super_table=True)
-        over: Any = doc["targets_override"]
-        if table not in over:
-            over[table] = _new_table("budget", _inline(values))
-        elif "budget" not in over[table]:
-            over[table]["budget"] = _inline(values)
-        elif isinstance(over[table]["budget"], InlineTable):
-            merged = {**over[table]["budget"].unwrap(), **values}
-            over[table]["budget"] = _inline(merged)  # keeps the line's trailing comment
-        else:  # a [targets_override.<t>.budget] table
-            for k, v in values.items():
-                over[table]["budget"][k] = v
+        literals = {k: tomlkit.item(v).as_string() for k, v in values.items()}
+        set_section(doc, "budget", table, literals)
     return tidy(text, tomlkit.dumps(doc))
-
-
-def tidy(old: str, new: str) -> str:
-    """No blank line left at the end of the file by a table added last."""
-    if new.endswith("\n\n") and not old.endswith("\n\n"):
-        new = new.rstrip("\n") + "\n"
-    return new
-
-
-def load_text_as_case(path: Path, text: str) -> CaseSpec:
-    """`text` loaded as the case file `path` would be (from a temporary copy with the same
-    name): a rewrite is checked to mean what was planned before the real file is replaced."""
-    with tempfile.TemporaryDirectory(prefix="cl_validate-check-") as tmp:
-        copy = Path(tmp) / path.name
-        copy.write_text(text, encoding="utf-8")
-        return load_case(copy)
 
 
 def _verify(path: Path, text: str, p: Plan) -> None:
@@ -308,20 +256,6 @@ def _verify(path: Path, text: str, p: Plan) -> None:
             if getattr(got, key) != value:
                 raise AssertionError(f"rewriting {path} would give {t} {key} "
                                      f"{getattr(got, key)}, not {value}")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        Path(tmp).write_text(text, encoding="utf-8")
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _tighten(cases: Sequence[CaseSpec], results: Sequence[CaseResult], *,
@@ -358,7 +292,7 @@ def _tighten(cases: Sequence[CaseSpec], results: Sequence[CaseResult], *,
                                          f"b/{shown}", n=0, lineterm=""):
             print(f"  {line}")
         if not dry_run:
-            _write_atomic(case.path, new)
+            write_atomic(case.path, new)
     verb = "would update" if dry_run else "updated"
     print(f"\nbudget tighten: {changed} file(s) {verb}, {exact} exact, {refused} increase(s) "
           f"refused, {len(broken)} not measured")

@@ -26,7 +26,6 @@ import argparse
 import difflib
 import math
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -237,22 +236,14 @@ def report(case: CaseSpec, target: str, obs: Observed, seeds: int, weight_seeds:
 # --------------------------------------------------------------------------------------------
 # --write
 # --------------------------------------------------------------------------------------------
-def _inline(values: dict[str, Any]) -> Any:
-    import tomlkit
-
-    body = ", ".join(f"{k} = {v}" for k, v in values.items())
-    return tomlkit.parse(f"tolerance = {{ {body} }}\n")["tolerance"]
-
-
 def write(case: CaseSpec, target: str, rtol: float, atol: float) -> None:
     """Write the tolerance where it applies to `target` (policy as for budgets): an existing
     ``[targets_override.<t>] tolerance`` in place; else ``[tolerance]`` when `target` is the
     case's first target, else a new override. Other targets that inherit ``[tolerance]`` are
     pinned at their old value in their own override: what was not measured does not change."""
     import tomlkit
-    from tomlkit.items import InlineTable
 
-    from cl_validate.budget import _new_table, _write_atomic, load_text_as_case, tidy
+    from cl_validate.casefile import load_text_as_case, set_section, tidy, write_atomic
 
     old_text = case.path.read_text(encoding="utf-8")
     doc = tomlkit.parse(old_text)
@@ -269,26 +260,7 @@ def write(case: CaseSpec, target: str, rtol: float, atol: float) -> None:
     else:
         writes[target] = values
     for table, vals in writes.items():
-        if table is None:
-            if "tolerance" not in doc:
-                doc["tolerance"] = tomlkit.table()
-            for k, v in vals.items():
-                doc["tolerance"][k] = tomlkit.parse(f"x = {v}\n")["x"]  # type: ignore[index]
-            continue
-        if "targets_override" not in doc:
-            doc["targets_override"] = tomlkit.table(is_super_table=True)
-        over: Any = doc["targets_override"]
-        if table not in over:
-            over[table] = _new_table("tolerance", _inline(vals))
-            continue
-        cur = over[table].get("tolerance")
-        if isinstance(cur, InlineTable):
-            vals = {**{k: tomlkit.item(v).as_string() for k, v in cur.unwrap().items()}, **vals}
-        if cur is None or isinstance(cur, InlineTable):
-            over[table]["tolerance"] = _inline(vals)
-        else:
-            for k, v in vals.items():
-                cur[k] = tomlkit.parse(f"x = {v}\n")["x"]
+        set_section(doc, "tolerance", table, vals)
     new_text = tidy(old_text, tomlkit.dumps(doc))
     shown = display_path(case.path)
     if new_text == old_text:
@@ -298,7 +270,7 @@ def write(case: CaseSpec, target: str, rtol: float, atol: float) -> None:
     if (got.rtol, got.atol) != (float(values["rtol"]), float(values["atol"])) and not any(
             o.tolerance for o in case.outputs):
         raise AssertionError(f"rewriting {shown} would give {got}, not rtol {rtol} atol {atol}")
-    _write_atomic(case.path, new_text)
+    write_atomic(case.path, new_text)
     print(f"wrote {shown}:")
     for line in difflib.unified_diff(old_text.splitlines(), new_text.splitlines(), f"a/{shown}",
                                      f"b/{shown}", n=0, lineterm=""):
