@@ -267,6 +267,8 @@ def standard_stages(ctx: PipelineContext, *, layout: Sequence[Stage]) -> list[St
     import tvm
     from tvm import relax
 
+    from cl_validate.passes import FoldScaleShift
+
     target = ctx.target
 
     def fold(mod: tvm.IRModule) -> tvm.IRModule:
@@ -306,6 +308,8 @@ def standard_stages(ctx: PipelineContext, *, layout: Sequence[Stage]) -> list[St
         Stage("decompose", relax.transform.DecomposeOpsForInference()),
         # Weights bound as constants, with everything computed from them precomputed.
         Stage("fold_params", fold),
+        # The BatchNorm arithmetic now constant per channel: into the conv weights + one bias.
+        Stage("fold_scale_shift", FoldScaleShift()),
         Stage("legalize", legalize),
         Stage("fuse", relax.transform.FuseOps()),
         Stage("fuse_tir", fuse_tir),

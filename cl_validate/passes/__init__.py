@@ -13,6 +13,10 @@ what the model's layout really demands (typically the graph's input and output b
 
 All are pure data-movement rewrites: numerics are bit-identical. They work whether the
 weights are still parameters of ``main`` (beyond ``num_input``) or already bound constants.
+
+One more pass here is arithmetic, and runs later, once the weights are bound:
+``FoldScaleShift`` moves the per-channel scale and shift a BatchNorm leaves after a convolution
+into the convolution's weights plus one bias add (float rounding differs, nothing else).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import tvm
 from tvm import relax
 
 from cl_validate.passes.cancel_permutes import CancelPermutes
+from cl_validate.passes.fold_scale_shift import FoldScaleShift
 from cl_validate.passes.layout_agnostic import LAYOUT_AGNOSTIC_OPS, SinkPermutes
 from cl_validate.passes.layout_rules import RULELESS_UNARY_OPS, extra_layout_rules
 from cl_validate.passes.movement_chains import FoldMovementChains
@@ -50,6 +55,7 @@ __all__ = [
     "RULELESS_UNARY_OPS",
     "CancelPermutes",
     "FoldMovementChains",
+    "FoldScaleShift",
     "PermuteToReshape",
     "SinkPermutes",
     "cleanup_passes",
