@@ -65,13 +65,15 @@ class CaseFileError(UsageError):
 class CompileStageError(ClValidateError):
     """A pipeline stage raised: a verdict (`error`) about the case, naming the stage."""
 
-    def __init__(self, stage: str, exc: BaseException) -> None:
-        first = (str(exc).strip().splitlines() or [""])[0]
-        # TVM errors carry a long C++ backtrace; the first line says what went wrong.
-        if "Traceback" in first or not first:
-            lines = [ln for ln in str(exc).splitlines() if ln.strip() and "File " not in ln]
-            first = lines[-1].strip() if lines else type(exc).__name__
-        super().__init__(f"{stage} failed: {type(exc).__name__}: {first[:300]}")
+    def __init__(self, stage: str, exc: BaseException, summary: str | None = None) -> None:
+        if summary is None:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            # TVM errors carry a long C++ backtrace; the first line says what went wrong.
+            if "Traceback" in first or not first:
+                lines = [ln for ln in str(exc).splitlines() if ln.strip() and "File " not in ln]
+                first = lines[-1].strip() if lines else type(exc).__name__
+            summary = f"{type(exc).__name__}: {first[:300]}"
+        super().__init__(f"{stage} failed: {summary}")
         self.stage = stage
         self.detail = str(exc)
 

@@ -227,13 +227,33 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
     except ClValidateError:
         raise
     except Exception as exc:
-        raise CompileStageError("import", exc) from exc
+        raise CompileStageError("import", exc, _unsupported_ops_summary(exc)) from exc
     t2 = time.perf_counter()
     main = mod["main"]
     n_in = int(main.attrs["num_input"]) if main.attrs and "num_input" in main.attrs else len(
         case.inputs)
     named = {p.name: v for p, v in zip(main.params[n_in:], params.get("main", []), strict=True)}
     return Frontend(exported, mod, named, t1 - t0, t2 - t1, sources)
+
+
+def _unsupported_ops_summary(exc: BaseException) -> str | None:
+    """TVM's importer asserts ``Unsupported function types [...]`` listing the ops it has no
+    converter for, in set order (it varies between runs). Sorted, the verdict reads the same
+    every time, and says what to do."""
+    import ast
+
+    text = str(exc).strip()
+    prefix = "Unsupported function types "
+    if not isinstance(exc, AssertionError) or not text.startswith(prefix):
+        return None
+    try:
+        ops = sorted(str(op) for op in ast.literal_eval(text[len(prefix):].splitlines()[0]))
+    except (ValueError, SyntaxError, TypeError):
+        return None
+    return (f"Unsupported function types: TVM's PyTorch importer has no converter for "
+            f"{', '.join(ops)} (hint: express the model without "
+            f"{'it' if len(ops) == 1 else 'them'}, or add a converter to "
+            "cl_validate/converters.py)")
 
 
 # --------------------------------------------------------------------------------------------
