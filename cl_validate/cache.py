@@ -150,16 +150,64 @@ class Cache:
         return m  # type: ignore[no-any-return]
 
     def put(self, k: str, m: Measurement) -> None:
-        path = self._path(k)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=path.parent)
+        _write_atomic(self._path(k), pickle.dumps(m, protocol=pickle.HIGHEST_PROTOCOL))
+
+    # Predictions (see `hint`): which key a case file's bytes led to last time.
+    def _hint_path(self, h: str) -> Path:
+        return self.root / "hints" / h[:2] / h
+
+    def remember(self, h: str, k: str) -> None:
+        path = self._hint_path(h)
         try:
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(m, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            if path.read_text(encoding="ascii") == k:
+                return
+        except (OSError, UnicodeDecodeError):
+            pass
+        try:
+            _write_atomic(path, k.encode("ascii"))
+        except OSError:  # a read-only or full cache still answers; it only predicts less
+            pass
+
+    def predicts_hits(self, hints: list[str]) -> bool:
+        """True if every hint leads to a measurement that is in the cache."""
+        for h in hints:
+            try:
+                k = self._hint_path(h).read_text(encoding="ascii").strip()
+            except (OSError, UnicodeDecodeError):
+                return False
+            if len(k) != 64 or not self._path(k).is_file():
+                return False
+        return bool(hints)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file and a rename: readers see the old
+    file or the new one, never a part (several workers or CI jobs may share the cache)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def hint(case: CaseSpec, target: str, static_only: bool) -> str:
+    """What can be known of a case × target without importing torch: the case file's bytes.
+
+    `Cache.remember` maps it to the key last measured for it, so before anything is built
+    `Cache.predicts_hits` can tell a run the cache will (very likely) answer. Only a prediction:
+    the verdict always comes from the real key, computed after every model is built.
+    """
+    h = hashlib.sha256()
+    try:
+        h.update(case.path.read_bytes())
+    except OSError:
+        h.update(b"unreadable")
+    h.update(f"\0{case.path.resolve()}\0{target}\0{static_only}\0{FORMAT}".encode())
+    return h.hexdigest()
 
 
 def cacheable(m: Measurement) -> bool:

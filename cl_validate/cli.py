@@ -85,7 +85,7 @@ def _select(cases: list[CaseSpec], patterns: Sequence[str] | None) -> list[CaseS
 
 
 def _cmd_run(args: argparse.Namespace) -> ExitCode:
-    from cl_validate.cache import Cache
+    from cl_validate.cache import Cache, hint
     from cl_validate.report import progress_line, summary_table, write_junit
     from cl_validate.runner import preflight, run_suite, selected_targets
 
@@ -121,11 +121,17 @@ def _cmd_run(args: argparse.Namespace) -> ExitCode:
     cache = Cache(options.cache_dir) if options.cache_dir else None
     interrupted: str | None = None
     pool = None
-    if options.isolate:  # workers import torch and TVM while this process validates the cases
+    if options.isolate:
         from cl_validate.workers import WorkerPool
 
         pool = WorkerPool(options)
-        pool.prestart(len(cases))
+        # Workers import torch and TVM while this process validates the cases, unless the
+        # cache will answer every case: then they would only take CPU from the validation.
+        # (A wrong guess costs only that overlap: the pool starts workers when they are due.)
+        if cache is None or not cache.predicts_hits([
+                hint(c, t, options.static_only) for c in cases
+                for t in selected_targets(c, options)]):
+            pool.prestart(len(cases))
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         digests = preflight(cases, options)

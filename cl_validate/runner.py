@@ -295,6 +295,7 @@ def run_suite(cases: Sequence[CaseSpec], options: RunOptions,
             k = cache_mod.key(case, target, digests[case.name], numerics, desc,
                               options.static_only)
             keys[(case.name, target)] = k
+            cache.remember(cache_mod.hint(case, target, options.static_only), k)
             hits.append(cache.get(k))
         if all(m is not None for m in hits):  # every target known: judge without compiling
             for m in hits:

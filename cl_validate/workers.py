@@ -162,7 +162,9 @@ class WorkerPool:
     def shutdown(self) -> None:
         for w in list(self._workers):
             try:
-                if w.case is None and w.process.is_alive():
+                # A worker still importing torch/TVM (prestarted for a run the cache answered)
+                # holds nothing: killed now rather than waited for until it could read "stop".
+                if w.ready and w.case is None and w.process.is_alive():
                     w.conn.send(None)
                     w.process.join(timeout=2)
             except (OSError, BrokenPipeError):
