@@ -7,6 +7,7 @@ of cases 1-11.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -285,6 +286,7 @@ def run_suite(cases: Sequence[CaseSpec], options: RunOptions,
 
     keys: dict[tuple[str, str], str] = {}
     todo: list[CaseSpec] = []
+    unwritable: list[OSError] = []  # warn once
     for case in cases:
         if cache is None or digests is None:
             todo.append(case)
@@ -307,7 +309,14 @@ def run_suite(cases: Sequence[CaseSpec], options: RunOptions,
     def measured(case: CaseSpec, m: Measurement) -> CaseResult:
         k = keys.get((case.name, m.target))
         if cache is not None and k is not None and cache_mod.cacheable(m):
-            cache.put(k, m)
+            try:
+                cache.put(k, m)
+            except OSError as exc:  # the cache is an optimization: the verdict stands without
+                if not unwritable:
+                    unwritable.append(exc)
+                    print(f"cl-validate: warning: cannot write the cache in {cache.root}: "
+                          f"{exc.strerror or exc}; measurements are not kept for the next "
+                          "run (hint: check --cache-dir)", file=sys.stderr)
         return judge(case, m, options)
 
     if not todo:

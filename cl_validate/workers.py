@@ -215,28 +215,25 @@ class WorkerPool:
                     w.conn.send((case, self.options))
             conns = [w.conn for w in self._workers]
             sentinels = [w.process.sentinel for w in self._workers]
-            ready = wait([*conns, *sentinels], timeout=_POLL_S)
+            wait([*conns, *sentinels], timeout=_POLL_S)  # until a message, an exit or a tick
             for w in list(self._workers):
-                if w.conn in ready or w.conn.poll():
-                    try:
-                        while w.conn.poll():
-                            kind, payload = w.conn.recv()
-                            if kind == "ready":
-                                w.ready = True
-                            elif kind == "measurement":
-                                if payload.target in w.pending:
-                                    w.pending.remove(payload.target)
-                                assert w.case is not None
-                                emit(on_measurement(w.case, payload) if on_measurement
-                                     else judge(w.case, payload, self.options))
-                            elif kind == "done":
-                                w.case, w.pending = None, []
-                            elif kind == "crash":
-                                first = payload.strip().splitlines()[-1]
-                                fail_rest(w, f"internal error in the worker: {first}",
-                                          "InternalError")
-                    except (EOFError, OSError):
-                        pass
+                for kind, payload in _drain(w.conn):
+                    if kind == "ready":
+                        w.ready = True
+                    elif kind == "measurement":
+                        assert w.case is not None
+                        # Judged (and reported) before it leaves `pending`: if that raises,
+                        # the case is still owed a verdict, never silently dropped.
+                        emit(on_measurement(w.case, payload) if on_measurement
+                             else judge(w.case, payload, self.options))
+                        if payload.target in w.pending:
+                            w.pending.remove(payload.target)
+                    elif kind == "done":
+                        w.case, w.pending = None, []
+                    elif kind == "crash":
+                        first = payload.strip().splitlines()[-1]
+                        fail_rest(w, f"internal error in the worker: {first}",
+                                  "InternalError")
                 if not w.process.is_alive():
                     code = w.process.exitcode
                     if w.case is not None:
@@ -259,6 +256,18 @@ class WorkerPool:
                     fail_rest(w, f"worker used {rss:.0f} MB, over the {cap} MB memory cap "
                               "(max_memory_mb)", "OutOfMemory")
         return results
+
+
+def _drain(conn: Connection) -> list[tuple[str, Any]]:
+    """Every message waiting on a worker's pipe; a pipe the worker closed (it died: the caller
+    sees that from the process) ends the list."""
+    out: list[tuple[str, Any]] = []
+    try:
+        while conn.poll():
+            out.append(conn.recv())
+    except (EOFError, OSError):
+        pass
+    return out
 
 
 def _describe_exit(code: int | None) -> str:
