@@ -85,15 +85,28 @@ def _versions() -> dict[str, str]:
 
 
 def weights_digest(model: Any) -> str:
-    """Hash of a model's parameters and buffers (names, dtypes, shapes, bytes)."""
+    """Hash of everything a model carries into the compiled program: every parameter and
+    buffer (non-persistent buffers too: they are exported as constants) by name, dtype, shape
+    and bytes, and the extra state of modules that define ``get_extra_state``."""
     import torch
 
     h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
+    tensors = dict(model.named_parameters())
+    tensors.update(model.named_buffers())
+    for name, t in sorted(tensors.items()):
         t = t.detach().cpu().contiguous()
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
         if t.numel():
             h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    base = torch.nn.Module.get_extra_state
+    for name, module in sorted(model.named_modules()):
+        if getattr(type(module), "get_extra_state", base) is base:
+            continue
+        try:
+            state = pickle.dumps(module.get_extra_state(), protocol=4)
+        except Exception:  # not picklable: its repr is the best stable account there is
+            state = repr(module.get_extra_state()).encode()
+        h.update(f"extra:{name}:".encode() + state)
     return h.hexdigest()
 
 
@@ -148,6 +161,11 @@ class Cache:
             return None
         self.hits += 1
         return m  # type: ignore[no-any-return]
+
+    def unhit(self, n: int) -> None:
+        """Count `n` hits as misses after all: their case is measured again anyway."""
+        self.hits -= n
+        self.misses += n
 
     def put(self, k: str, m: Measurement) -> None:
         _write_atomic(self._path(k), pickle.dumps(m, protocol=pickle.HIGHEST_PROTOCOL))

@@ -304,6 +304,7 @@ def run_suite(cases: Sequence[CaseSpec], options: RunOptions,
                 assert m is not None
                 on_result(judge(case, m, options))
         else:  # export is shared by the targets, so a partial hit still runs the case
+            cache.unhit(sum(m is not None for m in hits))  # and reuses nothing of it
             todo.append(case)
 
     def measured(case: CaseSpec, m: Measurement) -> CaseResult:
