@@ -2,9 +2,9 @@
 
 A `Measurement` (kernel list, per-stage counts, op layouts, the TVM and PyTorch outputs) is
 stored under a key that hashes everything that can change it: the case's model, inputs,
-layouts, pipeline and seed; the source of the model's package, of a user pipeline and of
-cl_validate itself; the weights; the target and whether numerics ran there; the TVM, torch,
-numpy and Python versions. Budgets and tolerances are *not* in the key: verdicts are re-judged
+layouts, pipeline and seed; the source of the model's package (and of the local modules it
+imports), of a user pipeline and of cl_validate itself; the weights and buffers; the target
+and whether numerics ran there; the TVM, tvm-ffi, torch, numpy and Python versions. Budgets and tolerances are *not* in the key: verdicts are re-judged
 from the measurement and the case file as it is now, so editing a budget never needs a
 recompile and can never be answered from a stale verdict.
 
@@ -63,20 +63,107 @@ def _own_source() -> str:
 
 
 def _module_source(module_name: str) -> str:
-    """Hash of the source behind `module_name`'s top-level package (or single module)."""
+    """Hash of the source behind `module_name`: its top-level package tree (every folder of a
+    namespace package) or single module, and the local modules those files import, followed
+    transitively: a helper module next to a flat model, or a sibling package. "Local" means
+    found outside the Python installation (stdlib, site-packages). Imports are read from the
+    files, not executed: one hidden behind ``importlib.import_module`` is not followed."""
     top = module_name.split(".")[0]
-    mod = sys.modules.get(top)
-    origin = getattr(mod, "__file__", None)
-    if not origin:
+    roots = _source_roots(top)
+    if not roots:
         return f"unhashable:{module_name}"
-    path = Path(origin).resolve()
-    return _hash_tree(path.parent if path.name == "__init__.py" else path)
+    seen = {top}
+    queue = list(roots)
+    files: dict[Path, str] = {}  # file -> its name relative to its root's folder
+    while queue:
+        root = queue.pop()
+        for f in _py_files(root):
+            if f in files:
+                continue
+            # Named relative to the root's folder, so a clone elsewhere has the same key.
+            files[f] = str(f.relative_to(root.parent))
+            for name in _imported_tops(f):
+                if name not in seen:
+                    seen.add(name)
+                    queue.extend(_source_roots(name, local_only=True))
+    h = hashlib.sha256()
+    for f, label in sorted(files.items(), key=lambda item: item[1]):
+        h.update(label.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _source_roots(top: str, *, local_only: bool = False) -> list[Path]:
+    """The file of a top-level module, or the folder(s) of a package; [] if unknown (or, with
+    `local_only`, part of the Python installation)."""
+    import importlib.util
+
+    mod = sys.modules.get(top)
+    spec = getattr(mod, "__spec__", None) if mod is not None else None
+    if spec is None:
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:  # a package, regular or namespace
+        paths = [Path(p).resolve() for p in spec.submodule_search_locations]
+    elif spec.origin and spec.origin.endswith(".py"):
+        paths = [Path(spec.origin).resolve()]
+    else:  # built-in, frozen or compiled extension
+        return []
+    if local_only:
+        paths = [p for p in paths if not _installed(p)]
+    return paths
+
+
+@functools.cache
+def _install_dirs() -> tuple[Path, ...]:
+    import sysconfig
+
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sysconfig.get_paths().values()}
+    return tuple(Path(d).resolve() for d in dirs if d)
+
+
+def _installed(path: Path) -> bool:
+    return any(path.is_relative_to(d) for d in _install_dirs()) or any(
+        part in ("site-packages", "dist-packages") for part in path.parts)
+
+
+def _py_files(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    return [f for f in root.rglob("*.py") if "__pycache__" not in f.parts]
+
+
+_IMPORTS: dict[tuple[Path, int, int], frozenset[str]] = {}
+
+
+def _imported_tops(path: Path) -> frozenset[str]:
+    """Top-level names of the absolute imports in a Python file (memoized per file version)."""
+    import ast
+
+    st = path.stat()
+    memo = (path, st.st_mtime_ns, st.st_size)
+    if memo not in _IMPORTS:
+        names: set[str] = set()
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (SyntaxError, ValueError):
+            tree = None
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Import):
+                names.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+        _IMPORTS[memo] = frozenset(names)
+    return _IMPORTS[memo]
 
 
 @functools.cache
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version(), "machine": platform.machine()}
-    for dist in ("apache-tvm", "torch", "numpy"):
+    for dist in ("apache-tvm", "apache-tvm-ffi", "torch", "numpy"):
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:

@@ -232,11 +232,6 @@ def test_key_follows_a_user_pipelines_source(tmp_path, src_dir):
     assert _key(case) != before
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="BUG: a model in a namespace package (a folder without "
-           "__init__.py) has no __file__, so _module_source() returns the constant "
-           "'unhashable:<module>' and edits to the model's code never change the key")
 def test_key_follows_a_model_in_a_namespace_package(tmp_path, src_dir):
     ns = src_dir / "ckm_ns"
     ns.mkdir()  # no __init__.py: a namespace package, valid since Python 3.3
@@ -248,12 +243,6 @@ def test_key_follows_a_model_in_a_namespace_package(tmp_path, src_dir):
     assert _key(case) != before
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="BUG: for a model in a plain module (not a package) only "
-           "that one file is hashed; a helper module next to it that the model imports "
-           "(same folder, the README's 'ordinary PyTorch code next to it') is not in the "
-           "key, so editing the helper serves a stale measurement")
 def test_key_follows_a_helper_module_next_to_a_flat_model(tmp_path, src_dir):
     (src_dir / "ckm_flat_blocks.py").write_text("ACT = 'relu'\n")
     (src_dir / "ckm_flat_net.py").write_text(
