@@ -4,9 +4,10 @@ A `Measurement` (kernel list, per-stage counts, op layouts, the TVM and PyTorch 
 stored under a key that hashes everything that can change it: the case's model, inputs,
 layouts, pipeline and seed; the source of the model's package (and of the local modules it
 imports), of a user pipeline and of cl_validate itself; the weights and buffers; the target
-and whether numerics ran there; the TVM, tvm-ffi, torch, numpy and Python versions. Budgets and tolerances are *not* in the key: verdicts are re-judged
-from the measurement and the case file as it is now, so editing a budget never needs a
-recompile and can never be answered from a stale verdict.
+and whether numerics ran there; the TVM, tvm-ffi, torch, numpy and Python versions.
+Budgets, tolerances and how many [[outputs]] a case declares are *not* in the key: verdicts
+are re-judged from the measurement and the case file as it is now, so editing them never
+needs a recompile and can never be answered from a stale verdict.
 
 Entries are written atomically (temporary file + rename), so several workers or CI jobs may
 share one cache directory; a corrupt or unreadable entry is treated as a miss.
@@ -205,7 +206,9 @@ def key(case: CaseSpec, target: str, weights: str, numerics: bool, target_desc: 
         "format": FORMAT,
         "model": case.model,
         "inputs": inputs,
-        "outputs": [o.layout for o in case.outputs],
+        # Layouts change the exported program; an [[outputs]] table that only sets a
+        # tolerance does not (how many are declared is judged against the measurement).
+        "outputs": _output_layouts(case),
         "layout": {k: list(v) for k, v in sorted(case.layout.items())},
         "layout_overrides": {k: list(v) for k, v in sorted(case.layout_overrides.items())},
         "pipeline": case.pipeline,
@@ -222,6 +225,13 @@ def key(case: CaseSpec, target: str, weights: str, numerics: bool, target_desc: 
         "static_only": static_only,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _output_layouts(case: CaseSpec) -> list[str | None]:
+    layouts = [o.layout for o in case.outputs]
+    while layouts and layouts[-1] is None:
+        layouts.pop()
+    return layouts
 
 
 class Cache:

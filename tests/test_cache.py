@@ -770,15 +770,35 @@ def test_no_cache_neither_reads_nor_writes(warm):
 
 @pytest.mark.compile
 def test_error_measurements_are_not_cached(write_case, tmp_path):
-    """A case that errors (here: more [[outputs]] than the model returns, found in the run) is
-    measured again on the next run, never answered from the cache."""
-    write_case(BASE + "\n[[outputs]]\n\n[[outputs]]\n")
+    """A case that errors while measuring (here: its pipeline raises) is measured again on
+    the next run, never answered from the cache."""
+    (tmp_path / "ckm_broken_pipe.py").write_text(
+        "def broken(ctx):\n    raise RuntimeError('no stages today')\n")
+    write_case(BASE.replace('targets = ["llvm"]',
+                            'targets = ["llvm"]\npipeline = "ckm_broken_pipe:broken"'))
     for _ in range(2):
         run = _cli(tmp_path, *LLVM, "--no-isolation", "--cache-dir", "D")
         assert run.code == ExitCode.CHECK_FAILED, run.out + run.err
-        assert "case declares 2 [[outputs]] but the model returns 1" in run.out
+        assert "pipeline setup failed: RuntimeError: no stages today" in run.out
         assert run.reused is None
         assert _entries(tmp_path / "D") == {}
+
+
+@pytest.mark.compile
+def test_declared_outputs_are_judged_against_the_cached_measurement(write_case, tmp_path):
+    """How many [[outputs]] a case declares is a verdict on the measurement, not part of it:
+    too many is an error; fixing it, or adding an [[outputs]] table that only sets a
+    tolerance, is answered from the cache."""
+    write_case(BASE + "\n[[outputs]]\n\n[[outputs]]\n")
+    run = _cli(tmp_path, *LLVM, "--no-isolation", "--cache-dir", "D")
+    assert run.code == ExitCode.CHECK_FAILED, run.out + run.err
+    assert "case declares 2 [[outputs]] but the model returns 1" in run.out
+    assert run.compiled == ["llvm"] and len(_entries(tmp_path / "D")) == 1
+
+    write_case(BASE + "\n[[outputs]]\n[outputs.tolerance]\nrtol = 1e-4\natol = 1e-4\n")
+    run = _cli(tmp_path, *LLVM, "--no-isolation", "--cache-dir", "D")
+    assert run.code == ExitCode.OK, run.out + run.err
+    assert run.compiled == [] and run.reused == (1, 1)
 
 
 @pytest.mark.compile
