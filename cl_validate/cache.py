@@ -295,12 +295,24 @@ class Cache:
         return bool(hints)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+#: Read once, at import (before any thread): entries get the mode a plain open() would give
+#: them, not mkstemp's 0600, so a cache shared between users stays readable to them.
+_FILE_MODE = 0o666 & ~_umask()
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     """Write `data` to `path` through a temporary file and a rename: readers see the old
     file or the new one, never a part (several workers or CI jobs may share the cache)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _FILE_MODE)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)

@@ -401,6 +401,19 @@ def test_put_then_get_round_trips_and_counts(tmp_path):
     assert c.get("cd" + "0" * 62) is None and (c.hits, c.misses) == (1, 2)
 
 
+def test_entries_get_the_umask_mode_not_mkstemps_0600(tmp_path):
+    """Several users (a CI image, a workstation) may share a cache folder."""
+    import os
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    c = Cache(tmp_path / "c")
+    c.put(K, _measurement())
+    c.remember("ef" * 32, K)
+    for entry in (c._path(K), c._hint_path("ef" * 32)):
+        assert entry.stat().st_mode & 0o777 == 0o666 & ~mask, oct(entry.stat().st_mode)
+
+
 class _Gone:
     pass
 
