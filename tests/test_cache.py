@@ -30,7 +30,7 @@ from junitparser import JUnitXml
 from torch import nn
 
 from cl_validate import cache as cache_mod
-from cl_validate.cache import Cache, cacheable, key, resolve_dir, weights_digest
+from cl_validate.cache import Cache, cacheable, hint, key, resolve_dir, weights_digest
 from cl_validate.cli import main
 from cl_validate.errors import ExitCode
 from cl_validate.runner import Measurement, RunOptions
@@ -832,3 +832,67 @@ def test_an_unwritable_cache_never_drops_a_case(warm):
     warnings = [ln for ln in run.err.splitlines() if "cannot write the cache" in ln]
     assert len(warnings) == 1 and "blocker/cache" in warnings[0], run.err
     assert "hint: check --cache-dir" in warnings[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Predictions: a run the cache will answer starts no worker processes (they would only take CPU
+# from the validation); a wrong prediction costs only that overlap, never a verdict.
+# --------------------------------------------------------------------------------------------
+def test_prediction_follows_the_case_file_and_the_stored_entry(tmp_path):
+    case = _load(tmp_path, BASE)
+    cache = Cache(tmp_path / "cache")
+    h = hint(case, "llvm", False)
+    assert not cache.predicts_hits([h])  # empty cache
+    assert not cache.predicts_hits([])  # nothing to answer is no reason to skip workers
+    cache.remember(h, K)
+    assert not cache.predicts_hits([h])  # the key it leads to is not stored
+    cache.put(K, _measurement())
+    assert cache.predicts_hits([h])
+    assert hint(case, "cuda", False) != h and hint(case, "llvm", True) != h
+    # Any edit of the case file (a budget too: cheap, but unknown until loaded) is a new hint.
+    (tmp_path / "case.toml").write_text(_edit(BASE, "layout_transforms = 2",
+                                              "layout_transforms = 1"))
+    assert hint(case, "llvm", False) != h
+    # A hint that was overwritten with garbage predicts nothing.
+    cache._hint_path(h).write_text("not a key")
+    assert not cache.predicts_hits([h])
+
+
+def test_remember_where_it_cannot_write_does_not_raise(tmp_path):
+    """A cache it cannot write hints into (here: `hints` is a file, which stops root too)
+    still answers; it only predicts less."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    (root / "hints").write_text("in the way")
+    h = hint(_load(tmp_path, BASE), "llvm", False)
+    Cache(root).remember(h, K)
+    assert not Cache(root).predicts_hits([h])
+
+
+@pytest.mark.compile
+def test_warm_run_starts_no_workers_and_a_wrong_guess_still_measures(warm, monkeypatch):
+    from cl_validate.workers import WorkerPool
+
+    prestarts: list[int] = []
+    prestart = WorkerPool.prestart
+
+    def record(self, n):
+        prestarts.append(n)
+        prestart(self, n)
+
+    monkeypatch.setattr(WorkerPool, "prestart", record)
+    run = _cli(warm, *LLVM, "--cache-dir", "D")
+    assert run.code == ExitCode.OK and run.reused == (1, 1) and not run.measured
+    assert prestarts == []  # warm: no worker started at all
+
+    run = _cli(warm, *LLVM, "--cache-dir", "empty")
+    assert run.code == ExitCode.OK and run.pooled == ["case"]
+    assert prestarts == [1]  # cold: workers import while the parent validates
+
+    # The model's code changes, the case file does not: the prediction says "warm", the real
+    # key says "changed". The case is measured anyway, by a worker started when it is due.
+    model = warm / f"{E2E_MODEL}.py"
+    model.write_text(model.read_text() + "\n# retrained\n")
+    run = _cli(warm, *LLVM, "--cache-dir", "D")
+    assert run.code == ExitCode.OK, run.out + run.err
+    assert prestarts == [1] and run.pooled == ["case"] and run.reused is None
