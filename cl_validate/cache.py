@@ -47,15 +47,17 @@ def resolve_dir(cache_dir: str | None, no_cache: bool) -> str | None:
     return None if os.environ.get(NO_CACHE_ENV, "") not in ("", "0") else DEFAULT_DIR
 
 
-def _hash_tree(root: Path) -> str:
+def _hash_files(files: dict[Path, str]) -> str:
+    """Hash of files by content, each under its name relative to its root's folder (so a
+    clone elsewhere hashes the same), in name order."""
     h = hashlib.sha256()
-    files = [root] if root.is_file() else sorted(root.rglob("*.py"))
-    for f in files:
-        if "__pycache__" in f.parts:
-            continue
-        h.update(str(f.relative_to(root.parent if root.is_file() else root)).encode())
-        h.update(f.read_bytes())
+    for f, label in sorted(files.items(), key=lambda item: item[1]):
+        h.update(label.encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def _hash_tree(root: Path) -> str:
+    return _hash_files({f: str(f.relative_to(root.parent)) for f in _py_files(root)})
 
 
 @functools.cache
@@ -75,22 +77,18 @@ def _module_source(module_name: str) -> str:
         return f"unhashable:{module_name}"
     seen = {top}
     queue = list(roots)
-    files: dict[Path, str] = {}  # file -> its name relative to its root's folder
+    files: dict[Path, str] = {}
     while queue:
         root = queue.pop()
         for f in _py_files(root):
             if f in files:
                 continue
-            # Named relative to the root's folder, so a clone elsewhere has the same key.
             files[f] = str(f.relative_to(root.parent))
             for name in _imported_tops(f):
                 if name not in seen:
                     seen.add(name)
                     queue.extend(_source_roots(name, local_only=True))
-    h = hashlib.sha256()
-    for f, label in sorted(files.items(), key=lambda item: item[1]):
-        h.update(label.encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()
+    return _hash_files(files)
 
 
 def _source_roots(top: str, *, local_only: bool = False) -> list[Path]:

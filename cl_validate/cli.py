@@ -218,14 +218,12 @@ def _find_case(ref: str) -> CaseSpec:
 
 def _cmd_show(args: argparse.Namespace) -> ExitCode:
     from cl_validate import analysis, numerics
-    from cl_validate.factory import build_model
     from cl_validate.pipeline import compile_case, export_and_import
-    from cl_validate.runner import RunOptions, preflight
+    from cl_validate.runner import RunOptions, validated_model
 
     case = _find_case(args.case)
     target = args.target or "llvm"
-    preflight([case], RunOptions(targets=(target,)))
-    model = build_model(case)
+    model = validated_model(case, RunOptions(targets=(target,)))
     front = export_and_import(model, case, numerics.torch_inputs(case, numerics.make_inputs(case)))
     compiled = compile_case(front, case, target, build=False)
     names = [s.name for s in compiled.stages]

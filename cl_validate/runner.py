@@ -46,15 +46,14 @@ def selected_targets(case: CaseSpec, options: RunOptions) -> list[str]:
 
 
 def preflight(cases: Sequence[CaseSpec], options: RunOptions) -> dict[str, str]:
-    """Resolve every factory and pipeline and build every model once; raise before any compile.
+    """Validate every case (`validated_model`) and raise before any compile.
 
     Returns each case's weights digest (for the cache key). The models are dropped again:
     workers rebuild them from the same seed, and holding every model of a large suite in the
     parent would cost gigabytes.
     """
     from cl_validate.cache import weights_digest
-    from cl_validate.factory import build_model
-    from cl_validate.pipeline import device_available, resolve_pipeline
+    from cl_validate.pipeline import device_available
 
     if options.require_device:
         wanted = {t for c in cases for t in selected_targets(c, options)}
@@ -64,28 +63,37 @@ def preflight(cases: Sequence[CaseSpec], options: RunOptions) -> dict[str, str]:
                     f"--require-device: no {t} device on this machine",
                     hint="run on a machine with an NVIDIA GPU, or drop --require-device to "
                     "run the static checks only")
-    from cl_validate.baseline import load_baseline
-
     digests: dict[str, str] = {}
     for case in cases:
-        resolve_pipeline(case)
-        model = build_model(case)
-        modules = dict(model.named_modules())
-        for path in case.layout_overrides:
-            if path not in modules:
-                import difflib
-
-                close = difflib.get_close_matches(path, list(modules), n=1)
-                raise CaseFileError(
-                    f"[layout_overrides] names '{path}', which is not a module of the model",
-                    file=display_path(case.path), line=case.line_of("layout_overrides", path),
-                    hint=f"did you mean '{close[0]}'?" if close else "use a path from "
-                    "model.named_modules(), e.g. 'layer1.0.conv1'")
+        model = validated_model(case, options)
         digests[case.name] = weights_digest(model)
-        del model, modules
-        for target in selected_targets(case, options):
-            load_baseline(case, target)  # a hand-edited baseline that does not parse: exit 2
+        del model
     return digests
+
+
+def validated_model(case: CaseSpec, options: RunOptions) -> Any:
+    """Resolve the case's factory and pipeline, build its model, check its [layout_overrides]
+    and recorded baselines: every mistake in a case file raises here (exit 2)."""
+    from cl_validate.baseline import load_baseline
+    from cl_validate.factory import build_model
+    from cl_validate.pipeline import resolve_pipeline
+
+    resolve_pipeline(case)
+    model = build_model(case)
+    modules = dict(model.named_modules())
+    for path in case.layout_overrides:
+        if path not in modules:
+            import difflib
+
+            close = difflib.get_close_matches(path, list(modules), n=1)
+            raise CaseFileError(
+                f"[layout_overrides] names '{path}', which is not a module of the model",
+                file=display_path(case.path), line=case.line_of("layout_overrides", path),
+                hint=f"did you mean '{close[0]}'?" if close else "use a path from "
+                "model.named_modules(), e.g. 'layer1.0.conv1'")
+    for target in selected_targets(case, options):
+        load_baseline(case, target)  # a hand-edited baseline that does not parse: exit 2
+    return model
 
 
 def _error_checks(message: str, kind: str, body: str = "", line: int | None = None
@@ -288,7 +296,7 @@ def run_suite(cases: Sequence[CaseSpec], options: RunOptions,
 
     keys: dict[tuple[str, str], str] = {}
     todo: list[CaseSpec] = []
-    unwritable: list[OSError] = []  # warn once
+    warned = False  # about a cache that cannot be written: once
     for case in cases:
         if cache is None or digests is None:
             todo.append(case)
@@ -310,13 +318,14 @@ def run_suite(cases: Sequence[CaseSpec], options: RunOptions,
             todo.append(case)
 
     def measured(case: CaseSpec, m: Measurement) -> CaseResult:
+        nonlocal warned
         k = keys.get((case.name, m.target))
         if cache is not None and k is not None and cache_mod.cacheable(m):
             try:
                 cache.put(k, m)
             except OSError as exc:  # the cache is an optimization: the verdict stands without
-                if not unwritable:
-                    unwritable.append(exc)
+                if not warned:
+                    warned = True
                     print(f"cl-validate: warning: cannot write the cache in {cache.root}: "
                           f"{exc.strerror or exc}; measurements are not kept for the next "
                           "run (hint: check --cache-dir)", file=sys.stderr)

@@ -47,13 +47,14 @@ AFFINE_OPS = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
 
 @dataclass
 class _Fold:
-    """One planned rewrite: ``conv`` gets ``weight``; ``last`` becomes ``conv + bias``."""
+    """One planned rewrite: ``conv`` gets ``weight``; ``last`` becomes ``conv + bias``; the
+    bindings of the steps in between go."""
 
     conv: relax.Var
     last: relax.Var
+    middle: list[relax.Var]
     weight: np.ndarray
     bias: np.ndarray | None  # None: the shift is exactly zero, ``last`` is the conv itself
-    bias_shape: tuple[int, ...]
 
 
 def _plain_axis(layout: str, axis: str) -> int | None:
@@ -118,7 +119,8 @@ def _plan(func: relax.Function) -> dict[relax.Var, _Fold]:
             continue
         scale = np.ones(1, dtype=np.float64)
         shift = np.zeros(1, dtype=np.float64)
-        cur, steps, scaled = var, 0, False
+        chain: list[relax.Var] = []  # the steps folded, in order
+        cur, scaled = var, False
         while True:
             users = uses.get(cur, [])
             if len(users) != 1 or users[0] is None:
@@ -150,9 +152,10 @@ def _plan(func: relax.Function) -> dict[relax.Var, _Fold]:
                 if const_first:
                     break
                 scale, shift, scaled = scale / vec, shift / vec, True
-            cur, steps = nxt, steps + 1
+            cur = nxt
+            chain.append(cur)
         # A lone bias add is already what the rewrite would produce.
-        if steps == 0 or (steps == 1 and not scaled):
+        if not chain or (len(chain) == 1 and not scaled):
             continue
         weight = value.args[1].value.numpy()
         channels = int(out_shape[c_axis])  # type: ignore[arg-type]
@@ -165,7 +168,7 @@ def _plan(func: relax.Function) -> dict[relax.Var, _Fold]:
         bias_shape[c_axis] = channels
         full_shift = np.broadcast_to(shift, (channels,))
         bias = None if not full_shift.any() else full_shift.reshape(bias_shape).astype(out_dtype)
-        fold = _Fold(var, cur, new_weight, bias, tuple(bias_shape))
+        fold = _Fold(var, cur, chain[:-1], new_weight, bias)
         plans[var] = fold
         plans[cur] = fold
     return plans
@@ -176,8 +179,7 @@ class _ScaleShiftFolder(PyExprMutator):  # type: ignore[misc]
     def __init__(self, plans: dict[relax.Var, _Fold]) -> None:
         super().__init__()
         self.plans = plans
-        # Vars of the folded chains' middle steps: their bindings are dropped.
-        self.dropped: set[relax.Var] = set()
+        self.dropped = {v for fold in plans.values() for v in fold.middle}
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         fold = self.plans.get(binding.var)
@@ -201,35 +203,13 @@ class _ScaleShiftFolder(PyExprMutator):  # type: ignore[misc]
         super().visit_var_binding_(binding)
 
 
-def _middle_vars(func: relax.Function, plans: dict[relax.Var, _Fold]) -> set[relax.Var]:
-    """The vars bound strictly between each conv and its chain's last step."""
-    if not isinstance(func.body, relax.SeqExpr):
-        return set()
-    users: dict[relax.Var, relax.Var] = {}
-    for block in func.body.blocks:
-        for b in block.bindings:
-            for v in relax.analysis.free_vars(b.value):
-                users[v] = b.var
-    middle: set[relax.Var] = set()
-    for key, fold in plans.items():
-        if not key.same_as(fold.conv):
-            continue
-        cur = users[fold.conv]
-        while not cur.same_as(fold.last):
-            middle.add(cur)
-            cur = users[cur]
-    return middle
-
-
 def fold_scale_shift(func: relax.Function) -> relax.Function:
     """Fold every constant per-channel affine chain after a constant-weight convolution into
     the convolution's weights plus one bias add (see the module docstring)."""
     plans = _plan(func)
     if not plans:
         return func
-    folder = _ScaleShiftFolder(plans)
-    folder.dropped = _middle_vars(func, plans)
-    return folder.visit_expr(func)
+    return _ScaleShiftFolder(plans).visit_expr(func)
 
 
 FoldScaleShift = relax_function_pass("FoldScaleShift")(fold_scale_shift)

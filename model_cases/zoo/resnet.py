@@ -13,6 +13,13 @@ from torch import nn
 from zoo._common import finalize
 
 
+def _shortcut(in_ch: int, out_ch: int, stride: int) -> nn.Module:
+    """Identity, or a 1×1 conv-BN projection where the shape changes."""
+    if stride == 1 and in_ch == out_ch:
+        return nn.Identity()
+    return nn.Sequential(nn.Conv2d(in_ch, out_ch, 1, stride, bias=False), nn.BatchNorm2d(out_ch))
+
+
 class BasicBlock(nn.Module):
     """Two 3×3 conv-BN layers plus identity (or 1×1 conv-BN projection) shortcut."""
 
@@ -26,11 +33,7 @@ class BasicBlock(nn.Module):
         self.conv2 = nn.Conv2d(planes, out_ch, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(out_ch)
         self.relu = nn.ReLU(inplace=True)
-        self.shortcut: nn.Module = nn.Identity()
-        if stride != 1 or in_ch != out_ch:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(in_ch, out_ch, 1, stride, bias=False), nn.BatchNorm2d(out_ch)
-            )
+        self.shortcut = _shortcut(in_ch, out_ch, stride)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.relu(self.bn1(self.conv1(x)))
@@ -53,11 +56,7 @@ class Bottleneck(nn.Module):
         self.conv3 = nn.Conv2d(planes, out_ch, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(out_ch)
         self.relu = nn.ReLU(inplace=True)
-        self.shortcut: nn.Module = nn.Identity()
-        if stride != 1 or in_ch != out_ch:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(in_ch, out_ch, 1, stride, bias=False), nn.BatchNorm2d(out_ch)
-            )
+        self.shortcut = _shortcut(in_ch, out_ch, stride)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.relu(self.bn1(self.conv1(x)))
