@@ -31,9 +31,11 @@ def main() -> None:
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
 
-    from cl_validate import analysis, numerics
-    from cl_validate.factory import build_model
-    from cl_validate.pipeline import compile_case, export_and_import
+    from cl_validate.analysis.kernels import kernel_list
+    from cl_validate.compile.build import compile_case
+    from cl_validate.compile.factory import build_model
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.run.execute import make_inputs, torch_inputs
     from cl_validate.spec import load_cases
 
     rows = []
@@ -43,7 +45,7 @@ def main() -> None:
     for case in load_cases(args.paths):
         if args.pattern and args.pattern not in case.name:
             continue
-        tensors = numerics.torch_inputs(case, numerics.make_inputs(case))
+        tensors = torch_inputs(case, make_inputs(case))
         front = export_and_import(build_model(case), case, tensors)
         cells: dict[str, tuple[int, int, float]] = {}
         for pipe in PIPELINES:
@@ -56,7 +58,7 @@ def main() -> None:
                 cells[pipe] = (-1, -1, time.perf_counter() - t0)
                 continue
             seconds = time.perf_counter() - t0 + front.export_seconds + front.import_seconds
-            kernels = analysis.kernel_list(compiled)
+            kernels = kernel_list(compiled)
             cells[pipe] = (len(kernels.runtime_transforms), len(kernels), seconds)
         plain, ours = cells["nhwc-plain"], cells["nhwc"]
         row = (case.name, str(plain[0]), str(ours[0]), str(plain[1]), str(ours[1]),

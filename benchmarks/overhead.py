@@ -70,9 +70,10 @@ STAGES = textwrap.dedent('''
     from tvm import relax
     sys.path[:0] = [{case_dir!r}, {cwd!r}]
     from cl_validate.spec import load_case
-    from cl_validate.factory import build_model
-    from cl_validate.numerics import make_inputs
-    from cl_validate.pipeline import compile_case, export_and_import
+    from cl_validate.compile.factory import build_model
+    from cl_validate.run.execute import make_inputs
+    from cl_validate.compile.build import compile_case
+    from cl_validate.compile.frontend import export_and_import
     case = load_case({case_path!r})
     model = build_model(case)
     x = make_inputs(case)[0]

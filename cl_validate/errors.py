@@ -8,6 +8,7 @@ Anything else escaping the toolkit is a bug and exits 3.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -80,3 +81,19 @@ class CompileStageError(ClValidateError):
 
 class DeviceUnavailableError(UsageError):
     """A run asked for a device (``--require-device``) that this machine does not have."""
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    """An error as data: why a case × target has no measurement, as its verdict will say.
+
+    `message` is the one line a reviewer reads; `kind` names the failure type (JUnit
+    ``error@type``: ``CompileError``, ``WorkerCrashed``, ``CaseFileError`` …); `detail` is the
+    longer text (a traceback's tail, a worker's last output); `line` is the case-file line to
+    fix, where there is one.
+    """
+
+    message: str
+    kind: str
+    detail: str = ""
+    line: int | None = None

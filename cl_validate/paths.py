@@ -66,6 +66,16 @@ def inside(base: str | Path, path: str | Path) -> Path:
     return target
 
 
+def display_path(path: str | Path) -> str:
+    """A path as shown to users in messages: relative to the working directory when it is
+    inside it, else as given."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(p)
+
+
 def report_file(path: str | Path, option: str) -> Path:
     """Check a report path named on the command line before anything runs.
 

@@ -33,20 +33,18 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
+from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status
 from cl_validate.errors import UsageError
-from cl_validate.spec import tomllib
-from cl_validate.verdict import CHECKS, Status
-
-if TYPE_CHECKING:
-    from cl_validate.runner import RunOptions
-    from cl_validate.spec import CaseSpec
-    from cl_validate.verdict import CaseResult, CheckResult
-    from cl_validate.workers import WorkerPool
+from cl_validate.run.options import RunOptions, add_to_pytest, run_options, selected_targets
+from cl_validate.run.suite import preflight, run_case
+from cl_validate.run.workers import WorkerPool
+from cl_validate.spec import CaseSpec, load_case, tomllib
 
 CASE_DIRS_INI = "cl_validate_case_dirs"
 _options_key = pytest.StashKey["RunOptions"]()
@@ -54,8 +52,6 @@ _pool_key = pytest.StashKey["WorkerPool"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from cl_validate.options import add_to_pytest
-
     add_to_pytest(parser.getgroup("cl_validate", "cl_validate model cases"))
     parser.addini(CASE_DIRS_INI, type="args", default=["model_cases"],
                   help="folder names whose *.toml files with a `model` key are collected as "
@@ -94,10 +90,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def _run_options(config: pytest.Config) -> RunOptions:
     """The shared run options from ``--cl-*`` and ``[tool.cl_validate]`` (read once)."""
     if _options_key not in config.stash:
-        from dataclasses import replace
-
-        from cl_validate.options import run_options
-
         def get(dest: str) -> Any:
             return config.getoption(f"cl_{dest}", default=None)
 
@@ -120,8 +112,6 @@ class CaseFile(pytest.File):
     """One case file: validated on collection (a bad file is a one-line collection error)."""
 
     def collect(self) -> Iterator[CaseNode]:
-        from cl_validate.spec import load_case
-
         case = load_case(self.path)
         _run_options(self.config)  # a bad [tool.cl_validate] is this file's one-line error
         yield CaseNode.from_parent(self, name=case.name, case=case)
@@ -141,8 +131,6 @@ class CaseNode(pytest.Collector):
         self._results: dict[str, CaseResult | BaseException] = {}
 
     def collect(self) -> Iterator[CheckItem]:
-        from cl_validate.runner import selected_targets
-
         for target in selected_targets(self.case, _run_options(self.config)):
             for check in CHECKS:
                 yield CheckItem.from_parent(self, name=f"{check}[{target}]", check=check,
@@ -160,10 +148,6 @@ class CaseNode(pytest.Collector):
         return result.check(name)
 
     def _run(self, target: str) -> CaseResult:
-        from dataclasses import replace
-
-        from cl_validate.runner import preflight, run_case
-
         options = replace(_run_options(self.config), targets=(target,))
         with warnings.catch_warnings():  # as the CLI: torch.export's noise is not ours
             warnings.simplefilter("ignore", FutureWarning)
@@ -173,7 +157,7 @@ class CaseNode(pytest.Collector):
             if options.isolate:
                 results = self._pool(options).run([self.case])
             else:
-                from cl_validate.factory import build_model
+                from cl_validate.compile.factory import build_model  # lazy: torch
 
                 results = run_case(self.case, build_model(self.case), options)
         (result,) = [r for r in results if r.target == target]
@@ -182,8 +166,6 @@ class CaseNode(pytest.Collector):
     def _pool(self, options: RunOptions) -> WorkerPool:
         pool = self.config.stash.get(_pool_key, None)
         if pool is None:
-            from cl_validate.workers import WorkerPool
-
             pool = self.config.stash[_pool_key] = WorkerPool(options)
         else:
             pool.options = options
@@ -210,8 +192,7 @@ class CheckItem(pytest.Item):
             unusable = ""
         if unusable:
             pytest.fail(unusable, pytrace=False)
-        for key, value in self._check.measured.items():
-            self.user_properties.append((key, value))
+        self.user_properties.extend(self._check.measured.properties())
         if self._check.status is Status.ERROR:  # the compile or the model failed
             pytest.fail(_text(self._check), pytrace=False)
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import textwrap
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -50,16 +53,58 @@ def write_case(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
-MINIMAL = """
-model = "tiny_models:conv_relu"
+def tiny_case(budget: int | str = 2, *, kernels: int | None = None,
+              model: str = "tiny_models:conv_relu", targets: tuple[str, ...] | None = ("llvm",),
+              tolerance: tuple[float, float] | None = (1e-4, 1e-4), extra: str = "",
+              comments: bool = False) -> str:
+    """The small case file most tests run: tests/data/tiny_models.py's conv → ReLU → conv at
+    1×3×16×16, NCHW in and out, so its whole budget is the two boundary transforms.
 
-[[inputs]]
-name = "x"
-shape = [1, 3, 16, 16]
+    Line numbers (no `extra`, no `comments`): model 1, targets 2, [budget] 11,
+    layout_transforms 12, kernels 13 when given. `targets=None` leaves the default (llvm
+    and cuda), `tolerance=None` the default tolerance; `extra` lines go after targets;
+    `comments` adds a header comment and comments in [budget], as people write them (for the
+    rewrites that must keep them; it shifts the lines by two).
+    """
+    lines = ["# Tiny conv-ReLU-conv; NCHW in and out."] if comments else []
+    lines.append(f'model = "{model}"')
+    if targets is not None:
+        lines.append("targets = [" + ", ".join(f'"{t}"' for t in targets) + "]")
+    if extra:
+        lines.append(extra.rstrip("\n"))
+    lines += ["", "[[inputs]]", 'name = "x"', "shape = [1, 3, 16, 16]", "", "[layout]",
+              '"relax.nn.conv2d" = ["NHWC", "OHWI"]', "", "[budget]"]
+    if comments:
+        lines.append("# the two NCHW boundaries")
+    lines.append(f"layout_transforms = {budget}" + ("   # boundaries" if comments else ""))
+    if kernels is not None:
+        lines.append(f"kernels = {kernels}")
+    if tolerance is not None:
+        lines += ["", "[tolerance]", f"rtol = {tolerance[0]:g}", f"atol = {tolerance[1]:g}"]
+    return "\n".join(lines) + "\n"
 
-[layout]
-"relax.nn.conv2d" = ["NHWC", "OHWI"]
 
-[budget]
-layout_transforms = 2
-"""
+#: The tiny case on both targets with the default tolerance (budget at line 11... see
+#: `tiny_case`): what a minimal valid case file looks like.
+MINIMAL = tiny_case(targets=None, tolerance=None)
+
+
+class CliRun(NamedTuple):
+    code: int
+    out: str
+    err: str
+
+    def both(self) -> tuple[int, str]:
+        """The exit code, and stdout and stderr together (for assertions that do not care
+        which stream a line went to)."""
+        return self.code, self.out + self.err
+
+
+def run_cli(argv: list[str]) -> CliRun:
+    """``cl-validate ARGV`` in this process, its stdout and stderr captured."""
+    from cl_validate.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return CliRun(code, out.getvalue(), err.getvalue())

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cl_validate.checks.verdict import CaseResult, Status
 from cl_validate.cli import main
 from cl_validate.errors import ExitCode
 from cl_validate.report.annotations import (
@@ -24,27 +25,15 @@ from cl_validate.report.annotations import (
     github_annotations,
 )
 from cl_validate.report.junit import build_junit
-from cl_validate.runner import RunOptions, run_in_process
+from cl_validate.run.options import RunOptions
+from cl_validate.run.suite import run_in_process
 from cl_validate.spec import load_case
-from cl_validate.verdict import CaseResult, Status
+from tests.conftest import tiny_case
 
 DATA = Path(__file__).parent / "data"
 FOLDER = "we,ird:dir"
-CASE = """
-model = "tiny_models:conv_relu"
-targets = ["llvm"]
-
-[[inputs]]
-name = "x"
-shape = [1, 3, 16, 16]
-
-[layout]
-"relax.nn.conv2d" = ["NHWC", "OHWI"]
-
-[budget]
-layout_transforms = 1   # the tiny model needs 2: this case fails on this line
-kernels = 4
-"""
+# The tiny model needs 2 transforms: this case fails on its layout_transforms line.
+CASE = tiny_case(1, kernels=4, tolerance=None)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +42,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cases = root / FOLDER
     cases.mkdir()
     shutil.copy(DATA / "tiny_models.py", cases / "tiny_models.py")
-    (cases / "over_budget.toml").write_text(CASE.lstrip(), encoding="utf-8")
+    (cases / "over_budget.toml").write_text(CASE, encoding="utf-8")
     return root
 
 
@@ -112,7 +101,7 @@ def test_errors_stale_warnings_and_hostile_messages(results):
         if c.check == "layout":
             c = replace(c, status=Status.ERROR, message="100% broken: a,b\r\nsecond", line=None)
         elif c.check == "kernels":
-            c = replace(c, measured={**c.measured, "stale": "true"})
+            c = replace(c, measured=replace(c.measured, stale=True))
         checks.append(c)
     commands = github_annotations([replace(r, checks=checks)], env={})
     parsed = [_parse(c) for c in commands]
@@ -175,7 +164,7 @@ def test_cli_writes_markdown_summary_and_annotations(cli_run):
 
 def test_cli_refuses_a_markdown_path_that_is_a_folder(tmp_path, capsys):
     case = tmp_path / "c.toml"
-    case.write_text(CASE.lstrip(), encoding="utf-8")
+    case.write_text(CASE, encoding="utf-8")
     code = main(["run", str(case), "--markdown", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == ExitCode.USAGE_ERROR

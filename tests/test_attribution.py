@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from cl_validate import analysis, numerics
-from cl_validate.attribution import (
-    INPUT_BOUNDARY,
-    NO_LAYOUT_RULE,
-    OUTPUT_BOUNDARY,
-    OWN_PERMUTE,
-    WEIGHT,
-)
-from cl_validate.factory import build_model
-from cl_validate.pipeline import compile_case, export_and_import
+from cl_validate.analysis.kernels import kernel_list
+from cl_validate.compile.build import compile_case
+from cl_validate.compile.factory import build_model
+from cl_validate.compile.frontend import export_and_import
+from cl_validate.compile.reasons import Reason
+from cl_validate.run.execute import make_inputs, torch_inputs
 from cl_validate.spec import load_case
 
 pytestmark = pytest.mark.compile
@@ -31,17 +27,17 @@ shape = {shape}
 
 def _transforms(write_case, model, pipeline="nhwc-plain", shape="[1, 3, 16, 16]"):
     case = load_case(write_case(CASE.format(model=model, pipeline=pipeline, shape=shape)))
-    tensors = numerics.torch_inputs(case, numerics.make_inputs(case))
+    tensors = torch_inputs(case, make_inputs(case))
     front = export_and_import(build_model(case), case, tensors)
-    kernels = analysis.kernel_list(compile_case(front, case, "llvm", build=False))
+    kernels = kernel_list(compile_case(front, case, "llvm", build=False))
     return kernels.transforms
 
 
 def test_op_without_layout_rule_names_the_op_and_the_module(write_case):
     ts = _transforms(write_case, "relu6_net")
     reasons = [t.attribution.reason for t in ts]
-    assert reasons[0] == INPUT_BOUNDARY and reasons[-1] == OUTPUT_BOUNDARY
-    middle = [t.attribution for t in ts if t.attribution.reason == NO_LAYOUT_RULE]
+    assert reasons[0] == Reason.INPUT_BOUNDARY and reasons[-1] == Reason.OUTPUT_BOUNDARY
+    middle = [t.attribution for t in ts if t.attribution.reason == Reason.NO_LAYOUT_RULE]
     assert len(middle) == 2  # to NCHW before the clip, back to NHWC after it
     for att in middle:
         assert att.relax_op == "relax.clip"
@@ -52,7 +48,7 @@ def test_op_without_layout_rule_names_the_op_and_the_module(write_case):
 
 def test_model_own_permute(write_case):
     ts = _transforms(write_case, "own_permute", shape="[1, 16, 16, 8]")
-    own = [t for t in ts if t.attribution.reason == OWN_PERMUTE]
+    own = [t for t in ts if t.attribution.reason == Reason.OWN_PERMUTE]
     assert own and own[0].attribution.source is not None
     assert "permute" in own[0].attribution.source
 
@@ -60,5 +56,5 @@ def test_model_own_permute(write_case):
 def test_unfolded_weight(write_case):
     ts = _transforms(write_case, "conv_relu", pipeline="unbound_pipeline:nhwc_unbound")
     weights = [t for t in ts if t.weight]
-    assert weights and all(t.attribution.reason == WEIGHT for t in weights)
+    assert weights and all(t.attribution.reason == Reason.WEIGHT for t in weights)
     assert any("conv1" in (t.attribution.source or "") for t in weights)

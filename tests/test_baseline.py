@@ -6,8 +6,6 @@ real CLI on a tiny model (a user pipeline that skips FuseOps splits every fused 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
 import textwrap
 from pathlib import Path
@@ -15,8 +13,8 @@ from pathlib import Path
 import pytest
 from junitparser import Failure, JUnitXml
 
-from cl_validate.analysis import Kernel, KernelList, Transform
-from cl_validate.baseline import (
+from cl_validate.analysis.model import Kernel, KernelList, Transform
+from cl_validate.checks.kernel_list import (
     BaselineKernel,
     baseline_path,
     check_kernel_list,
@@ -26,11 +24,10 @@ from cl_validate.baseline import (
     render,
     snapshot,
 )
-from cl_validate.cli import main
+from cl_validate.checks.verdict import CHECKS, Status
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.spec import load_case
-from cl_validate.verdict import CHECKS, Status
-from tests.conftest import DATA, MINIMAL
+from tests.conftest import DATA, MINIMAL, run_cli, tiny_case
 
 
 def _list(*specs: tuple[str, tuple[str, ...]]) -> KernelList:
@@ -126,7 +123,7 @@ def test_check_skips_without_baseline_passes_and_fails_with_a_diff(write_case):
 # The real thing: record with the default pipeline, then break the fusion.
 # --------------------------------------------------------------------------------------------
 NOFUSE = '''
-from cl_validate.pipeline import nhwc
+from cl_validate.compile.pipeline import nhwc
 
 
 def nhwc_nofuse(ctx):
@@ -134,31 +131,6 @@ def nhwc_nofuse(ctx):
     return [s for s in nhwc(ctx) if s.name != "fuse"]
 '''
 
-CASE = """
-model = "tiny_models:conv_relu"
-targets = ["llvm"]
-
-[[inputs]]
-name = "x"
-shape = [1, 3, 16, 16]
-
-[layout]
-"relax.nn.conv2d" = ["NHWC", "OHWI"]
-
-[budget]
-layout_transforms = 2
-
-[tolerance]
-rtol = 1e-4
-atol = 1e-4
-"""
-
-
-def _cli(argv: list[str]) -> tuple[int, str]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = main(argv)
-    return code, out.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -167,8 +139,8 @@ def recorded(tmp_path_factory: pytest.TempPathFactory):
     shutil.copy(DATA / "tiny_models.py", root)
     (root / "nofuse_pipeline.py").write_text(textwrap.dedent(NOFUSE))
     case = root / "conv.toml"
-    case.write_text(CASE)
-    code, out = _cli(["budget", "record", str(root), "--no-isolation"])
+    case.write_text(tiny_case())
+    code, out = run_cli(["budget", "record", str(root), "--no-isolation"]).both()
     return root, case, code, out
 
 
@@ -189,12 +161,12 @@ def test_record_writes_a_reviewable_snapshot(recorded):
 def test_run_passes_against_the_baseline_then_a_broken_fusion_fails(recorded, tmp_path):
     _, case, _, _ = recorded
     junit = tmp_path / "r.xml"
-    code, out = _cli(["run", str(case), "--no-isolation", "--junit", str(junit)])
+    code, out = run_cli(["run", str(case), "--no-isolation", "--junit", str(junit)]).both()
     assert code == ExitCode.OK, out
     assert "kernel_list=ok" in out
 
-    case.write_text('pipeline = "nofuse_pipeline:nhwc_nofuse"\n' + CASE)
-    code, out = _cli(["run", str(case), "--no-isolation", "--junit", str(junit)])
+    case.write_text('pipeline = "nofuse_pipeline:nhwc_nofuse"\n' + tiny_case())
+    code, out = run_cli(["run", str(case), "--no-isolation", "--junit", str(junit)]).both()
     assert code == ExitCode.CHECK_FAILED, out
     (tc,) = [tc for suite in JUnitXml.fromfile(str(junit)) for tc in suite
              if tc.name == "kernel_list"]
@@ -214,10 +186,10 @@ def test_a_hand_broken_baseline_stops_the_run_before_compiling(recorded, tmp_pat
     other = tmp_path / "cases"
     other.mkdir()
     shutil.copy(DATA / "tiny_models.py", other)
-    (other / "conv.toml").write_text(CASE)
+    (other / "conv.toml").write_text(tiny_case())
     (other / "baselines").mkdir()
     (other / "baselines" / "conv.llvm.txt").write_text("garbage here\n")
-    code, out = _cli(["run", str(other), "--no-isolation"])
+    code, out = run_cli(["run", str(other), "--no-isolation"]).both()
     assert code == ExitCode.USAGE_ERROR
     assert "conv.llvm.txt:1: not a kernel line" in out and "Traceback" not in out
     assert Path(root / "baselines" / "conv.llvm.txt").exists()

@@ -7,22 +7,20 @@ tests compile a bundled case and tiny models for real.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
 from pathlib import Path
 
 import pytest
 from junitparser import Failure, JUnitXml
 
-from cl_validate.analysis import Kernel, KernelList, StageCount, Transform
-from cl_validate.budget import plan, rewrite
-from cl_validate.checks import check_kernels, check_layout_transforms
-from cl_validate.cli import main
+from cl_validate.analysis.model import Kernel, KernelList, StageCount, Transform
+from cl_validate.checks.budget import check_kernels, check_layout_transforms
+from cl_validate.checks.verdict import Status
 from cl_validate.errors import ExitCode
 from cl_validate.spec import load_case
-from cl_validate.verdict import Status
-from tests.conftest import DATA, MINIMAL
+from cl_validate.spec.budgets import plan, rewrite
+from cl_validate.spec.config import StalePolicy
+from tests.conftest import DATA, MINIMAL, run_cli, tiny_case
 
 ROOT = Path(__file__).parents[1]
 COUNTS = [StageCount("import", 0, 0)]
@@ -49,32 +47,32 @@ def test_under_budget_is_stale_and_fails_by_default(write_case):
     assert r.status is Status.FAILED and r.kind == "BudgetStale"
     assert r.message == ("budget stale: layout_transforms 1 < 2 (llvm) — run cl-validate "
                          "budget tighten")
-    assert r.measured["stale"] == "true" and r.line == 11
+    assert r.measured.stale and r.line == 11
     r = check_kernels(case, "llvm", _kernels(1))
     assert r.kind == "BudgetStale" and r.message.startswith("budget stale: kernels 2 < 3")
 
 
 def test_warn_policy_passes_but_still_says_stale(write_case):
     case = load_case(write_case(OVERRIDDEN))
-    r = check_layout_transforms(case, "llvm", _kernels(1), COUNTS, stale="warn")
+    r = check_layout_transforms(case, "llvm", _kernels(1), COUNTS, stale=StalePolicy.WARN)
     assert r.status is Status.PASSED and r
-    assert "budget stale" in r.message and r.measured["stale"] == "true"
+    assert "budget stale" in r.message and r.measured.stale
 
 
 def test_exact_budget_passes_without_stale_mark(write_case):
     case = load_case(write_case(OVERRIDDEN))
     r = check_layout_transforms(case, "llvm", _kernels(2), COUNTS)
-    assert r.status is Status.PASSED and "stale" not in r.measured
+    assert r.status is Status.PASSED and not r.measured.stale
 
 
 def test_budget_source_names_the_override_and_its_line(write_case):
     case = load_case(write_case(OVERRIDDEN))
     r = check_layout_transforms(case, "cuda", _kernels(2), COUNTS)
     assert r.message.startswith("layout_transforms 2 > budget 1 (cuda)")
-    assert r.measured["budget_source"] == "targets_override.cuda, line 15"
+    assert r.measured.budget_source == "targets_override.cuda, line 15"
     assert r.body.startswith("budget 1 (targets_override.cuda, line 15)\n")
     r = check_kernels(case, "cuda", _kernels(2, extra=1))
-    assert r.measured["budget_source"] == "budget, line 12"  # cuda inherits the kernels budget
+    assert r.measured.budget_source == "budget, line 12"  # cuda inherits the kernels budget
     assert r.body.startswith("budget 3 (budget, line 12)")
 
 
@@ -160,34 +158,6 @@ def test_exact_budgets_mean_no_writes(tmp_path):
 # --------------------------------------------------------------------------------------------
 # The CLI on real compiles
 # --------------------------------------------------------------------------------------------
-def _cli(argv: list[str]) -> tuple[int, str]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = main(argv)
-    return code, out.getvalue()
-
-
-TINY = """
-# Tiny conv-ReLU-conv; NCHW in and out.
-model = "tiny_models:conv_relu"
-targets = ["llvm"]
-
-[[inputs]]
-name = "x"
-shape = [1, 3, 16, 16]
-
-[layout]
-"relax.nn.conv2d" = ["NHWC", "OHWI"]
-
-[budget]
-# the two NCHW boundaries
-layout_transforms = {lt}   # boundaries
-kernels = {kn}
-
-[tolerance]
-rtol = 1e-4
-atol = 1e-4
-"""
 
 
 @pytest.mark.compile
@@ -199,19 +169,19 @@ def test_tighten_restores_a_loosened_bundled_case_byte_for_byte(tmp_path):
     loose += "\n[targets_override.cuda]\nbudget = { kernels = 5 }   # cuda is different\n"
     case = tmp_path / "forum_conv.toml"
     case.write_text(loose)
-    code, out = _cli(["budget", "tighten", str(case), "--no-isolation", "--dry-run"])
+    code, out = run_cli(["budget", "tighten", str(case), "--no-isolation", "--dry-run"]).both()
     assert code == ExitCode.OK, out
     assert case.read_text() == loose and "dry run: not written" in out
     assert "+layout_transforms = 2" in out
 
-    code, out = _cli(["budget", "tighten", str(case), "--no-isolation"])
+    code, out = run_cli(["budget", "tighten", str(case), "--no-isolation"]).both()
     assert code == ExitCode.OK, out
     assert "llvm  layout_transforms 4 -> 2 (lowered)" in out
     assert "cuda  kernels 5 -> 3 (lowered)" in out
     assert case.read_text() == original + (
         "\n[targets_override.cuda]\nbudget = { kernels = 3 }   # cuda is different\n")
     mtime = case.stat().st_mtime_ns
-    code, out = _cli(["budget", "tighten", str(case), "--no-isolation"])
+    code, out = run_cli(["budget", "tighten", str(case), "--no-isolation"]).both()
     assert code == ExitCode.OK and "0 file(s) updated, 1 exact" in out
     assert case.stat().st_mtime_ns == mtime  # an exact file is not touched
 
@@ -220,24 +190,24 @@ def test_tighten_restores_a_loosened_bundled_case_byte_for_byte(tmp_path):
 def test_tighten_refuses_to_raise_silently_then_raises_with_a_reason(tmp_path):
     shutil.copy(DATA / "tiny_models.py", tmp_path)
     case = tmp_path / "tiny.toml"
-    case.write_text(TINY.format(lt=1, kn=4))
+    case.write_text(tiny_case(1, kernels=4, comments=True))
     before = case.read_text()
-    code, out = _cli(["budget", "tighten", str(case), "--no-isolation"])
+    code, out = run_cli(["budget", "tighten", str(case), "--no-isolation"]).both()
     assert code == ExitCode.CHECK_FAILED
     assert "REFUSED" in out and "llvm: layout_transforms 2 > budget 1" in out
     assert case.read_text() == before
 
-    code, out = _cli(["budget", "tighten", str(case), "--allow-increase"])
+    code, out = run_cli(["budget", "tighten", str(case), "--allow-increase"]).both()
     assert code == ExitCode.USAGE_ERROR and "--allow-increase needs --reason TEXT" in out
 
-    code, out = _cli(["budget", "tighten", str(case), "--no-isolation", "--allow-increase",
-                      "--reason", "output boundary is NCHW"])
+    code, out = run_cli(["budget", "tighten", str(case), "--no-isolation", "--allow-increase",
+                      "--reason", "output boundary is NCHW"]).both()
     assert code == ExitCode.OK, out
     text = case.read_text()
     assert "layout_transforms = 2   # boundaries\n" in text
     assert 'reason = "output boundary is NCHW"' in text and "# the two NCHW boundaries" in text
     assert load_case(case).budget.reason == "output boundary is NCHW"
-    code, out = _cli(["run", str(case), "--no-isolation"])  # the loader accepts `reason`
+    code, out = run_cli(["run", str(case), "--no-isolation"]).both()  # the loader accepts `reason`
     assert code == ExitCode.OK, out
 
 
@@ -245,10 +215,10 @@ def test_tighten_refuses_to_raise_silently_then_raises_with_a_reason(tmp_path):
 def test_stale_budget_fails_unless_pyproject_says_warn(tmp_path, monkeypatch):
     shutil.copy(DATA / "tiny_models.py", tmp_path)
     case = tmp_path / "tiny.toml"
-    case.write_text(TINY.format(lt=3, kn=4))
+    case.write_text(tiny_case(3, kernels=4, comments=True))
     monkeypatch.chdir(tmp_path)
     junit = tmp_path / "r.xml"
-    code, out = _cli(["run", str(case), "--no-isolation", "--junit", str(junit)])
+    code, out = run_cli(["run", str(case), "--no-isolation", "--junit", str(junit)]).both()
     assert code == ExitCode.CHECK_FAILED, out
     (tc,) = [tc for s in JUnitXml.fromfile(str(junit)) for tc in s
              if tc.name == "layout_transforms"]
@@ -256,10 +226,10 @@ def test_stale_budget_fails_unless_pyproject_says_warn(tmp_path, monkeypatch):
     assert isinstance(failure, Failure) and failure.type == "BudgetStale"
     assert failure.message == ("budget stale: layout_transforms 2 < 3 (llvm) — run "
                                "cl-validate budget tighten")
-    assert tc._elem.get("line") == "15" and "budget 3 (budget, line 15)" in failure.text
+    assert tc._elem.get("line") == "14" and "budget 3 (budget, line 14)" in failure.text
 
     (tmp_path / "pyproject.toml").write_text('[tool.cl_validate]\nstale_budget = "warn"\n')
-    code, out = _cli(["run", str(case), "--no-isolation"])
+    code, out = run_cli(["run", str(case), "--no-isolation"]).both()
     assert code == ExitCode.OK, out
     assert "2/3 stale" in out
     assert "WARNING tiny [llvm] layout_transforms: budget stale: layout_transforms 2 < 3" in out

@@ -29,11 +29,13 @@ import torch
 from junitparser import JUnitXml
 from torch import nn
 
-from cl_validate import cache as cache_mod
-from cl_validate.cache import Cache, cacheable, hint, key, resolve_dir, weights_digest
+from cl_validate.checks.measurement import Measurement
 from cl_validate.cli import main
+from cl_validate.compile.factory import weights_digest
 from cl_validate.errors import ExitCode
-from cl_validate.runner import Measurement, RunOptions
+from cl_validate.run import cache as cache_mod
+from cl_validate.run import sources
+from cl_validate.run.cache import Cache, cacheable, hint, key, resolve_dir
 from cl_validate.spec import CaseSpec, load_case
 
 REPO = Path(__file__).resolve().parents[1]
@@ -160,8 +162,8 @@ def test_key_changes_with_target_weights_and_run_mode(arg, value, tmp_path, tiny
 
 
 def test_target_description_feeds_the_numerics_flag():
-    assert cache_mod.target_description("llvm", RunOptions()) == (True, "llvm")
-    assert cache_mod.target_description("llvm", RunOptions(static_only=True)) == (False, "llvm")
+    assert cache_mod.target_description("llvm", static_only=False) == (True, "llvm")
+    assert cache_mod.target_description("llvm", static_only=True) == (False, "llvm")
 
 
 def test_key_is_the_same_in_another_process(tmp_path, src_dir):
@@ -176,7 +178,7 @@ def test_key_is_the_same_in_another_process(tmp_path, src_dir):
         import sys
         sys.path.insert(0, {str(src_dir)!r})
         import ckm_proc
-        from cl_validate.cache import key
+        from cl_validate.run.cache import key
         from cl_validate.spec import load_case
         print(key(load_case({str(case.path)!r}), "llvm", "w0", True, "llvm", False))
     """)
@@ -256,23 +258,23 @@ def test_key_follows_a_helper_module_next_to_a_flat_model(tmp_path, src_dir):
 
 def test_cl_validates_own_source_is_the_package_tree_and_in_the_key(tmp_path, tiny_imported,
                                                                     monkeypatch):
-    pkg = Path(cache_mod.__file__).resolve().parent
+    pkg = Path(cache_mod.__file__).resolve().parent.parent
     copy = tmp_path / "cl_validate"
     shutil.copytree(pkg, copy)
-    # _own_source() (uncached) is exactly the hash of the package's .py tree ...
-    assert cache_mod._own_source.__wrapped__() == cache_mod._hash_tree(copy)
-    h0 = cache_mod._hash_tree(copy)
-    (copy / "passes" / "__pycache__").mkdir(exist_ok=True)
-    (copy / "passes" / "__pycache__" / "stray.py").write_text("x = 1\n")
-    assert cache_mod._hash_tree(copy) == h0
+    # own_source() (uncached) is exactly the hash of the package's .py tree ...
+    assert sources.own_source.__wrapped__() == sources._hash_tree(copy)
+    h0 = sources._hash_tree(copy)
+    (copy / "compile" / "passes" / "__pycache__").mkdir(exist_ok=True)
+    (copy / "compile" / "passes" / "__pycache__" / "stray.py").write_text("x = 1\n")
+    assert sources._hash_tree(copy) == h0
     # ... so a one-byte edit deep in it (here a pass) changes it ...
-    nested = copy / "passes" / "_util.py"
+    nested = copy / "compile" / "passes" / "_util.py"
     nested.write_bytes(nested.read_bytes() + b"\n")
-    assert cache_mod._hash_tree(copy) != h0
-    # ... and whatever _own_source() says is part of every key.
+    assert sources._hash_tree(copy) != h0
+    # ... and whatever own_source() says is part of every key.
     case = _load(tmp_path, BASE)
     before = _key(case)
-    monkeypatch.setattr(cache_mod, "_own_source", lambda: "cl_validate edited")
+    monkeypatch.setattr(cache_mod, "own_source", lambda: "cl_validate edited")
     assert _key(case) != before
 
 
@@ -280,7 +282,7 @@ def test_tool_versions_are_found_and_in_the_key(tmp_path, tiny_imported, monkeyp
     import numpy
     import tvm
 
-    v = cache_mod._versions()
+    v = sources.versions()
     # Not "absent": a wrong distribution name would silently drop TVM upgrades from the key.
     assert v["apache-tvm"] == tvm.__version__
     assert v["torch"] == torch.__version__
@@ -288,7 +290,7 @@ def test_tool_versions_are_found_and_in_the_key(tmp_path, tiny_imported, monkeyp
     assert v["python"] == ".".join(map(str, sys.version_info[:3]))
     case = _load(tmp_path, BASE)
     before = _key(case)
-    monkeypatch.setattr(cache_mod, "_versions", lambda: {**v, "apache-tvm": "0.28.0"})
+    monkeypatch.setattr(cache_mod, "versions", lambda: {**v, "apache-tvm": "0.28.0"})
     assert _key(case) != before
 
 
@@ -296,7 +298,7 @@ def test_tool_versions_are_found_and_in_the_key(tmp_path, tiny_imported, monkeyp
 # weights_digest
 # --------------------------------------------------------------------------------------------
 def test_weights_digest_is_reproducible_from_the_seed_and_sees_one_ulp(tmp_path, tiny_imported):
-    from cl_validate.factory import build_model
+    from cl_validate.compile.factory import build_model
 
     case = _load(tmp_path, BASE)
     a, b = build_model(case), build_model(case)
@@ -472,8 +474,8 @@ def test_a_failed_put_leaves_neither_entry_nor_temporary_file(tmp_path):
 _WRITER = """
 import sys
 import numpy as np
-from cl_validate.cache import Cache
-from cl_validate.runner import Measurement
+from cl_validate.run.cache import Cache
+from cl_validate.checks.measurement import Measurement
 root, k, wid = sys.argv[1], sys.argv[2], int(sys.argv[3])
 c = Cache(root)
 for i in range(40):
@@ -544,8 +546,8 @@ def test_resolve_dir(monkeypatch):
     (["--no-cache"], None, None),
 ])
 def test_cli_flags_and_env_reach_run_options(argv, env, expected, monkeypatch, tmp_path):
-    from cl_validate.cli import _parser
-    from cl_validate.options import run_options
+    from cl_validate.cli.main import _parser
+    from cl_validate.run.options import run_options
 
     monkeypatch.chdir(tmp_path)  # no pyproject.toml settings from the repository
     if env is None:
@@ -627,11 +629,11 @@ class Run:
 
 def _cli(workdir: Path, *argv: str) -> Run:
     """`cl-validate run ...` in this process, from `workdir`, recording what got measured."""
-    from cl_validate import pipeline, workers
+    from cl_validate.run import measure, workers
 
     pooled: list[str] = []
     compiled: list[str] = []
-    pool_run, compile_case = workers.WorkerPool.run, pipeline.compile_case
+    pool_run, compile_case = workers.WorkerPool.run, measure.compile_case
 
     def spy_pool_run(self, cases, *a, **kw):
         pooled.extend(c.name for c in cases)
@@ -648,7 +650,7 @@ def _cli(workdir: Path, *argv: str) -> Run:
         mp.chdir(workdir)
         mp.setattr(sys, "path", list(sys.path))
         mp.setattr(workers.WorkerPool, "run", spy_pool_run)
-        mp.setattr(pipeline, "compile_case", spy_compile)
+        mp.setattr(measure, "compile_case", spy_compile)
         t0 = time.perf_counter()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = main(["run", "case.toml", *argv])
@@ -871,7 +873,7 @@ def test_remember_where_it_cannot_write_does_not_raise(tmp_path):
 
 @pytest.mark.compile
 def test_warm_run_starts_no_workers_and_a_wrong_guess_still_measures(warm, monkeypatch):
-    from cl_validate.workers import WorkerPool
+    from cl_validate.run.workers import WorkerPool
 
     prestarts: list[int] = []
     prestart = WorkerPool.prestart

@@ -3,18 +3,16 @@ tolerance is measured, proposed and written back without losing a comment."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
 
 import numpy as np
 import pytest
 
-from cl_validate.calibrate import FLOOR, nice_ceil, observe, propose, toml_number
-from cl_validate.cli import main
+from cl_validate.checks.calibration import FLOOR, nice_ceil, observe, propose
 from cl_validate.errors import ExitCode
 from cl_validate.spec import load_case
-from tests.conftest import DATA
+from cl_validate.spec.casefile import toml_number
+from tests.conftest import DATA, run_cli, tiny_case
 
 
 def test_nice_ceil_rounds_up_to_one_two_five():
@@ -48,32 +46,12 @@ def test_non_finite_outputs_are_counted():
     assert obs.nonfinite == 2
 
 
-CASE = """# Tiny conv-ReLU-conv, NCHW in and out.
-model = "tiny_models:conv_relu"
-
-[[inputs]]
-name = "x"
-shape = [1, 3, 16, 16]
-
-[layout]
-"relax.nn.conv2d" = ["NHWC", "OHWI"]
-
-[budget]
-layout_transforms = 2
-kernels = 4
-
-[tolerance]
-# copied from another case
-rtol = 1e-2   # far too loose
-atol = 1e-2
-"""
 
 
-def _cli(argv: list[str]) -> tuple[int, str]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = main(argv)
-    return code, out.getvalue()
+# Both targets (default), and a tolerance copied from another case: far too loose.
+CASE = tiny_case(kernels=4, targets=None, tolerance=(1e-2, 1e-2), comments=True).replace(
+    "[tolerance]\nrtol = 0.01",
+    "[tolerance]\n# copied from another case\nrtol = 1e-2   # far too loose")
 
 
 @pytest.mark.compile
@@ -81,16 +59,16 @@ def test_calibrate_proposes_then_writes_only_when_asked(tmp_path):
     shutil.copy(DATA / "tiny_models.py", tmp_path)
     case = tmp_path / "tiny.toml"
     case.write_text(CASE)
-    code, out = _cli(["calibrate", str(case), "--seeds", "3"])
+    code, out = run_cli(["calibrate", str(case), "--seeds", "3"]).both()
     assert code == ExitCode.OK, out
     rows = [ln.split() for ln in out.splitlines() if ln.split()[:1] == ["0"]]
     assert [r[1] for r in rows] == ["0", "1", "2"]  # one row per input seed
     assert "max over samples: max_abs" in out
     proposal = next(ln for ln in out.splitlines() if ln.startswith("proposed"))
-    assert "rtol = " in proposal and "tiny.toml:15): rtol = 0.01, atol = 0.01" in out
+    assert "rtol = " in proposal and "tiny.toml:16): rtol = 0.01, atol = 0.01" in out
     assert case.read_text() == CASE  # no --write: nothing written
 
-    code, out = _cli(["calibrate", str(case), "--seeds", "3", "--write"])
+    code, out = run_cli(["calibrate", str(case), "--seeds", "3", "--write"]).both()
     assert code == ExitCode.OK, out
     text = case.read_text()
     rtol = proposal.split("rtol = ")[1].split(",")[0]
@@ -102,18 +80,18 @@ def test_calibrate_proposes_then_writes_only_when_asked(tmp_path):
     spec = load_case(case)
     assert spec.tolerance_for("llvm")[0].rtol == float(rtol) < 1e-2
     assert spec.tolerance_for("cuda")[0].rtol == 1e-2
-    code, out = _cli(["run", str(case), "--no-isolation", "--target", "llvm"])
+    code, out = run_cli(["run", str(case), "--no-isolation", "--target", "llvm"]).both()
     assert code == ExitCode.OK, out  # the written tolerance holds on the run's own sample
 
 
 def test_calibrate_usage_errors(tmp_path):
-    from cl_validate.pipeline import device_available
+    from cl_validate.compile.target import device_available
 
-    code, out = _cli(["calibrate", str(tmp_path / "nope.toml")])
+    code, out = run_cli(["calibrate", str(tmp_path / "nope.toml")]).both()
     assert code == ExitCode.USAGE_ERROR and "case file not found" in out
     if not device_available("cuda"):
         shutil.copy(DATA / "tiny_models.py", tmp_path)
         case = tmp_path / "tiny.toml"
         case.write_text(CASE)
-        code, out = _cli(["calibrate", str(case), "--target", "cuda"])
+        code, out = run_cli(["calibrate", str(case), "--target", "cuda"]).both()
         assert code == ExitCode.USAGE_ERROR and "no cuda device" in out

@@ -7,16 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from cl_validate.analysis import Kernel, KernelList, OpLayout, StageCount, Transform
-from cl_validate.checks import (
-    check_kernels,
-    check_layout,
-    check_layout_transforms,
-    check_numerics,
-)
-from cl_validate.numerics import compare
+from cl_validate.analysis.model import Kernel, KernelList, OpLayout, StageCount, Transform
+from cl_validate.checks.budget import check_kernels, check_layout_transforms
+from cl_validate.checks.layout import check_layout
+from cl_validate.checks.numerics import check_numerics, compare
+from cl_validate.checks.verdict import Status
 from cl_validate.spec import Tolerance, load_case
-from cl_validate.verdict import Status
 from tests.conftest import MINIMAL
 
 
@@ -43,7 +39,7 @@ COUNTS = [StageCount("import", 0, 0), StageCount("convert_layout", 2, 1)]
 def test_layout_transforms_within_budget(case):
     r = check_layout_transforms(case, "llvm", _kernels(2), COUNTS)
     assert r.status is Status.PASSED and r
-    assert r.measured["layout_transforms"] == "2"
+    assert r.measured.layout_transforms == 2
 
 
 def test_layout_transforms_over_budget_names_count_budget_target_and_line(case):

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from cl_validate.factory import build_model
-from cl_validate.runner import RunOptions, run_case
+from cl_validate.checks.verdict import Status
+from cl_validate.compile.factory import build_model
+from cl_validate.run.options import RunOptions
+from cl_validate.run.suite import run_case
 from cl_validate.spec import load_case
-from cl_validate.verdict import Status
 
 pytestmark = pytest.mark.compile
 ZOO = Path(__file__).parents[1] / "model_cases"
@@ -45,13 +46,13 @@ def test_qdq_conv_imports_int8_and_matches_torch_within_one_step(write_case):
 
 
 def test_qdq_ir_holds_int8_tensors(write_case):
-    from cl_validate import numerics
-    from cl_validate.pipeline import export_and_import
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.run.execute import make_inputs, torch_inputs
 
     if str(ZOO) not in sys.path:
         sys.path.insert(0, str(ZOO))
     case = load_case(write_case(CASE))
     front = export_and_import(build_model(case), case,
-                              numerics.torch_inputs(case, numerics.make_inputs(case)))
+                              torch_inputs(case, make_inputs(case)))
     text = front.mod.script(show_meta=False)
     assert 'dtype="int8"' in text and "R.quantize(" in text and "R.dequantize(" in text

@@ -19,8 +19,8 @@ import torch  # noqa: F401  (see below)
 import xmlschema
 from junitparser import Error, Failure, JUnitXml
 
-from cl_validate.cli import main
 from cl_validate.errors import ExitCode
+from tests.conftest import run_cli
 
 # torch is imported above, at collection, on purpose: its logging handler keeps the sys.stderr
 # it finds at import, and if that were a test's capsys stream (closed after that test), a later
@@ -143,12 +143,6 @@ VERDICTS: dict[str, Verdict] = {
 }
 
 
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def _assert_usage_error(code: int, out: str, err: str, where: str, says: str) -> None:
     assert code == ExitCode.USAGE_ERROR, out + err
     assert "Traceback" not in out + err
@@ -165,35 +159,32 @@ def test_every_corpus_file_is_covered() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(USAGE))
-def test_case_file_error(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_case_file_error(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(CORPUS)
     expect = USAGE[name]
     reports = tmp_path / "reports"
-    code, out, err = _run(["run", name, "--junit", str(reports / "r.xml")], capsys)
+    code, out, err = run_cli(["run", name, "--junit", str(reports / "r.xml")])
     where = name if expect.line is None else f"{name}:{expect.line}"
     _assert_usage_error(code, out, err, where, expect.says)
     assert not reports.exists()  # no report, no temporary file, not even the folder
 
 
-def test_duplicate_case_names_across_files(monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_duplicate_case_names_across_files(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(CORPUS)
-    code, out, err = _run(["run", "duplicate_names"], capsys)
+    code, out, err = run_cli(["run", "duplicate_names"])
     _assert_usage_error(code, out, err, "duplicate_names/second.toml:4",
                         "duplicate case name 'same' (also in duplicate_names/first.toml) "
                         "(hint: case names must be unique")
 
 
-def test_folder_named_like_a_case_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_folder_named_like_a_case_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "cases" / "looks_like_a_case.toml").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
-    code, out, err = _run(["run", "cases"], capsys)
+    code, out, err = run_cli(["run", "cases"])
     _assert_usage_error(code, out, err, "cases/looks_like_a_case.toml",
                         "is a folder, not a case file (hint:")
     # Named directly, it is a folder of cases like any other: an empty one.
-    code, out, err = _run(["run", "cases/looks_like_a_case.toml"], capsys)
+    code, out, err = run_cli(["run", "cases/looks_like_a_case.toml"])
     assert code == ExitCode.USAGE_ERROR and out == "" and err.count("\n") == 1
     assert "no case files found in cases/looks_like_a_case.toml" in err
 
@@ -236,11 +227,10 @@ def _assert_verdict(name: str, xml: JUnitXml) -> None:
 @pytest.mark.compile
 @pytest.mark.parametrize("name", sorted(VERDICTS))
 def test_failing_verdict_writes_a_complete_valid_report(
-        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(CORPUS)
     junit = tmp_path / "reports" / "r.xml"
-    code, out, err = _run(["run", name, "--no-isolation", "--junit", str(junit)], capsys)
+    code, out, err = run_cli(["run", name, "--no-isolation", "--junit", str(junit)])
     assert code == ExitCode.CHECK_FAILED, out + err
     assert "Traceback" not in out + err
     expect = VERDICTS[name]
@@ -275,7 +265,7 @@ def test_failing_verdicts_in_workers_print_no_traceback(tmp_path: Path) -> None:
 
 def test_unsupported_ops_verdict_is_the_same_whatever_order_tvm_lists_them() -> None:
     """TVM builds the list from a set: its order changes between processes."""
-    from cl_validate.pipeline import _unsupported_ops_summary
+    from cl_validate.compile.frontend import _unsupported_ops_summary
 
     a = _unsupported_ops_summary(AssertionError("Unsupported function types ['b.default', "
                                                 "'a.default']"))

@@ -7,7 +7,6 @@ verdicts, the console output and the JUnit file it produced.
 from __future__ import annotations
 
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,73 +14,21 @@ from junitparser import Error, Failure, JUnitXml, Skipped
 
 from cl_validate.cli import main
 from cl_validate.errors import ExitCode
+from tests.conftest import tiny_case
 
 pytestmark = pytest.mark.compile
 
 DATA = Path(__file__).parent / "data"
 
-BASE = """
-[[inputs]]
-name = "x"
-shape = [1, 3, 16, 16]
-
-[layout]
-"relax.nn.conv2d" = ["NHWC", "OHWI"]
-"""
 
 CASES = {
-    "ok.toml": """
-        model = "tiny_models:conv_relu"
-        {BASE}
-        [budget]
-        layout_transforms = 2   # NCHW input and NCHW output boundaries
-        kernels = 4
-        [tolerance]
-        rtol = 1e-4
-        atol = 1e-4
-    """,
-    "over_budget.toml": """
-        model = "tiny_models:conv_relu"
-        targets = ["llvm"]
-        {BASE}
-        [budget]
-        layout_transforms = 1
-    """,
-    "too_tight.toml": """
-        model = "tiny_models:classifier"
-        targets = ["llvm"]
-        {BASE}
-        [budget]
-        layout_transforms = 1
-        [tolerance]
-        rtol = 0.0
-        atol = 0.0
-    """,
-    "nan.toml": """
-        model = "tiny_models:nan_model"
-        targets = ["llvm"]
-        {BASE}
-        [budget]
-        layout_transforms = 2
-    """,
-    "classifier_cuda.toml": """
-        model = "tiny_models:classifier"
-        targets = ["cuda"]
-        {BASE}
-        [budget]
-        layout_transforms = 1
-    """,
-    "weights_unbound.toml": """
-        model = "tiny_models:conv_relu"
-        targets = ["llvm"]
-        pipeline = "unbound_pipeline:nhwc_unbound"
-        {BASE}
-        [budget]
-        layout_transforms = 2
-        [tolerance]
-        rtol = 1e-4
-        atol = 1e-4
-    """,
+    "ok.toml": tiny_case(kernels=4, targets=None),
+    "over_budget.toml": tiny_case(1, tolerance=None),
+    "too_tight.toml": tiny_case(1, model="tiny_models:classifier", tolerance=(0.0, 0.0)),
+    "nan.toml": tiny_case(model="tiny_models:nan_model", tolerance=None),
+    "classifier_cuda.toml": tiny_case(1, model="tiny_models:classifier", targets=("cuda",),
+                                      tolerance=None),
+    "weights_unbound.toml": tiny_case(extra='pipeline = "unbound_pipeline:nhwc_unbound"'),
 }
 
 
@@ -93,8 +40,7 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory):
     for name in ("tiny_models.py", "unbound_pipeline.py"):
         shutil.copy(DATA / name, cases / name)
     for name, text in CASES.items():
-        body = textwrap.dedent(text).replace("{BASE}", BASE)
-        (cases / name).write_text(body.lstrip(), encoding="utf-8")
+        (cases / name).write_text(text, encoding="utf-8")
     junit = root / "reports" / "r.xml"
     import contextlib
     import io

@@ -17,28 +17,11 @@ from junitparser import Error, JUnitXml
 
 from cl_validate.cli import main
 from cl_validate.errors import ExitCode
+from tests.conftest import tiny_case
 
 pytestmark = pytest.mark.compile
 DATA = Path(__file__).parent / "data"
 
-CASE = """
-model = "{model}"
-targets = ["llvm"]
-{extra}
-[[inputs]]
-name = "x"
-shape = [1, 3, 16, 16]
-
-[layout]
-"relax.nn.conv2d" = ["NHWC", "OHWI"]
-
-[budget]
-layout_transforms = 2
-
-[tolerance]
-rtol = 1e-4
-atol = 1e-4
-"""
 
 
 def _suite(root: Path, cases: dict[str, tuple[str, str]]) -> Path:
@@ -47,7 +30,7 @@ def _suite(root: Path, cases: dict[str, tuple[str, str]]) -> Path:
     for f in ("tiny_models.py", "hostile_models.py"):
         shutil.copy(DATA / f, d / f)
     for name, (model, extra) in cases.items():
-        (d / f"{name}.toml").write_text(CASE.format(model=model, extra=extra))
+        (d / f"{name}.toml").write_text(tiny_case(model=model, extra=extra))
     return d
 
 

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from cl_validate import analysis, numerics
-from cl_validate.attribution import PINNED
-from cl_validate.checks import check_layout
+from cl_validate.analysis.kernels import kernel_list
+from cl_validate.analysis.layouts import op_layouts
+from cl_validate.analysis.stages import op_level_stage
+from cl_validate.checks.layout import check_layout
+from cl_validate.checks.verdict import Status
+from cl_validate.compile.build import compile_case
+from cl_validate.compile.factory import build_model
+from cl_validate.compile.frontend import export_and_import
+from cl_validate.compile.reasons import Reason
 from cl_validate.errors import CaseFileError
-from cl_validate.factory import build_model
-from cl_validate.pipeline import compile_case, export_and_import
-from cl_validate.runner import RunOptions, preflight
+from cl_validate.run.execute import make_inputs, torch_inputs
+from cl_validate.run.options import RunOptions
+from cl_validate.run.suite import preflight
 from cl_validate.spec import load_case
-from cl_validate.verdict import Status
 
 CASE = """
 model = "tiny_models:conv_relu"
@@ -41,14 +46,14 @@ def test_bad_module_path_is_rejected_by_the_loader(write_case):
 @pytest.mark.compile
 def test_pinned_module_stays_nchw_and_its_border_transforms_are_attributed(write_case):
     case = load_case(write_case(CASE.format(override='"conv2" = ["NCHW", "OIHW"]')))
-    tensors = numerics.torch_inputs(case, numerics.make_inputs(case))
+    tensors = torch_inputs(case, make_inputs(case))
     front = export_and_import(build_model(case), case, tensors)
     compiled = compile_case(front, case, "llvm", build=False)
-    ops = analysis.op_layouts(compiled.stage(analysis.op_level_stage(compiled)).mod,
+    ops = op_layouts(compiled.stage(op_level_stage(compiled)).mod,
                               front.sources)
     convs = {op.module: op.layouts["data_layout"] for op in ops if op.op == "relax.nn.conv2d"}
     assert convs == {"conv1": "NHWC", "conv2": "NCHW"}
     assert check_layout(case, "llvm", ops).status is Status.PASSED
-    pinned = [t for t in analysis.kernel_list(compiled).transforms
-              if t.attribution and t.attribution.reason == PINNED]
+    pinned = [t for t in kernel_list(compiled).transforms
+              if t.attribution and t.attribution.reason == Reason.PINNED]
     assert pinned and all("conv2" in (t.attribution.source or "") for t in pinned)

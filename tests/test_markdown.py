@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from cl_validate.analysis import Kernel, KernelList, Transform
+from cl_validate.analysis.model import Kernel, KernelList, Transform
+from cl_validate.checks.verdict import CaseResult
 from cl_validate.report.markdown import (
     Gap,
     append_step_summary,
@@ -31,33 +32,15 @@ from cl_validate.report.markdown import (
     render_markdown,
     write_markdown,
 )
-from cl_validate.runner import RunOptions, run_in_process
+from cl_validate.run.options import RunOptions
+from cl_validate.run.suite import run_in_process
 from cl_validate.spec import load_case
-from cl_validate.verdict import CaseResult
+from tests.conftest import tiny_case
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
 SETUP = "tools/setup-mermaid.sh"
 
-CASE = """
-model = "tiny_models:conv_relu"
-targets = ["llvm"]
-
-[[inputs]]
-name = "x"
-shape = [1, 3, 16, 16]
-
-[layout]
-"relax.nn.conv2d" = ["NHWC", "OHWI"]
-
-[budget]
-layout_transforms = {transforms}
-kernels = 4
-
-[tolerance]
-rtol = 1e-4
-atol = 1e-4
-"""
 
 HOSTILE = ['say "hi"', "c[d]e", "f|g", "<b>bold</b>", "中文 é ✓ 🦀", "end", "x --> y",
            "%% comment", "a;b:c", "k{1}(2)", "back`tick", "#quot; #35; &amp;", "new\nline\ttab",
@@ -73,7 +56,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> list[CaseResult]:
     cases = tmp_path_factory.mktemp("md_cases")
     shutil.copy(DATA / "tiny_models.py", cases / "tiny_models.py")
     for name, transforms in (("over_budget", 1), ("on_budget", 2)):
-        (cases / f"{name}.toml").write_text(CASE.format(transforms=transforms).lstrip(),
+        (cases / f"{name}.toml").write_text(tiny_case(transforms, kernels=4),
                                             encoding="utf-8")
     specs = [load_case(cases / f"{n}.toml") for n in ("over_budget", "on_budget")]
     return run_in_process(specs, RunOptions(isolate=False))

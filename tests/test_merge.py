@@ -3,8 +3,6 @@ every kind of bad input is a one-line error that writes nothing."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
 import textwrap
 import xml.etree.ElementTree as ET
@@ -14,33 +12,16 @@ import pytest
 
 from cl_validate.cli import main
 from cl_validate.errors import ExitCode
+from tests.conftest import run_cli, tiny_case
 
 DATA = Path(__file__).parent / "data"
 
-BASE = """
-[[inputs]]
-name = "x"
-shape = [1, 3, 16, 16]
-
-[layout]
-"relax.nn.conv2d" = ["NHWC", "OHWI"]
-"""
 
 CASES = {  # one passes on llvm and cuda, one is over budget, one passes on llvm only
-    "ok.toml": 'model = "tiny_models:conv_relu"\n' + BASE +
-               "[budget]\nlayout_transforms = 2\n[tolerance]\nrtol = 1e-4\natol = 1e-4\n",
-    "over.toml": 'model = "tiny_models:conv_relu"\ntargets = ["llvm"]\n' + BASE +
-                 "[budget]\nlayout_transforms = 1\n[tolerance]\nrtol = 1e-4\natol = 1e-4\n",
-    "head.toml": 'model = "tiny_models:classifier"\ntargets = ["llvm"]\n' + BASE +
-                 "[budget]\nlayout_transforms = 1\n[tolerance]\nrtol = 1e-4\natol = 1e-4\n",
+    "ok.toml": tiny_case(targets=None),
+    "over.toml": tiny_case(1),
+    "head.toml": tiny_case(1, model="tiny_models:classifier"),
 }
-
-
-def _cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +36,12 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     reports = root / "reports"
     codes = []
     for i in (1, 2):
-        code, out, err = _cli(["run", str(cases), "--target", "llvm", "--target", "cuda",
+        code, out, err = run_cli(["run", str(cases), "--target", "llvm", "--target", "cuda",
                                "--no-isolation", "--shard", f"{i}/2",
                                "--junit", str(reports / f"shard-{i}.xml")])
         codes.append((code, out, err))
     merged = reports / "cpu.xml"
-    merge = _cli(["merge", str(reports / "shard-1.xml"), str(reports / "shard-2.xml"),
+    merge = run_cli(["merge", str(reports / "shard-1.xml"), str(reports / "shard-2.xml"),
                   "-o", str(merged)])
     return {"root": root, "reports": reports, "codes": codes, "merge": merge,
             "merged": merged}
@@ -141,7 +122,7 @@ def test_duplicate_testcase_names_both_files(shards, tmp_path):
     copy = tmp_path / "copy.xml"
     shutil.copy(shards["reports"] / "shard-1.xml", copy)
     out = tmp_path / "out.xml"
-    code, _, err = _cli(["merge", str(shards["reports"] / "shard-1.xml"), str(copy),
+    code, _, err = run_cli(["merge", str(shards["reports"] / "shard-1.xml"), str(copy),
                          "-o", str(out)])
     assert code == ExitCode.USAGE_ERROR
     assert err.count("\n") == 1 and "duplicate testcase" in err
@@ -155,7 +136,7 @@ def test_an_empty_shard_merges(shards, tmp_path):
     empty.write_text('<?xml version="1.0"?><testsuites name="cl_validate" tests="0" '
                      'failures="0" errors="0" time="0"/>', encoding="utf-8")
     out = tmp_path / "all.xml"
-    code, _, err = _cli(["merge", str(shards["merged"]), str(empty), "-o", str(out)])
+    code, _, err = run_cli(["merge", str(shards["merged"]), str(empty), "-o", str(out)])
     assert code == ExitCode.OK, err
     assert sorted(_testcases(out)) == sorted(_testcases(shards["merged"]))
 
@@ -169,7 +150,7 @@ def test_a_bare_testsuite_and_same_named_suites_merge(tmp_path):
                  '<testcase classname="c" name="t2" time="2"><failure message="m">x</failure>'
                  '</testcase></testsuite></testsuites>')
     out = tmp_path / "o.xml"
-    code, _, err = _cli(["merge", str(a), str(b), "-o", str(out)])
+    code, _, err = run_cli(["merge", str(a), str(b), "-o", str(out)])
     assert code == ExitCode.OK, err
     (suite,) = ET.parse(out).getroot().findall("testsuite")
     assert (suite.get("tests"), suite.get("failures"), suite.get("time")) == ("2", "1", "3.500")
@@ -206,7 +187,7 @@ def test_hostile_input_is_one_line_and_writes_nothing(tmp_path, name):
     good.write_text('<testsuites><testsuite name="s" tests="0" failures="0" errors="0"/>'
                     "</testsuites>")
     out = tmp_path / "out.xml"
-    code, stdout, err = _cli(["merge", str(good), str(bad), "-o", str(out)])
+    code, stdout, err = run_cli(["merge", str(good), str(bad), "-o", str(out)])
     assert code == ExitCode.USAGE_ERROR
     assert err.startswith(f"cl-validate: error: {bad}") and fragment in err, err
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -216,9 +197,9 @@ def test_hostile_input_is_one_line_and_writes_nothing(tmp_path, name):
 
 def test_missing_and_folder_inputs_are_one_line(tmp_path):
     out = tmp_path / "o.xml"
-    code, _, err = _cli(["merge", str(tmp_path / "nope.xml"), "-o", str(out)])
+    code, _, err = run_cli(["merge", str(tmp_path / "nope.xml"), "-o", str(out)])
     assert code == ExitCode.USAGE_ERROR and "cannot read report: No such file" in err
-    code, _, err = _cli(["merge", str(tmp_path), "-o", str(out)])
+    code, _, err = run_cli(["merge", str(tmp_path), "-o", str(out)])
     assert code == ExitCode.USAGE_ERROR and "cannot read report: Is a directory" in err
     assert not out.exists()
 
@@ -228,18 +209,18 @@ def test_merge_never_replaces_an_input_or_a_file_that_is_not_a_report(shards, tm
     shard1 = tmp_path / "s1.xml"
     shutil.copy(shards["reports"] / "shard-1.xml", shard1)
     before = shard1.read_bytes()
-    code, _, err = _cli(["merge", str(shard1), "-o", str(shard1)])
+    code, _, err = run_cli(["merge", str(shard1), "-o", str(shard1)])
     assert code == ExitCode.USAGE_ERROR and "also one of the reports to merge" in err
     assert shard1.read_bytes() == before
     notes = tmp_path / "NOTES.md"
     notes.write_text("# my notes\n")
-    code, _, err = _cli(["merge", str(shard1), "-o", str(notes)])
+    code, _, err = run_cli(["merge", str(shard1), "-o", str(notes)])
     assert code == ExitCode.USAGE_ERROR and "refusing to replace a file that is not a JUnit" in err
     assert notes.read_text() == "# my notes\n"
     # A previous merged report is replaced (that is what -o asks for), atomically.
     old = tmp_path / "old.xml"
     shutil.copy(shards["merged"], old)
-    code, _, err = _cli(["merge", str(shard1), "-o", str(old)])
+    code, _, err = run_cli(["merge", str(shard1), "-o", str(old)])
     assert code == ExitCode.OK, err
     assert sorted(_testcases(old)) == sorted(_testcases(shard1))
 

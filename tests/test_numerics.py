@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cl_validate.numerics import flatten_outputs, make_inputs
+from cl_validate.run.execute import flatten_outputs, make_inputs
 from cl_validate.spec import load_case
 from tests.conftest import MINIMAL
 

@@ -17,6 +17,7 @@ from cl_validate.cli import main
 from cl_validate.errors import CaseFileError, ExitCode, UsageError
 from cl_validate.paths import MAX_NAME, inside, report_file, safe_filename
 from cl_validate.spec import load_case
+from tests.conftest import tiny_case
 
 DATA = Path(__file__).parent / "data"
 _SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -70,27 +71,12 @@ def test_inside_refuses_a_symlink_out_of_the_base(tmp_path: Path) -> None:
         inside(tmp_path / "reports", "link/x.txt")
 
 
-CASE = """\
-name = "{name}"
-model = "tiny_models:conv_relu"
-targets = ["llvm"]
-
-[[inputs]]
-name = "x"
-shape = [1, 3, 16, 16]
-
-[layout]
-"relax.nn.conv2d" = ["NHWC", "OHWI"]
-
-[budget]
-layout_transforms = 2
-"""
 
 
 @pytest.mark.parametrize("name", [".", "..", ".hidden", "../evil", "a/b", "a b"])
 def test_spec_refuses_names_that_are_not_plain_file_names(name: str, tmp_path: Path) -> None:
     path = tmp_path / "case.toml"
-    path.write_text(CASE.format(name=name))
+    path.write_text(f'name = "{name}"\n' + tiny_case(tolerance=None))
     with pytest.raises(CaseFileError) as info:
         load_case(path)
     assert info.value.line == 1 and "case name" in info.value.message
@@ -99,7 +85,7 @@ def test_spec_refuses_names_that_are_not_plain_file_names(name: str, tmp_path: P
 def test_a_very_long_name_is_valid_and_its_file_name_is_bounded(tmp_path: Path) -> None:
     path = tmp_path / "case.toml"
     name = "very_long_case_name." * 20
-    path.write_text(CASE.format(name=name))
+    path.write_text(f'name = "{name}"\n' + tiny_case(tolerance=None))
     case = load_case(path)
     assert case.name == name
     safe = safe_filename(case.name)
@@ -125,7 +111,7 @@ def case_dir(tmp_path: Path) -> Path:
     cases = tmp_path / "cases"
     cases.mkdir()
     shutil.copy(DATA / "tiny_models.py", cases / "tiny_models.py")
-    (cases / "tiny.toml").write_text(CASE.format(name="tiny"))
+    (cases / "tiny.toml").write_text('name = "tiny"\n' + tiny_case(tolerance=None))
     return cases
 
 

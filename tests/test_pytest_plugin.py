@@ -13,27 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import tiny_case
+
 DATA = Path(__file__).parent / "data"
 
-CASE = """\
-model = "tiny_models:conv_relu"
-targets = ["llvm"]
-
-[[inputs]]
-name = "x"
-shape = [1, 3, 16, 16]
-
-[layout]
-"relax.nn.conv2d" = ["NHWC", "OHWI"]
-
-[budget]
-layout_transforms = {budget}
-{kernels}
-
-[tolerance]
-rtol = 1e-4
-atol = 1e-4
-"""
 
 PASS_ID = "model_cases/ok.toml::ok::{check}[llvm]"
 OVER_ID = "model_cases/over.toml::over::{check}[llvm]"
@@ -43,10 +26,10 @@ def _project(root: Path) -> Path:
     cases = root / "model_cases"
     cases.mkdir(parents=True)
     shutil.copy(DATA / "tiny_models.py", cases / "tiny_models.py")
-    (cases / "ok.toml").write_text(CASE.format(budget=2, kernels="kernels = 4"),
+    (cases / "ok.toml").write_text(tiny_case(2, kernels=4),
                                    encoding="utf-8")
     # Over budget, and no kernel budget: its `kernels` check skips.
-    (cases / "over.toml").write_text(CASE.format(budget=1, kernels=""), encoding="utf-8")
+    (cases / "over.toml").write_text(tiny_case(1), encoding="utf-8")
     # TOML that is not a case: pytest must not choke on it, nor collect it.
     (cases / "settings.toml").write_text('title = "not a case"\n', encoding="utf-8")
     (root / "pyproject.toml").write_text('[project]\nname = "demo"\nversion = "0"\n',
@@ -166,7 +149,7 @@ def test_a_node_id_from_the_report_selects_one_check(project):
 def test_bad_case_file_is_a_one_line_collection_error(tmp_path):
     cases = tmp_path / "model_cases"
     cases.mkdir()
-    (cases / "typo.toml").write_text("layuot = 1\n" + CASE.format(budget=2, kernels=""),
+    (cases / "typo.toml").write_text("layuot = 1\n" + tiny_case(2),
                                      encoding="utf-8")
     proc = _pytest(tmp_path, "model_cases", "-q")
     assert proc.returncode == 2, proc.stdout  # pytest: interrupted by a collection error
@@ -179,7 +162,7 @@ def test_case_toml_outside_case_folders_is_not_collected_and_nothing_heavy_loads
     # As in this repository: tests/data holds case files that `pytest tests` must not run.
     fixtures = tmp_path / "tests" / "data"
     fixtures.mkdir(parents=True)
-    (fixtures / "case.toml").write_text(CASE.format(budget=2, kernels=""), encoding="utf-8")
+    (fixtures / "case.toml").write_text(tiny_case(2), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "pytest", "-p",
                            "no:cacheprovider", "--co", "-q", "tests"], cwd=tmp_path, env=env,

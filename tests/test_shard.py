@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from cl_validate import shard
+from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status
 from cl_validate.cli import main
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.report.junit import write_junit
+from cl_validate.run import shard
 from cl_validate.spec import CaseSpec, load_case
-from cl_validate.verdict import CHECKS, CaseResult, CheckResult, Status
 from tests.conftest import DATA, MINIMAL
 
 NAMES = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf"]
@@ -170,7 +170,7 @@ def test_cli_shard_timings_error_comes_before_any_compile(tmp_path, capsys):
 
 
 def test_shard_is_not_a_pytest_option():
-    from cl_validate.options import RUN_OPTIONS
+    from cl_validate.run.options import RUN_OPTIONS
 
     by_dest = {o.dest: o for o in RUN_OPTIONS}
     assert by_dest["shard"].pytest_flag is None and by_dest["shard_timings"].pytest_flag is None

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from cl_validate.spec import display_path
-from cl_validate.verdict import CaseResult, CheckResult, Status
+from cl_validate.checks.verdict import CaseResult, CheckResult, Status
+from cl_validate.paths import display_path
 
 #: Annotations of each kind GitHub shows per step (more are dropped without a word).
 SHOWN_PER_STEP = 10
@@ -75,7 +75,7 @@ def github_annotations(results: Sequence[CaseResult],
         for c in r.checks:
             if c.status.bad:
                 out.append(_command("error", r, c, env))
-            elif c.status is Status.PASSED and c.measured.get("stale") == "true":
+            elif c.status is Status.PASSED and c.measured.stale:
                 out.append(_command("warning", r, c, env))
     return out
 

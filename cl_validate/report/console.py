@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cl_validate.spec import display_path
-from cl_validate.verdict import CHECKS, CaseResult, Status
+from cl_validate.checks.verdict import CHECKS, CaseResult, Status
+from cl_validate.paths import display_path
 
 _SHORT = {Status.PASSED: "ok", Status.FAILED: "FAIL", Status.SKIPPED: "skip", Status.ERROR: "ERR"}
 
@@ -25,18 +25,18 @@ def _cell(result: CaseResult, check: str) -> str:
         c = result.check(check)
     except KeyError:
         return "-"
-    if check == "layout_transforms" and "layout_transforms" in c.measured:
-        s = f"{c.measured['layout_transforms']}/{c.measured['budget']}"
-        if c.measured.get("weight_transforms", "0") != "0":
-            s += f" +{c.measured['weight_transforms']}w"
-    elif check == "kernels" and "kernels" in c.measured:
-        s = c.measured["kernels"] + (f"/{c.measured['budget']}" if "budget" in c.measured
-                                     else "")
-    elif check == "numerics" and "max_abs" in c.measured:
-        s = f"{float(c.measured['max_abs']):.1e}"
+    m = c.measured
+    if check == "layout_transforms" and m.layout_transforms is not None:
+        s = f"{m.layout_transforms}/{m.budget}"
+        if m.weight_transforms:
+            s += f" +{m.weight_transforms}w"
+    elif check == "kernels" and m.kernels is not None:
+        s = f"{m.kernels}" + (f"/{m.budget}" if m.budget is not None else "")
+    elif check == "numerics" and m.max_abs is not None:
+        s = f"{m.max_abs:.1e}"
     else:
         s = ""
-    if c.measured.get("stale") == "true":
+    if m.stale:
         s += " stale"  # under budget: `cl-validate budget tighten` would lower it
     mark = {Status.PASSED: "", Status.FAILED: "FAIL ", Status.SKIPPED: "skip ",
             Status.ERROR: "ERR "}[c.status]
@@ -65,7 +65,7 @@ def summary_table(results: Sequence[CaseResult]) -> str:
             out.append(f"{c.status.value.upper()} {r.case.name} [{r.target}] {c.check}: "
                        f"{c.message}  ({where})")
     stale = [(r, c) for r in results for c in r.checks
-             if c.status is Status.PASSED and c.measured.get("stale") == "true"]
+             if c.status is Status.PASSED and c.measured.stale]
     if stale:  # stale_budget = "warn": passes, but the budget should come down
         out.append("")
         for r, c in stale:

@@ -8,9 +8,8 @@ values also go into <properties> as extras (publishers ignore them).
 
 from __future__ import annotations
 
-import os
+import io
 import socket
-import tempfile
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,8 +27,9 @@ from junitparser import (
 )
 from junitparser import TestCase as _TestCase
 
-from cl_validate.spec import display_path
-from cl_validate.verdict import CaseResult, Status
+from cl_validate.atomic import write_atomic
+from cl_validate.checks.verdict import CaseResult, Status
+from cl_validate.paths import display_path
 
 
 class CheckTestCase(_TestCase):
@@ -45,9 +45,10 @@ def _testcase(result: CaseResult, index: int) -> CheckTestCase:
     tc.file = display_path(result.case.path)
     if check.line:
         tc.line = check.line
-    if check.measured:
+    figures = check.measured.properties()
+    if figures:
         props = Properties()
-        for k, v in check.measured.items():
+        for k, v in figures:
             props.add_property(Property(k, v))
         tc.append(props)
     text = check.message + ("\n\n" + check.body if check.body else "")
@@ -89,15 +90,6 @@ def build_junit(results: Iterable[CaseResult]) -> JUnitXml:
 
 def write_junit(results: Iterable[CaseResult], path: str | Path) -> Path:
     """Write atomically: a reader (or an interrupted run) never sees half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    xml = build_junit(results)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        xml.write(tmp, pretty=True)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    buf = io.BytesIO()
+    build_junit(results).write(buf, pretty=True)
+    return write_atomic(path, buf.getvalue())

@@ -15,18 +15,15 @@ from __future__ import annotations
 
 import itertools
 import os
-import tempfile
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from cl_validate.spec import display_path
-from cl_validate.verdict import CHECKS, CaseResult, CheckResult, Status
-
-if TYPE_CHECKING:
-    from cl_validate.analysis import Kernel, KernelList
+from cl_validate.analysis.model import Kernel, KernelList
+from cl_validate.atomic import write_atomic
+from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status
+from cl_validate.paths import display_path
 
 MARK = {Status.PASSED: "✅", Status.FAILED: "❌", Status.ERROR: "⚠️", Status.SKIPPED: "⏭️"}
 #: GitHub refuses a step summary over 1 MiB; stay under it with room for other steps' text.
@@ -199,14 +196,15 @@ def _check_cell(result: CaseResult, name: str) -> str:
     except KeyError:
         return "–"
     m = c.measured
-    if name in ("layout_transforms", "kernels") and name in m:
-        value = f"{m[name]} / {m['budget']}" if "budget" in m else f"{m[name]} (no budget)"
-        if m.get("weight_transforms", "0") != "0":
-            value += f" +{m['weight_transforms']} weight"
-        if m.get("stale") == "true":
+    count = m.layout_transforms if name == "layout_transforms" else m.kernels
+    if name in ("layout_transforms", "kernels") and count is not None:
+        value = f"{count} / {m.budget}" if m.budget is not None else f"{count} (no budget)"
+        if m.weight_transforms:
+            value += f" +{m.weight_transforms} weight"
+        if m.stale:
             value += " (stale)"
-    elif name == "numerics" and "max_abs" in m:
-        value = f"{float(m['max_abs']):.1e}"
+    elif name == "numerics" and m.max_abs is not None:
+        value = f"{m.max_abs:.1e}"
     else:
         value = {Status.PASSED: "ok", Status.FAILED: "failed", Status.ERROR: "error",
                  Status.SKIPPED: "skipped"}[c.status]
@@ -309,17 +307,7 @@ def render_markdown(results: Sequence[CaseResult], *, charts: bool = True,
 
 def write_markdown(results: Sequence[CaseResult], path: str | Path) -> Path:
     """Write atomically: a reader (or an interrupted run) never sees half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(render_markdown(results))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, render_markdown(results))
 
 
 def append_step_summary(results: Sequence[CaseResult],

@@ -1,4 +1,4 @@
-"""Merge JUnit reports into one: cl-validate merge A.xml B.xml ... -o OUT.xml
+"""Merge JUnit reports into one (``cl-validate merge A.xml B.xml ... -o OUT.xml``).
 
 CI runs the cases in shards (run --shard I/N), one JUnit file each; publishers and reviewers
 want one report with one suite per target. Suites with the same name are merged into one with
@@ -9,30 +9,19 @@ file merges (a <testsuites> root or a bare <testsuite>), pytest's too.
 
 from __future__ import annotations
 
-import argparse
 import copy
-import os
-import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cl_validate.errors import ExitCode, UsageError
+from cl_validate.atomic import write_atomic
+from cl_validate.errors import UsageError
 
 # Only the standard library: merging must not import torch or TVM (the CI job that merges
 # installs neither).
 
-HELP = "merge JUnit reports (e.g. of --shard runs) into one, one suite per target"
-
 _RESULTS = ("failure", "error", "skipped")
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("reports", nargs="+", metavar="REPORT",
-                        help="JUnit XML files to merge")
-    parser.add_argument("-o", "--output", required=True, metavar="FILE",
-                        help="write the merged report to FILE (replaced atomically)")
 
 
 @dataclass
@@ -46,7 +35,7 @@ class _Suite:
     seconds: float = 0.0
 
 
-def _read(path: str) -> ET.Element:
+def read(path: str) -> ET.Element:
     """The root of one report, or a one-line UsageError saying why it is not one."""
     try:
         with open(path, "rb") as fh:
@@ -90,7 +79,7 @@ def merge(paths: Sequence[str]) -> ET.Element:
     seen: dict[tuple[str, str, str], str] = {}
     root_name = None
     for path in paths:
-        root = _read(path)
+        root = read(path)
         if root.tag == "testsuites" and root_name is None:
             root_name = root.get("name")
         for suite in _suites(root):
@@ -145,18 +134,8 @@ def _assemble(name: str, suites: Iterable[_Suite]) -> ET.Element:
 
 def write(root: ET.Element, path: str | Path) -> Path:
     """Atomically: a reader (or a failed merge) never sees half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     ET.indent(root)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            ET.ElementTree(root).write(fh, encoding="utf-8", xml_declaration=True)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
 
 
 def summary(root: ET.Element, output: str) -> str:
@@ -184,23 +163,3 @@ def summary(root: ET.Element, output: str) -> str:
     if len(bad) > 50:
         lines.append(f"- … and {len(bad) - 50} more in {output}")
     return "\n".join(lines).rstrip() + "\n"
-
-
-def main(args: argparse.Namespace) -> ExitCode:
-    from cl_validate.paths import report_file
-
-    out = report_file(args.output, "-o")
-    if out.exists():
-        if any(out.resolve() == Path(p).resolve() for p in args.reports):
-            raise UsageError(f"-o {args.output} is also one of the reports to merge",
-                             hint="write the merged report to a new file")
-        try:
-            _read(str(out))
-        except UsageError:
-            raise UsageError(f"-o {args.output}: refusing to replace a file that is not a "
-                             "JUnit report", hint="choose another output path") from None
-    root = merge(args.reports)
-    write(root, out)
-    print(summary(root, args.output), end="")
-    print(f"\nmerged {len(args.reports)} report(s) into {args.output}")
-    return ExitCode.OK

@@ -3,7 +3,7 @@
 Case files name a factory as ``model = "zoo.<family>:<factory>"`` (``model_cases/`` is on
 ``sys.path``). Every factory is callable with no arguments, returns an ``nn.Module`` in eval mode
 and takes keyword-only size knobs so tests can build tiny versions. No factory seeds the RNG: the
-caller (``cl_validate.factory.build_model``) seeds torch before calling it.
+caller (``cl_validate.compile.factory.build_model``) seeds torch before calling it.
 
 Weights are random, but made *layout-observable*: BatchNorm running statistics are calibrated on
 one random batch and every norm layer gets per-channel affine parameters (`zoo._common`), so a

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tvm import relax
 
-from cl_validate.pipeline import PipelineContext, Stage, standard_stages
+from cl_validate.compile.pipeline import PipelineContext, Stage, standard_stages
 
 
 def nhwc_unbound(ctx: PipelineContext) -> list[Stage]:

@@ -6,7 +6,7 @@ import tvm
 from tvm.script import ir as I
 from tvm.script import relax as R
 
-from cl_validate.passes import CancelPermutes
+from cl_validate.compile.passes import CancelPermutes
 
 
 def _check(before: tvm.IRModule, expected: tvm.IRModule) -> None:

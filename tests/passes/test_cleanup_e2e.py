@@ -16,14 +16,9 @@ import tvm
 from torch import nn
 from torch.nn import functional as F
 
-from cl_validate.passes import cleanup_passes
-from cl_validate.passes._util import (
-    bindings,
-    count_permutes,
-    moves_only_unit_axes,
-    permute_axes,
-    static_shape,
-)
+from cl_validate.compile.passes import cleanup_passes
+from cl_validate.compile.passes._util import moves_only_unit_axes
+from cl_validate.ir import bindings, count_permutes, permute_axes, static_shape
 
 pytestmark = pytest.mark.compile
 

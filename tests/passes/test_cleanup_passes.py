@@ -8,7 +8,7 @@ from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
 
-from cl_validate.passes import (
+from cl_validate.compile.passes import (
     CancelPermutes,
     FoldMovementChains,
     PermuteToReshape,

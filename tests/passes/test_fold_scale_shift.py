@@ -17,8 +17,8 @@ import tvm
 from torch import nn
 from tvm import relax
 
-from cl_validate.passes import FoldScaleShift
-from cl_validate.passes._util import bindings, is_tensor_constant, op_name
+from cl_validate.compile.passes import FoldScaleShift
+from cl_validate.ir import bindings, is_tensor_constant, op_name
 
 RNG = np.random.default_rng(0)
 C = 8
@@ -226,9 +226,10 @@ class ConvBN(nn.Module):
 
 @pytest.mark.compile
 def test_pipeline_folds_batchnorm_into_convs(tmp_path: Any) -> None:
-    from cl_validate.analysis import kernel_list
-    from cl_validate.numerics import compare
-    from cl_validate.pipeline import compile_case, export_and_import
+    from cl_validate.analysis.kernels import kernel_list
+    from cl_validate.checks.numerics import compare
+    from cl_validate.compile.build import compile_case
+    from cl_validate.compile.frontend import export_and_import
     from cl_validate.spec import Tolerance, load_case
 
     torch.manual_seed(0)

@@ -8,8 +8,8 @@ from tvm.ir import Op
 from tvm.script import ir as I
 from tvm.script import relax as R
 
-from cl_validate.passes import RULELESS_UNARY_OPS, extra_layout_rules
-from cl_validate.passes._util import count_permutes
+from cl_validate.compile.passes import RULELESS_UNARY_OPS, extra_layout_rules
+from cl_validate.ir import count_permutes
 
 NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
 

@@ -10,8 +10,8 @@ import tvm
 from tvm.script import ir as I
 from tvm.script import relax as R
 
-from cl_validate.passes import FoldMovementChains
-from cl_validate.passes.movement_chains import Step, fold_chain
+from cl_validate.compile.passes import FoldMovementChains
+from cl_validate.compile.passes.movement_chains import Step, fold_chain
 
 
 def test_shuffle_between_transposes_is_one_transpose() -> None:

@@ -9,8 +9,8 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from cl_validate.passes import PermuteToReshape
-from cl_validate.passes._util import moves_only_unit_axes
+from cl_validate.compile.passes import PermuteToReshape
+from cl_validate.compile.passes._util import moves_only_unit_axes
 
 
 def test_size1_permute_becomes_reshape() -> None:

@@ -11,7 +11,7 @@ import tvm
 from tvm.script import ir as I
 from tvm.script import relax as R
 
-from cl_validate.passes import SinkPermutes
+from cl_validate.compile.passes import SinkPermutes
 
 T4 = R.Tensor((1, 4, 4, 8), "float32")
 

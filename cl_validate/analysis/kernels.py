@@ -1,0 +1,134 @@
+"""The fused kernel list of a compiled case, with its layout transforms found and classified.
+
+Definitions (DESIGN.md, written once in `cl_validate.ir`): a *runtime layout transform* is a
+``permute_dims`` or ``layout_transform`` op in the entry function whose input is computed at
+run time, counted once per op whether it runs as its own kernel or fused into a compute
+kernel. A *weight transform* is one whose input derives only from parameters/constants yet
+survived to run time. The *fused kernel list* is the PrimFuncs ``main`` calls, in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tvm import relax
+
+from cl_validate.analysis.model import Kernel, KernelList, Transform
+from cl_validate.compile.build import Compiled
+from cl_validate.compile.reasons import Attribution
+from cl_validate.ir import (
+    SOURCE_ATTR,
+    all_weight_derived,
+    bindings,
+    call_args,
+    is_primitive,
+    is_weight_derived,
+    known_shape,
+    op_name,
+    primfunc_transform,
+    weight_derived,
+)
+
+
+def _attribution(mod: Any, gvar: Any) -> Attribution | None:
+    """The attribution our legalization wrote onto a transform's PrimFunc."""
+    attrs = mod[gvar].attrs
+    if attrs is not None and SOURCE_ATTR in attrs:
+        return Attribution.from_json(str(attrs[SOURCE_ATTR]))
+    return None
+
+
+@dataclass(frozen=True)
+class _Component:
+    primfunc: str
+    transform: str | None
+    axes: tuple[int, ...] | None
+    in_shape: tuple[int, ...] | None
+    weight: bool
+    attribution: Attribution | None = None
+
+
+def fused_components(mod: Any) -> dict[str, list[_Component]]:
+    """For each fused (Primitive) Relax function called from main: its components, in order.
+
+    Weight provenance is decided here, where the fused body is still visible: a transform in
+    a fused function is a weight transform when its input derives only from fused parameters
+    whose arguments at the call site in main are constant-derived.
+    """
+    main = mod["main"]
+    derived_main = weight_derived(main)
+    out: dict[str, list[_Component]] = {}
+    for b in bindings(main):
+        call = b.value
+        if not isinstance(call, relax.Call) or not isinstance(call.op, relax.GlobalVar):
+            continue
+        func = mod[call.op]
+        if not is_primitive(func):
+            continue
+        args = [a for a in call.args]
+        const_params = [p for p, a in zip(func.params, args, strict=False)
+                        if is_weight_derived(a, derived_main)]
+        derived = weight_derived(func, const_params)
+        comps: list[_Component] = []
+        for fb in bindings(func):
+            inner = fb.value
+            if isinstance(inner, relax.Call) and op_name(inner) == "relax.call_tir":
+                gv = inner.args[0]
+                kind, axes = primfunc_transform(mod, gv)
+                targs = call_args(inner)
+                weight = all_weight_derived(targs, derived)
+                comps.append(_Component(gv.name_hint, kind, axes,
+                                        known_shape(targs[0]) if targs else None, weight,
+                                        _attribution(mod, gv) if kind else None))
+        out[call.op.name_hint] = comps
+    return out
+
+
+def kernel_list(compiled: Compiled) -> KernelList:
+    """The fused kernel list of the final stage, with transforms found and classified."""
+    components: dict[str, list[_Component]] = {}
+    for stage in compiled.stages:  # the latest stage that still shows fused Relax functions
+        found = fused_components(stage.mod)
+        if found:
+            components = found
+    mod = compiled.final
+    main = mod["main"]
+    derived = weight_derived(main)
+    kernels: list[Kernel] = []
+    for b in bindings(main):
+        call = b.value
+        if not isinstance(call, relax.Call):
+            continue
+        name = op_name(call)
+        if name in ("relax.call_tir", "relax.call_tir_inplace"):
+            gv = call.args[0]
+            callee = gv.name_hint
+        elif name == "relax.call_dps_packed":
+            callee = str(call.args[0].global_symbol if hasattr(call.args[0], "global_symbol")
+                         else call.args[0])
+        elif isinstance(call.op, relax.GlobalVar) and is_primitive(mod[call.op]):
+            gv, callee = call.op, call.op.name_hint  # fused but not yet FuseTIR'd
+        else:
+            continue
+        index = len(kernels)
+        args = call_args(call) if name else list(call.args)
+        transforms: list[Transform] = []
+        if callee in components:
+            comps = components[callee]
+            for c in comps:
+                if c.transform:
+                    transforms.append(Transform(c.transform, index, c.primfunc, c.weight,
+                                                c.in_shape, c.axes, c.attribution))
+            ops = tuple(c.primfunc for c in comps)
+        else:
+            ops = (callee,)
+            if name in ("relax.call_tir", "relax.call_tir_inplace"):
+                kind, axes = primfunc_transform(mod, gv)
+                if kind:
+                    weight = all_weight_derived(args, derived)
+                    transforms.append(Transform(kind, index, callee, weight,
+                                                known_shape(args[0]) if args else None, axes,
+                                                _attribution(mod, gv)))
+        kernels.append(Kernel(index, callee, ops, tuple(transforms), known_shape(b.var)))
+    return KernelList(kernels)

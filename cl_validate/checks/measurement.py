@@ -1,0 +1,41 @@
+"""What compiling (and running) one case on one target produced — the input of every check.
+
+A `Measurement` holds no verdict: verdicts are a function of a measurement and the case file
+as it is *now* (`cl_validate.checks.judge`), so a cached measurement re-judged after a budget
+or tolerance edit gives the right answer. Plain data: a worker sends it to the parent, the
+cache stores it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cl_validate.analysis.model import KernelList, OpLayout, StageCount
+from cl_validate.errors import ErrorRecord
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Why a check was not run (numerics without a device, a static-only run)."""
+
+    reason: str
+    kind: str
+
+
+@dataclass
+class Measurement:
+    target: str
+    error: ErrorRecord | None = None  # nothing was measured: the case errored
+    kernels: KernelList | None = None
+    stage_counts: list[StageCount] = field(default_factory=list)
+    op_layouts: list[OpLayout] = field(default_factory=list)
+    actual: list[Any] | None = None  # TVM outputs in PyTorch layout (numpy)
+    expected: list[Any] | None = None  # PyTorch outputs (numpy)
+    numerics_skip: Skip | None = None
+    numerics_error: ErrorRecord | None = None  # compiled, but running it failed
+    compile_seconds: float = 0.0
+    numerics_seconds: float = 0.0
+    seconds: float = 0.0
+    peak_rss_mb: float | None = None
+    model_outputs: int | None = None  # how many outputs the PyTorch model returns

@@ -1,0 +1,105 @@
+"""Typed results: one `CheckResult` per case × target × check, grouped in a `CaseResult`.
+
+No formatting decisions live here beyond the one-line message each check writes; reporters
+(JUnit, console, Markdown, annotations) render these objects. The figures behind a verdict
+are typed fields (`Measured`), never strings to be parsed back.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+
+from cl_validate.analysis.model import KernelList, StageCount
+from cl_validate.spec import CaseSpec
+
+CHECKS: tuple[str, ...] = ("layout", "layout_transforms", "kernels", "kernel_list", "numerics")
+
+
+class Status(enum.Enum):
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    ERROR = "error"
+
+    @property
+    def bad(self) -> bool:
+        return self in (Status.FAILED, Status.ERROR)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The figures a check measured. Every field is optional: each check sets its own."""
+
+    layout_transforms: int | None = None  # runtime layout transforms
+    weight_transforms: int | None = None
+    kernels: int | None = None
+    budget: int | None = None  # the budget that applied on this target
+    budget_source: str | None = None  # "targets_override.cuda, line 22", "budget, line 14"
+    stale: bool = False  # under budget: `budget tighten` would lower it
+    layout_sensitive_ops: int | None = None
+    max_abs: float | None = None
+    max_rel: float | None = None
+    baseline: str | None = None  # kernel-list baseline file
+    baseline_kernels: int | None = None
+    kernel_changes: tuple[tuple[str, int], ...] = ()  # ("split", 2), ("added", 1), …
+
+    def properties(self) -> list[tuple[str, str]]:
+        """The figures that are set, as (name, text) pairs: JUnit ``<properties>``, pytest's
+        ``user_properties``."""
+        out: list[tuple[str, str]] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "kernel_changes":
+                out.extend((kind, str(n)) for kind, n in value)
+            elif f.name == "stale":
+                if value:
+                    out.append(("stale", "true"))
+            elif isinstance(value, float):
+                out.append((f.name, f"{value:.6g}"))
+            elif value is not None:
+                out.append((f.name, str(value)))
+        return out
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check: str
+    status: Status
+    message: str  # one line a reviewer understands alone
+    kind: str = ""  # failure type, e.g. "BudgetExceeded"
+    line: int | None = None  # case-file line that declares what was checked
+    body: str = ""  # kernel list, stage counts, error figures
+    measured: Measured = field(default_factory=Measured)
+    seconds: float = 0.0
+
+    def __bool__(self) -> bool:
+        return not self.status.bad
+
+
+@dataclass
+class CaseResult:
+    case: CaseSpec
+    target: str
+    checks: list[CheckResult] = field(default_factory=list)
+    seconds: float = 0.0
+    kernels: KernelList | None = None
+    stage_counts: list[StageCount] = field(default_factory=list)
+    peak_rss_mb: float | None = None  # of the worker process that ran it
+
+    @property
+    def status(self) -> Status:
+        statuses = [c.status for c in self.checks]
+        for s in (Status.ERROR, Status.FAILED, Status.PASSED):
+            if s in statuses:
+                return s
+        return Status.SKIPPED
+
+    def __bool__(self) -> bool:
+        return not self.status.bad
+
+    def check(self, name: str) -> CheckResult:
+        for c in self.checks:
+            if c.check == name:
+                return c
+        raise KeyError(name)

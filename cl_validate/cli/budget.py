@@ -1,0 +1,198 @@
+"""``cl-validate budget tighten|record``: budgets that only go down, and kernel-list baselines.
+
+``tighten`` compiles the cases (static checks only: counts need no numerics, and cuda compiles
+without a GPU) and rewrites each declared budget to the measured value, keeping the case
+file's comments and formatting (planned and written by `cl_validate.spec.budgets`). Where
+values go:
+
+- the case-level ``[budget]`` holds the value measured on the case's first target (its
+  *primary* target, ``targets[0]``, default llvm);
+- ``[targets_override.<t>] budget`` entries that exist are updated in place; a new one is
+  added only where a target's value differs from the case-level one — including a target not
+  measured in this run (``--target``) whose budget would otherwise change with the case-level
+  value: it is pinned at its old value;
+- a budget the case does not declare (``kernels`` is optional) is not added.
+
+It never raises a budget unless ``--allow-increase`` is given, and then only with
+``--reason TEXT``, recorded as ``reason = "..."`` in the budget table it raised. A file whose
+budgets are already exact is not touched. ``record`` writes ``baselines/<case>.<target>.txt``
+(see `cl_validate.checks.kernel_list`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+from collections.abc import Sequence
+
+from cl_validate.atomic import write_atomic
+from cl_validate.checks import kernel_list as baseline
+from cl_validate.checks.verdict import CaseResult
+from cl_validate.cli.common import DEFAULT_PATH, add_paths, add_target
+from cl_validate.errors import ExitCode, UsageError
+from cl_validate.paths import display_path
+from cl_validate.run.options import RunOptions, positive_int, selected_targets
+from cl_validate.run.suite import preflight, run_suite
+from cl_validate.spec import CaseSpec, load_cases
+from cl_validate.spec.budgets import plan, rewrite, verify
+from cl_validate.spec.config import StalePolicy
+
+HELP = "tighten budgets to the measured counts, or record kernel-list baselines"
+
+
+TIGHTEN_HELP = """\
+Compile the cases (static checks only) and rewrite each declared budget to the measured
+count, keeping the case file's comments and formatting.
+
+  [budget]                        the value measured on the case's first target
+  [targets_override.<t>] budget   updated in place where it exists; added only where a
+                                  target differs (a target not measured keeps its value)
+  undeclared budgets              not added (kernels is optional)
+
+A budget is never raised unless --allow-increase is given with --reason TEXT, which is
+recorded as reason = "TEXT" in the table it raised. Files already exact are not touched.
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = ("Budgets that only go down.\n\n  tighten  lower budgets to the "
+                          "measured counts\n  record   write the kernel-list baselines that "
+                          "the kernel_list check compares against")
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    tighten = sub.add_parser("tighten", help="lower budgets to the measured counts",
+                             description=TIGHTEN_HELP,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    record = sub.add_parser("record", help="write each case's fused kernel list per target to "
+                            "baselines/<case>.<target>.txt next to the case file",
+                            description="Write baselines/<case>.<target>.txt next to each "
+                            "case file: its fused kernel list, one kernel per line. A run "
+                            "then fails kernel_list when kernels are added, removed, split or "
+                            "merged.")
+    for p in (tighten, record):
+        add_paths(p)
+        add_target(p, "targets to measure (repeatable; default: each case's own)", multi=True)
+        p.add_argument("-j", "--jobs", type=positive_int, metavar="N",
+                       help="worker processes (default: the number of cores)")
+        p.add_argument("--no-isolation", action="store_true",
+                       help="compile in this process (no worker processes)")
+    tighten.add_argument("--allow-increase", action="store_true",
+                         help="also raise budgets the case now exceeds (needs --reason)")
+    tighten.add_argument("--reason", metavar="TEXT",
+                         help="why a budget goes up; recorded as reason = \"TEXT\" beside it")
+    tighten.add_argument("--dry-run", action="store_true",
+                         help="show what would change, write nothing")
+
+
+def main(args: argparse.Namespace) -> ExitCode:
+    if args.action == "tighten":
+        if args.allow_increase and not (args.reason or "").strip():
+            raise UsageError("--allow-increase needs --reason TEXT",
+                             hint="say why the budget goes up; it is recorded in the case file")
+        if args.reason and not args.allow_increase:
+            raise UsageError("--reason only goes with --allow-increase",
+                             hint="budgets are lowered without a reason")
+    cases = load_cases(args.paths or [DEFAULT_PATH])
+    results = measure(cases, args)
+    if args.action == "record":
+        return _record(results)
+    return _tighten(cases, results, allow_increase=args.allow_increase,
+                    reason=(args.reason or "").strip(), dry_run=args.dry_run)
+
+
+def measure(cases: Sequence[CaseSpec], args: argparse.Namespace) -> list[CaseResult]:
+    """Compile every case on its selected targets (static checks only) and return results."""
+    options = RunOptions(targets=tuple(args.targets) if args.targets else None,
+                         jobs=args.jobs or os.cpu_count() or 1, isolate=not args.no_isolation,
+                         stale_budget=StalePolicy.WARN, static_only=True)
+    if not any(selected_targets(c, options) for c in cases):
+        raise UsageError("no case runs on the selected targets",
+                         hint="check the cases' targets = [...] against --target")
+    preflight(cases, options)
+    results: list[CaseResult] = []
+
+    def on_result(r: CaseResult) -> None:
+        results.append(r)
+        if r.kernels is None:
+            print(f"  {r.case.name} [{r.target}]: not measured: {r.checks[0].message}",
+                  flush=True)
+        else:
+            print(f"  {r.case.name} [{r.target}]: {len(r.kernels.runtime_transforms)} layout "
+                  f"transforms, {len(r.kernels)} kernels", flush=True)
+
+    print(f"measuring {len(cases)} case(s) (static checks only)", flush=True)
+    run_suite(cases, options, on_result)
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# record
+# --------------------------------------------------------------------------------------------
+def _record(results: Sequence[CaseResult]) -> ExitCode:
+    failed = 0
+    for r in results:
+        if r.kernels is None:
+            failed += 1
+            continue
+        path = baseline.baseline_path(r.case, r.target)
+        text = baseline.render(r.case, r.target, r.kernels)
+        shown = display_path(path)
+        old = path.read_text(encoding="utf-8") if path.is_file() else None
+        if old == text:
+            print(f"unchanged {shown}")
+            continue
+        what = "wrote"
+        if old is not None:
+            changes = baseline.compare(baseline.parse(old, shown), baseline.snapshot(r.kernels))
+            what = f"updated ({baseline.summarize(changes) or 'comments only'})"
+        write_atomic(path, text)
+        print(f"{what} {shown} ({len(r.kernels)} kernels)")
+    if failed:
+        print(f"cl-validate: {failed} case x target run(s) did not compile; no baseline written "
+              "for them")
+        return ExitCode.CHECK_FAILED
+    return ExitCode.OK
+
+
+def _tighten(cases: Sequence[CaseSpec], results: Sequence[CaseResult], *,
+             allow_increase: bool, reason: str, dry_run: bool) -> ExitCode:
+    measured: dict[str, dict[str, dict[str, int]]] = {}
+    broken = []
+    for r in results:
+        if r.kernels is None:
+            broken.append(f"{r.case.name} [{r.target}]")
+            continue
+        measured.setdefault(r.case.name, {})[r.target] = {
+            "layout_transforms": len(r.kernels.runtime_transforms), "kernels": len(r.kernels)}
+    changed = exact = refused = 0
+    print()
+    for case in cases:
+        if case.name not in measured:
+            continue
+        p = plan(case, measured[case.name], allow_increase=allow_increase, reason=reason)
+        shown = display_path(case.path)
+        for line in p.refused:
+            print(f"REFUSED {shown}: {line}")
+        refused += len(p.refused)
+        if not p.writes:
+            exact += 1
+            continue
+        old = case.path.read_text(encoding="utf-8")
+        new = rewrite(old, p)
+        verify(case.path, new, p)
+        changed += 1
+        print(f"{shown}:" + (" (dry run: not written)" if dry_run else ""))
+        for line in p.effective:
+            print(f"  {line}")
+        for line in difflib.unified_diff(old.splitlines(), new.splitlines(), f"a/{shown}",
+                                         f"b/{shown}", n=0, lineterm=""):
+            print(f"  {line}")
+        if not dry_run:
+            write_atomic(case.path, new)
+    verb = "would update" if dry_run else "updated"
+    print(f"\nbudget tighten: {changed} file(s) {verb}, {exact} exact, {refused} increase(s) "
+          f"refused, {len(broken)} not measured")
+    for b in broken:
+        print(f"NOT MEASURED {b}: did not compile (see cl-validate run)")
+    return ExitCode.CHECK_FAILED if refused or broken else ExitCode.OK

@@ -1,0 +1,188 @@
+"""``cl-validate calibrate CASE``: measure the numerical error, propose rtol/atol with headroom.
+
+A tolerance copied from another case is either loose enough to hide a real regression or so
+tight that the next compiler change flakes. Calibrate measures instead: it compiles the case
+once and runs the compiled program on several input seeds (inputs drawn from each input's
+declared ``range``, default [-1, 1]; input seed ``seed + i``, so sample 0 is exactly what
+``cl-validate run`` checks). Weights are bound into the program as constants at compile time,
+so other weights need another compile: ``--weight-seeds M`` rebuilds the model under seeds
+``seed .. seed+M-1`` and compiles once per weight seed.
+
+The rule is `cl_validate.checks.calibration`'s (documented in the README).
+
+NaN or Inf in any output is reported and nothing is proposed: no tolerance may hide them.
+``--write`` writes the proposal into the case file, keeping its comments and formatting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from dataclasses import replace
+
+import numpy as np
+import tomlkit
+
+from cl_validate.atomic import write_atomic
+from cl_validate.checks.calibration import FLOOR, HEADROOM, Observed, observe, propose
+from cl_validate.cli.common import find_case
+from cl_validate.errors import CompileStageError, ExitCode, UsageError
+from cl_validate.paths import display_path
+from cl_validate.run.options import RunOptions, positive_int
+from cl_validate.run.suite import preflight
+from cl_validate.spec import KNOWN_TARGETS, CaseSpec
+from cl_validate.spec.casefile import load_text_as_case, set_section, tidy, toml_number
+
+HELP = "measure numerical error over several seeds and propose rtol/atol"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = (
+        "Compile CASE once, run it on N input seeds (and M weight seeds, one compile each),\n"
+        "report max/mean abs and rel error per sample, and propose rtol/atol: 4x the observed\n"
+        "error, rounded up to 1/2/5 x 10^k, at least 1e-6. --write puts them in the case file.")
+    parser.add_argument("case", metavar="CASE", help="a case file, or a case name under "
+                        "model_cases/")
+    parser.add_argument("--seeds", type=positive_int, default=5, metavar="N",
+                        help="input seeds per compile (default 5)")
+    parser.add_argument("--weight-seeds", type=positive_int, default=1, metavar="M",
+                        help="weight seeds, one compile each (default 1: the case's seed)")
+    parser.add_argument("--target", choices=KNOWN_TARGETS, default="llvm",
+                        help="target to run on (default llvm; cuda needs a GPU)")
+    parser.add_argument("--headroom", type=float, default=HEADROOM, metavar="X",
+                        help=f"multiply the observed error by X (default {HEADROOM:g})")
+    parser.add_argument("--write", action="store_true",
+                        help="write the proposal into the case file's tolerance")
+
+
+def main(args: argparse.Namespace) -> ExitCode:
+    case = find_case(args.case)
+    from cl_validate.compile.target import device_available  # lazy: TVM
+
+    if args.target not in case.targets:
+        raise UsageError(f"case '{case.name}' does not run on {args.target}",
+                         file=display_path(case.path), line=case.line_of("targets"))
+    if not args.headroom >= 1:
+        raise UsageError(f"--headroom must be >= 1, got {args.headroom:g}")
+    if not device_available(args.target):
+        raise UsageError(f"calibrate runs the numerics: no {args.target} device on this machine",
+                         hint="calibrate on llvm, or on a machine with an NVIDIA GPU")
+    preflight([case], RunOptions(targets=(args.target,)))
+    try:
+        pairs = _run(case, args.target, args.seeds, args.weight_seeds)
+    except _Failed as exc:
+        print(f"cl-validate: calibrate: {exc}")
+        return ExitCode.CHECK_FAILED
+    obs = observe(pairs)
+    print(report(case, args.target, obs, args.seeds, args.weight_seeds))
+    if obs.nonfinite:
+        print(f"\n{obs.nonfinite} non-finite values (NaN/Inf): no tolerance proposed — fix the "
+              "model or its input ranges first")
+        return ExitCode.CHECK_FAILED
+    rtol, atol = propose(obs, args.headroom)
+    current, line = case.tolerance_for(args.target, 0)
+    print(f"\nproposed ({args.headroom:g}x the observed error, rounded up to 1/2/5 x 10^k, at "
+          f"least {FLOOR:g}): rtol = {toml_number(rtol)}, atol = {toml_number(atol)}")
+    print(f"current  ({display_path(case.path)}:{line or '-'}): rtol = "
+          f"{toml_number(current.rtol)}, atol = {toml_number(current.atol)}")
+    if any(o.tolerance or args.target in o.target_tolerance for o in case.outputs):
+        print("note: [[outputs]] tolerances take precedence over the case tolerance and are "
+              "not changed")
+    if args.write:
+        write(case, args.target, rtol, atol)
+    return ExitCode.OK
+
+
+class _Failed(Exception):
+    """The case does not compile or run: calibrate has nothing to measure."""
+
+
+def _run(case: CaseSpec, target: str, seeds: int, weight_seeds: int
+         ) -> list[tuple[int, int, int, np.ndarray, np.ndarray]]:
+    # lazy: torch and TVM (compiling and running the case here, in this process)
+    from cl_validate.compile.build import compile_case
+    from cl_validate.compile.factory import build_model
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.target import device_for
+    from cl_validate.ir import weight_params
+    from cl_validate.run.execute import make_inputs, run_torch, run_tvm, torch_inputs
+
+    pairs: list[tuple[int, int, int, np.ndarray, np.ndarray]] = []
+    for w in range(case.seed, case.seed + weight_seeds):
+        wcase = replace(case, seed=w)
+        model = build_model(wcase)
+        try:
+            front = export_and_import(model, wcase, torch_inputs(
+                wcase, make_inputs(wcase)))
+            compiled = compile_case(front, wcase, target)
+        except CompileStageError as exc:
+            raise _Failed(str(exc)) from exc
+        unbound = [front.params[p.name] for p in weight_params(compiled.final["main"])]
+        for s in range(case.seed, case.seed + seeds):
+            arrays = make_inputs(replace(case, seed=s))
+            expected = run_torch(model, torch_inputs(case, arrays))
+            actual = run_tvm(compiled.executable, case, arrays, device_for(target),
+                                      unbound)
+            if len(actual) != len(expected):
+                raise _Failed(f"TVM returned {len(actual)} outputs, PyTorch {len(expected)}")
+            pairs.extend((w, s, i, a, e) for i, (a, e) in enumerate(zip(actual, expected,
+                                                                        strict=True)))
+    return pairs
+
+
+def report(case: CaseSpec, target: str, obs: Observed, seeds: int, weight_seeds: int) -> str:
+    lines = [f"calibrate {case.name} [{target}]: {weight_seeds} compile(s) x {seeds} input "
+             "seed(s), inputs uniform in their declared range",
+             f"{'weights':>7} {'inputs':>6} {'output':>6}  {'max_abs':>9} {'mean_abs':>9} "
+             f"{'max_rel':>9} {'mean_rel':>9}"]
+    for s in obs.samples:
+        bad = f"  {s.nonfinite} non-finite" if s.nonfinite else ""
+        lines.append(f"{s.weight_seed:>7} {s.input_seed:>6} {s.output:>6}  {s.max_abs:9.2e} "
+                     f"{s.mean_abs:9.2e} {s.max_rel:9.2e} {s.mean_rel:9.2e}{bad}")
+    worst_abs = max(s.max_abs for s in obs.samples)
+    worst_rel = max(s.max_rel for s in obs.samples)
+    lines.append(f"max over samples: max_abs {worst_abs:.2e}, max_rel {worst_rel:.2e}")
+    lines.append(f"as |tvm - torch| <= atol + rtol*|torch|: rtol {obs.rtol:.2e} (elements with "
+                 f"|torch| >= its RMS), atol {obs.atol:.2e} (the rest)")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# --write
+# --------------------------------------------------------------------------------------------
+def write(case: CaseSpec, target: str, rtol: float, atol: float) -> None:
+    """Write the tolerance where it applies to `target` (policy as for budgets): an existing
+    ``[targets_override.<t>] tolerance`` in place; else ``[tolerance]`` when `target` is the
+    case's first target, else a new override. Other targets that inherit ``[tolerance]`` are
+    pinned at their old value in their own override: what was not measured does not change."""
+    old_text = case.path.read_text(encoding="utf-8")
+    doc = tomlkit.parse(old_text)
+    values = {"rtol": toml_number(rtol), "atol": toml_number(atol)}
+    writes: dict[str | None, dict[str, str]] = {}
+    if "tolerance" in case.overrides.get(target, {}):
+        writes[target] = values
+    elif target == case.targets[0]:
+        writes[None] = values
+        for t in case.targets[1:]:
+            if "tolerance" not in case.overrides.get(t, {}):
+                writes[t] = {"rtol": toml_number(case.tolerance.rtol),
+                             "atol": toml_number(case.tolerance.atol)}
+    else:
+        writes[target] = values
+    for table, vals in writes.items():
+        set_section(doc, "tolerance", table, vals)
+    new_text = tidy(old_text, tomlkit.dumps(doc))
+    shown = display_path(case.path)
+    if new_text == old_text:
+        print(f"{shown}: tolerance already as proposed; not written")
+        return
+    got, _ = load_text_as_case(case.path, new_text).tolerance_for(target, 0)
+    if (got.rtol, got.atol) != (float(values["rtol"]), float(values["atol"])) and not any(
+            o.tolerance for o in case.outputs):
+        raise AssertionError(f"rewriting {shown} would give {got}, not rtol {rtol} atol {atol}")
+    write_atomic(case.path, new_text)
+    print(f"wrote {shown}:")
+    for line in difflib.unified_diff(old_text.splitlines(), new_text.splitlines(), f"a/{shown}",
+                                     f"b/{shown}", n=0, lineterm=""):
+        print(f"  {line}")

@@ -1,0 +1,27 @@
+"""``cl-validate list [PATH ...]``: the cases found, with their targets and budgets."""
+
+from __future__ import annotations
+
+import argparse
+
+from cl_validate.cli.common import DEFAULT_PATH, add_paths
+from cl_validate.errors import ExitCode
+from cl_validate.paths import display_path
+from cl_validate.spec import load_cases
+
+HELP = "list the cases found under PATHs"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_paths(parser)
+
+
+def main(args: argparse.Namespace) -> ExitCode:
+    cases = load_cases(args.paths or [DEFAULT_PATH])
+    width = max(len(c.name) for c in cases)
+    for c in cases:
+        b = c.budget
+        kern = f" kernels<={b.kernels}" if b.kernels is not None else ""
+        print(f"{c.name:<{width}}  {','.join(c.targets):<9}  transforms<={b.layout_transforms}"
+              f"{kern}  {c.model}  ({display_path(c.path)})")
+    return ExitCode.OK

@@ -1,0 +1,137 @@
+"""``cl-validate run [PATH ...]``: compile and check cases, print the verdicts, write reports."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Sequence
+
+from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status
+from cl_validate.cli.common import DEFAULT_PATH, add_paths, select
+from cl_validate.errors import ExitCode, UsageError
+from cl_validate.paths import display_path, report_file
+from cl_validate.report.annotations import emit_annotations
+from cl_validate.report.console import progress_line, summary_table
+from cl_validate.report.junit import write_junit
+from cl_validate.report.markdown import append_step_summary, write_markdown
+from cl_validate.run.cache import Cache, hint
+from cl_validate.run.options import RunOptions, add_to_argparse, run_options, selected_targets
+from cl_validate.run.shard import shard_cases
+from cl_validate.run.suite import preflight, run_suite
+from cl_validate.run.workers import WorkerPool
+from cl_validate.spec import CaseSpec, load_cases
+
+HELP = "compile and check cases, write JUnit"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_paths(parser)
+    parser.add_argument("--junit", metavar="FILE", help="write a JUnit XML report to FILE")
+    parser.add_argument("--markdown", metavar="FILE", help="write a Markdown report to FILE: "
+                        "tables, why each failure failed, kernel-chain charts (GitHub renders "
+                        "it)")
+    parser.add_argument("-k", dest="patterns", action="append", metavar="PATTERN",
+                        help="only cases whose name contains PATTERN (glob wildcards allowed)")
+    add_to_argparse(parser)
+
+
+def main(args: argparse.Namespace) -> ExitCode:
+    if args.junit:  # a report path that cannot be written fails now, not after the compiles
+        report_file(args.junit, "--junit")
+    if args.markdown:
+        report_file(args.markdown, "--markdown")
+    cases = select(load_cases(args.paths or [DEFAULT_PATH]), args.patterns)
+    options = run_options(vars(args).get)
+    if args.shard:  # this CI job's share; every shard job computes the same split
+        cases = shard_cases(cases, args.shard, args.shard_timings, options.targets)
+        if not cases:  # more shards than cases: still a (empty) report for `merge`
+            print(f"shard {args.shard[0]}/{args.shard[1]}: no cases to run")
+            if args.junit:
+                write_junit([], args.junit)
+            return ExitCode.OK
+    total = sum(len(selected_targets(c, options)) for c in cases)
+    if total == 0:
+        raise UsageError("no case runs on the selected targets",
+                         hint="check the cases' targets = [...] against --target")
+    results: list[CaseResult] = []
+
+    def on_result(r: CaseResult) -> None:
+        results.append(r)
+        print(progress_line(r, len(results), total), flush=True)
+
+    cache = Cache(options.cache_dir) if options.cache_dir else None
+    interrupted: str | None = None
+    pool = None
+    if options.isolate:
+        pool = WorkerPool(options)
+        # Workers import torch and TVM while this process validates the cases, unless the
+        # cache will answer every case: then they would only take CPU from the validation.
+        # (A wrong guess costs only that overlap: the pool starts workers when they are due.)
+        if cache is None or not cache.predicts_hits([
+                hint(c, t, options.static_only) for c in cases
+                for t in selected_targets(c, options)]):
+            pool.prestart(len(cases))
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        digests = preflight(cases, options)
+        run_suite(cases, options, on_result, cache=cache, digests=digests, pool=pool)
+    except KeyboardInterrupt as exc:
+        interrupted = str(exc) or "SIGINT"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if pool is not None:
+            pool.shutdown()
+    if interrupted:
+        results.extend(_not_run(cases, options, results, interrupted))
+    order = {c.name: i for i, c in enumerate(cases)}
+    results.sort(key=lambda r: (order[r.case.name], selected_targets(
+        r.case, options).index(r.target)))
+    for r in results:
+        if r.target == "cuda" and r.kernels is not None:
+            print(f"\n{r.case.name} [cuda] kernel list ({len(r.kernels)} kernels, "
+                  f">> = layout transform):\n{r.kernels.render()}")
+    print(summary_table(results))
+    if cache is not None and cache.hits:
+        print(f"cache: {cache.hits} of {cache.hits + cache.misses} case x target measurements "
+              f"reused from {cache.root}")
+    if args.junit:
+        path = write_junit(results, args.junit)
+        print(f"JUnit report: {display_path(path)}")
+    if args.markdown:
+        print(f"Markdown report: {display_path(write_markdown(results, args.markdown))}")
+    _github_outputs(results)
+    if interrupted:
+        print(f"cl-validate: interrupted ({interrupted}); unfinished cases are reported as not "
+              "run", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    return ExitCode.CHECK_FAILED if any(not r for r in results) else ExitCode.OK
+
+
+def _github_outputs(results: Sequence[CaseResult]) -> None:
+    """Under GitHub Actions: the Markdown report into the job summary, and an annotation on
+    the case-file line of every failed check. No-ops anywhere else."""
+    try:
+        append_step_summary(results)
+    except OSError as exc:  # the summary is a courtesy; the verdict and JUnit stand without it
+        print(f"cl-validate: warning: cannot append to $GITHUB_STEP_SUMMARY: {exc}",
+              file=sys.stderr)
+    emit_annotations(results, sys.stdout)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _not_run(cases: Sequence[CaseSpec], options: RunOptions, done: Sequence[CaseResult],
+             why: str) -> list[CaseResult]:
+    """Placeholders for every case × target that did not finish, so the report is complete."""
+    finished = {(r.case.name, r.target) for r in done}
+    out: list[CaseResult] = []
+    for c in cases:
+        for t in selected_targets(c, options):
+            if (c.name, t) not in finished:
+                out.append(CaseResult(c, t, [CheckResult(ch, Status.SKIPPED,
+                                                         f"not run: run interrupted ({why})",
+                                                         kind="NotRun") for ch in CHECKS]))
+    return out

@@ -1,0 +1,65 @@
+"""``cl-validate show CASE``: a case's stages, transform counts and fused kernel list, or the
+IR after one stage (``--stage``), or what a stage changed (``--diff``). Compiles in this
+process (no worker): it is for a person looking at one case."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+
+from cl_validate.cli.common import DEFAULT_PATH, add_target, find_case
+from cl_validate.errors import ExitCode, UsageError
+from cl_validate.paths import display_path
+from cl_validate.run.options import RunOptions
+from cl_validate.run.suite import validated_model
+
+HELP = "stages, transform counts and kernel list of one case"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("case", metavar="CASE", help="a case file, or a case name under "
+                        f"{DEFAULT_PATH}/")
+    add_target(parser, "target to compile for (default: llvm)", multi=False)
+    parser.add_argument("--stage", metavar="S", help="print the IR after stage S")
+    parser.add_argument("--diff", nargs=2, metavar=("S1", "S2"),
+                        help="print a unified diff of the IR after stage S1 and after stage S2")
+
+
+def main(args: argparse.Namespace) -> ExitCode:
+    case = find_case(args.case)
+    # lazy: torch and TVM (compiling the case here, in this process)
+    from cl_validate.analysis.kernels import kernel_list
+    from cl_validate.analysis.stages import stage_counts
+    from cl_validate.compile.build import compile_case
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.run.execute import make_inputs, torch_inputs
+
+    target = args.target or "llvm"
+    model = validated_model(case, RunOptions(targets=(target,)))
+    front = export_and_import(model, case, torch_inputs(case, make_inputs(case)))
+    compiled = compile_case(front, case, target, build=False)
+    names = [s.name for s in compiled.stages]
+    for wanted in [args.stage] if args.stage else list(args.diff or []):
+        if wanted not in names:
+            raise UsageError(f"no stage '{wanted}'", hint="stages: " + ", ".join(names))
+    if args.stage:
+        print(compiled.stage(args.stage).mod.script(show_meta=False))
+        return ExitCode.OK
+    if args.diff:
+        a, b = (compiled.stage(n).mod.script(show_meta=False).splitlines() for n in args.diff)
+        diff = difflib.unified_diff(a, b, fromfile=args.diff[0], tofile=args.diff[1],
+                                    lineterm="")
+        print("\n".join(diff) or f"no difference between {args.diff[0]} and {args.diff[1]}")
+        return ExitCode.OK
+    kernels = kernel_list(compiled)
+    counts = stage_counts(compiled, kernels)
+    budget = case.budget_for(target)
+    print(f"{case.name} [{target}]  pipeline {case.pipeline}  ({display_path(case.path)})")
+    print("\nstage            runtime  weight   seconds")
+    for c, s in zip(counts, compiled.stages, strict=True):
+        print(f"{c.stage:<16} {c.runtime:>7}  {c.weight:>6}   {s.seconds:7.2f}")
+    print(f"\nkernel list: {len(kernels)} kernels, {len(kernels.runtime_transforms)} runtime "
+          f"layout transforms (budget {budget.layout_transforms}), "
+          f"{len(kernels.weight_transforms)} weight transforms; >> marks a transform")
+    print(kernels.render())
+    return ExitCode.OK

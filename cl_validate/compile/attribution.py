@@ -1,0 +1,198 @@
+"""Where each runtime layout transform comes from, and why it is there.
+
+Three facts are joined:
+- at import, which PyTorch node (nn.Module path and op, from torch.export's node metadata)
+  produced each Relax binding — recorded by binding name, which TVM's passes keep;
+- at the last op-level stage (right before legalization), each transform's place in the
+  graph: on a graph input or output, the model's own permute, a weight, or inserted by
+  ConvertLayout around an op that stayed in the old layout (the op without a layout rule);
+- the attribution is written into the transform call's span, which our legalization copies
+  onto the transform's PrimFunc, so the fused kernel list can show it after fusion.
+
+The reasons themselves (`Reason`, `Attribution`) are plain data in `cl_validate.compile.reasons`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from tvm import ir, relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from cl_validate.compile.reasons import Attribution, Reason
+from cl_validate.ir import (
+    TRANSFORM_OPS,
+    bindings,
+    input_params,
+    is_weight_derived,
+    op_name,
+    replace_function,
+    use_sites,
+    weight_derived,
+)
+
+#: Ops that take whatever layout their input has: a transform after one of them was caused
+#: further up, so attribution walks past them to the op that decided the layout.
+_FOLLOWERS = frozenset({
+    "relax.nn.relu", "relax.add", "relax.subtract", "relax.multiply", "relax.divide",
+    "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu",
+    "relax.nn.leakyrelu", "relax.exp", "relax.sqrt", "relax.negative",
+})
+
+
+# --------------------------------------------------------------------------------------------
+# Import: Relax binding name -> PyTorch source
+# --------------------------------------------------------------------------------------------
+def node_source(node: Any) -> str | None:
+    """``module.path (op)`` for an FX node of an exported program."""
+    meta = getattr(node, "meta", {}) or {}
+    stack = meta.get("nn_module_stack") or {}
+    path = ""
+    if stack:
+        path = list(stack.values())[-1][0]
+        path = path.replace("L['self'].", "").replace("L__self___", "")
+    op = None
+    fn_stack = meta.get("source_fn_stack") or []
+    if fn_stack:
+        op = str(fn_stack[-1][0])
+    if op is None and node.op == "call_function":
+        op = getattr(node.target, "__name__", str(node.target)).split(".")[0]
+    if not path and not op:
+        return None
+    op = (op or "").rstrip("_0123456789") or op
+    return f"{path} ({op})" if path else f"({op})"
+
+
+def sources_by_binding(mod: Any, env: dict[Any, Any]) -> dict[str, str]:
+    """Map each binding name of the imported main to the PyTorch node that produced it.
+
+    Converters emit their helper bindings first and return the last one, so every binding is
+    attributed to the next binding that an FX node maps to.
+    """
+    by_var: dict[Any, str] = {}
+    for node, value in env.items():
+        if isinstance(value, relax.Var):
+            src = node_source(node)
+            if src:
+                by_var[value] = src
+    out: dict[str, str] = {}
+    pending: list[str] = []
+    for block in mod["main"].body.blocks:
+        for b in block.bindings:
+            pending.append(b.var.name)
+            src = by_var.get(b.var)
+            if src is not None:
+                for name in pending:
+                    out.setdefault(name, src)
+                pending = []
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Op level: annotate every transform call
+# --------------------------------------------------------------------------------------------
+_TO_NCHW = (0, 3, 1, 2)
+_TO_NHWC = (0, 2, 3, 1)
+
+
+def annotate_transforms(mod: Any, sources: dict[str, str], own_permutes: set[str],
+                        pinned_modules: Iterable[str] = ()) -> Any:
+    """Return `mod` with every transform call in main carrying its `Attribution` in its span.
+
+    `pinned_modules` are the nn.Module paths the case keeps in another layout on purpose.
+    """
+    func = mod["main"]
+    binds = list(bindings(func))
+    inputs = set(input_params(func))
+    derived = weight_derived(func)
+    users = use_sites(func)
+    producer = {b.var: b for b in binds}
+    pinned = set(pinned_modules)
+    outputs = _output_vars(func.body.body, producer)
+
+    attributions: dict[Any, Attribution] = {}
+    for b in binds:
+        if op_name(b.value) not in TRANSFORM_OPS:
+            continue
+        x = b.value.args[0]
+        axes = tuple(int(a) for a in b.value.attrs.axes) if getattr(
+            b.value.attrs, "axes", None) is not None else None
+        name = b.var.name
+        if isinstance(x, relax.Var) and x in inputs:
+            att = Attribution(Reason.INPUT_BOUNDARY, None, f"input '{x.name}'")
+        elif is_weight_derived(x, derived):
+            src = x.name if isinstance(x, relax.Var) else "a constant"
+            att = Attribution(Reason.WEIGHT, None, sources.get(src, src))
+        elif b.var in outputs:
+            att = Attribution(Reason.OUTPUT_BOUNDARY, None, sources.get(
+                x.name if isinstance(x, relax.Var) else name))
+        elif name in own_permutes:
+            att = Attribution(Reason.OWN_PERMUTE, op_name(b.value), sources.get(name))
+        else:
+            culprit = None
+            if axes == _TO_NHWC and isinstance(x, relax.Var) and x in producer:
+                culprit = producer[x]
+                while op_name(culprit.value) in _FOLLOWERS and culprit.value.args and isinstance(
+                        culprit.value.args[0], relax.Var) and culprit.value.args[0] in producer \
+                        and op_name(producer[culprit.value.args[0]].value) not in TRANSFORM_OPS:
+                    culprit = producer[culprit.value.args[0]]
+            else:
+                first_user = next(iter(users.get(b.var, [])), None)
+                culprit = producer.get(first_user) if first_user is not None else None
+            if culprit is not None:
+                src = sources.get(culprit.var.name)
+                module = src.rsplit(" (", 1)[0] if src else None
+                reason = Reason.PINNED if module in pinned else Reason.NO_LAYOUT_RULE
+                att = Attribution(reason, op_name(culprit.value), src)
+            else:
+                att = Attribution(Reason.NO_LAYOUT_RULE, None, sources.get(name))
+        attributions[b.var] = att
+
+    if not attributions:
+        return mod
+
+    @mutator
+    class _Tag(PyExprMutator):
+        def visit_var_binding_(self, binding: Any) -> None:
+            att = attributions.get(binding.var)
+            if att is None:
+                super().visit_var_binding_(binding)
+                return
+            call = binding.value
+            span = ir.Span(ir.SourceName(att.to_json()), 0, 0, 0, 0)
+            new = self.builder_.normalize(
+                relax.Call(call.op, call.args, call.attrs, None, span=span))
+            self.builder_.emit_normalized(relax.VarBinding(binding.var, new))
+
+    body = _Tag().visit_expr(func.body)
+    new_func = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
+    return replace_function(mod, "main", new_func)
+
+
+def _output_vars(ret: Any, producer: dict[Any, Any]) -> set[Any]:
+    """Vars whose value is returned, following views (reshape, tuple) back from the output."""
+    out: set[Any] = set()
+    todo = [ret]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, relax.Tuple):
+            todo.extend(e.fields)
+        elif isinstance(e, relax.Var) and e not in out:
+            out.add(e)
+            b = producer.get(e)
+            if b is None:
+                continue
+            v = b.value
+            if isinstance(v, relax.Var) or isinstance(v, relax.Tuple):
+                todo.append(v)
+            elif isinstance(v, relax.Call) and isinstance(v.op, ir.Op) and v.op.name in (
+                    "relax.reshape", "relax.squeeze", "relax.expand_dims"):
+                todo.append(v.args[0])
+    return out
+
+
+def own_permute_names(import_mod: Any) -> set[str]:
+    """Binding names of the permutes the model itself contains (present at import)."""
+    return {b.var.name for b in bindings(import_mod["main"]) if op_name(b.value) in
+            TRANSFORM_OPS}

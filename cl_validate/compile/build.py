@@ -1,0 +1,78 @@
+"""Run a case's pipeline for one target: the IR after every stage, then the executable."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import tvm
+from tvm.relax.backend.cpu_generic import pipeline as cpu_backend
+from tvm.relax.backend.cuda import pipeline as cuda_backend
+
+from cl_validate.compile.attribution import own_permute_names
+from cl_validate.compile.context import PipelineContext
+from cl_validate.compile.frontend import Frontend
+from cl_validate.compile.pipeline import resolve_pipeline
+from cl_validate.compile.target import make_target
+from cl_validate.errors import CompileStageError
+from cl_validate.spec import CaseSpec
+
+
+@dataclass
+class StageIR:
+    name: str
+    mod: tvm.IRModule
+    seconds: float
+
+
+@dataclass
+class Compiled:
+    target_name: str
+    stages: list[StageIR] = field(default_factory=list)
+    executable: Any = None
+    build_seconds: float = 0.0
+
+    def stage(self, name: str) -> StageIR:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def final(self) -> tvm.IRModule:
+        return self.stages[-1].mod
+
+
+def compile_case(front: Frontend, case: CaseSpec, target_name: str, *,
+                 build: bool = True) -> Compiled:
+    """Run the case's pipeline for one target, keeping the IR after every stage."""
+    target = make_target(target_name)
+    ctx = PipelineContext(case, target_name, target, front.params, front.sources,
+                          own_permute_names(front.mod))
+    factory = resolve_pipeline(case)
+    compiled = Compiled(target_name)
+    compiled.stages.append(StageIR("import", front.mod, front.import_seconds))
+    try:
+        stages = list(factory(ctx))
+    except Exception as exc:
+        raise CompileStageError("pipeline setup", exc) from exc
+    mod = front.mod
+    for stage in stages:
+        t0 = time.perf_counter()
+        try:
+            mod = stage.run(mod)
+        except Exception as exc:
+            raise CompileStageError(stage.name, exc) from exc
+        compiled.stages.append(StageIR(stage.name, mod, time.perf_counter() - t0))
+    if build:
+        backend = cuda_backend if target_name == "cuda" else cpu_backend
+        lower = tvm.transform.Sequential(
+            backend.dataflow_lower_passes(target) + backend.finalize_passes(target))
+        t0 = time.perf_counter()
+        try:
+            compiled.executable = tvm.compile(mod, target=target, relax_pipeline=lower)
+        except Exception as exc:
+            raise CompileStageError("build", exc) from exc
+        compiled.build_seconds = time.perf_counter() - t0
+    return compiled

@@ -1,0 +1,72 @@
+"""Converters for PyTorch ops the TVM 0.27 torch frontend lacks, via ``custom_convert_map``.
+
+Quantize/dequantize (``torch.ops.quantized_decomposed.*``, what PT2E quantization and QDQ
+models export) become Relax's own ``R.quantize`` / ``R.dequantize``, so the IR holds real int8
+tensors and ConvertLayout sees the convolutions between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tvm import relax
+
+_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
+           "int32": (-2**31, 2**31 - 1)}
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _qparam(value: Any, dtype: str) -> Any:
+    """A scale or zero point: a Python number becomes a constant, an expression stays."""
+    if isinstance(value, (int, float)):
+        return relax.const(value, dtype)
+    have = getattr(getattr(value, "ty", None), "dtype", None)
+    if have is not None and str(have) not in (dtype, "float32") and str(have).startswith("int"):
+        # torch keeps per-channel zero points as int64, which R.quantize refuses
+        return relax.op.astype(value, "int32")
+    return value
+
+
+def _quantize(node: Any, importer: Any, per_channel: bool) -> Any:
+    args = importer.retrieve_args(node)
+    if per_channel:
+        x, scale, zp, axis, qmin, qmax, dtype = args[:7]
+    else:
+        x, scale, zp, qmin, qmax, dtype = args[:6]
+        axis = -1
+    out_dtype = _dtype_name(dtype)
+    bb = importer.block_builder
+    q = bb.emit(relax.op.quantize(x, _qparam(scale, "float32"), _qparam(zp, out_dtype),
+                                  axis=int(axis), out_dtype=out_dtype))
+    if (int(qmin), int(qmax)) != _RANGES.get(out_dtype):  # a narrower range than the dtype's
+        q = bb.emit(relax.op.clip(q, int(qmin), int(qmax)))
+    return q
+
+
+def _dequantize(node: Any, importer: Any, per_channel: bool) -> Any:
+    args = importer.retrieve_args(node)
+    if per_channel:
+        x, scale, zp, axis = args[:4]
+        in_dtype = _dtype_name(args[6]) if len(args) > 6 else "int8"
+    else:
+        x, scale, zp = args[:3]
+        axis = -1
+        in_dtype = _dtype_name(args[5]) if len(args) > 5 else "int8"
+    out_dtype = _dtype_name(node.kwargs.get("out_dtype") or "float32")
+    return importer.block_builder.emit(relax.op.dequantize(
+        x, _qparam(scale, "float32"), _qparam(zp, in_dtype), axis=int(axis),
+        out_dtype=out_dtype))
+
+
+def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
+    """The converters, keyed as the importer looks them up (``node.target.__name__``)."""
+    return {
+        "quantize_per_tensor.default": lambda n, imp: _quantize(n, imp, False),
+        "dequantize_per_tensor.default": lambda n, imp: _dequantize(n, imp, False),
+        "quantize_per_channel.default": lambda n, imp: _quantize(n, imp, True),
+        "dequantize_per_channel.default": lambda n, imp: _dequantize(n, imp, True),
+    }

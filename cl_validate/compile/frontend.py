@@ -1,0 +1,120 @@
+"""The front end, shared by every target of a case: torch.export, then the Relax import.
+
+Weights stay parameters of ``main`` (beyond ``num_input``) until the ``fold_params`` stage
+binds them, so the layout stages see weight permutes as what they are. The importer's map from
+FX nodes to Relax bindings is kept: it is how each transform is traced back to the PyTorch
+module and op that produced it (`cl_validate.compile.attribution`).
+"""
+
+from __future__ import annotations
+
+import ast
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import tvm
+from tvm import relax
+from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+
+from cl_validate.compile.attribution import sources_by_binding
+from cl_validate.compile.converters import custom_convert_map
+from cl_validate.errors import ClValidateError, CompileStageError
+from cl_validate.ir import weight_params
+from cl_validate.spec import CaseSpec
+
+
+@dataclass
+class Frontend:
+    """The target-independent part: the exported program and the imported Relax module."""
+
+    exported: torch.export.ExportedProgram
+    mod: tvm.IRModule  # weights as parameters of main beyond num_input
+    params: dict[str, Any]
+    export_seconds: float
+    import_seconds: float
+    sources: dict[str, str] = field(default_factory=dict)  # binding name → PyTorch source
+
+
+
+def channels_last_wrapper(model: torch.nn.Module, case: CaseSpec) -> torch.nn.Module:
+    """Wrap `model` so the exported program takes/returns NHWC where the case says so.
+
+    Exactly the declared inputs and outputs are permuted; nothing is inferred. The permutes
+    added here are what ConvertLayout's boundary transforms cancel against.
+    """
+    in_nhwc = [i.layout == "NHWC" for i in case.inputs]
+    out_nhwc = [o.layout == "NHWC" for o in case.outputs]
+    if not any(in_nhwc) and not any(out_nhwc):
+        return model
+
+    class ChannelsLastIO(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args: torch.Tensor) -> Any:
+            args = tuple(a.permute(0, 3, 1, 2) if nhwc else a
+                         for a, nhwc in zip(args, in_nhwc, strict=True))
+            out = self.inner(*args)
+            single = isinstance(out, torch.Tensor)
+            outs = [out] if single else list(out)
+            for i, nhwc in enumerate(out_nhwc):
+                if nhwc and i < len(outs):
+                    outs[i] = outs[i].permute(0, 2, 3, 1)
+            return outs[0] if single else tuple(outs)
+
+    return ChannelsLastIO(model).eval()
+
+
+def export_and_import(model: torch.nn.Module, case: CaseSpec,
+                      example_inputs: Sequence[torch.Tensor]) -> Frontend:
+    """torch.export the (wrapped) model and import it into Relax with weights as params."""
+    wrapped = channels_last_wrapper(model, case)
+    args = tuple(
+        x.permute(0, 2, 3, 1).contiguous() if spec.layout == "NHWC" else x
+        for x, spec in zip(example_inputs, case.inputs, strict=True)
+    )
+    t0 = time.perf_counter()
+    try:
+        with torch.no_grad():
+            exported = torch.export.export(wrapped, args)
+    except Exception as exc:
+        raise CompileStageError("export", exc) from exc
+    t1 = time.perf_counter()
+    try:
+        # The importer itself (not the from_exported_program wrapper), to keep its map from
+        # FX nodes to Relax bindings: that is how transforms are traced back to PyTorch code.
+        importer = ExportedProgramImporter()
+        mod = importer.from_exported_program(exported.run_decompositions(), True, True, False,
+                                             custom_convert_map())
+        sources = sources_by_binding(mod, importer.env)
+        mod, params = relax.frontend.detach_params(mod)
+    except ClValidateError:
+        raise
+    except Exception as exc:
+        raise CompileStageError("import", exc, _unsupported_ops_summary(exc)) from exc
+    t2 = time.perf_counter()
+    named = {p.name: v for p, v in zip(weight_params(mod["main"]), params.get("main", []),
+                                         strict=True)}
+    return Frontend(exported, mod, named, t1 - t0, t2 - t1, sources)
+
+
+def _unsupported_ops_summary(exc: BaseException) -> str | None:
+    """TVM's importer asserts ``Unsupported function types [...]`` listing the ops it has no
+    converter for, in set order (it varies between runs). Sorted, the verdict reads the same
+    every time, and says what to do."""
+    text = str(exc).strip()
+    prefix = "Unsupported function types "
+    if not isinstance(exc, AssertionError) or not text.startswith(prefix):
+        return None
+    try:
+        ops = sorted(str(op) for op in ast.literal_eval(text[len(prefix):].splitlines()[0]))
+    except (ValueError, SyntaxError, TypeError):
+        return None
+    return (f"Unsupported function types: TVM's PyTorch importer has no converter for "
+            f"{', '.join(ops)} (hint: express the model without "
+            f"{'it' if len(ops) == 1 else 'them'}, or add a converter to "
+            "cl_validate/compile/converters.py)")

@@ -1,0 +1,253 @@
+"""Which Relax ops are layout-agnostic, and how to run each one in a permuted layout.
+
+An op is layout-agnostic when ``op(permute(a, p), ...) == permute(op'(a, ...), p')`` holds
+exactly, with ``op'`` the same op under remapped attributes (an axis, a layout string) and
+``p'`` derived from ``p``. That is pure bookkeeping on axes: elementwise ops compute the same
+floating-point operation per element, so results are bit-identical. Reductions (mean, softmax,
+pooling) reduce the same elements; TVM's default lowering visits them in the same order in
+either layout (bit-identical in our tests), though a tuned schedule is free to order partial
+sums differently for a different memory layout, as it is for the layouts ConvertLayout picks.
+
+``plan_for(call, perm_of)`` answers for one call: given the permutation each operand is
+available in (``perm_of``), can the call run in that layout, and how is it rebuilt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax
+
+from cl_validate.compile.passes._util import FREE, Cost, Perm, inverse
+from cl_validate.ir import ndim, op_name, tensor_type
+
+#: perm_of(expr): the permutation p with ``expr == permute_dims(w, p)`` for an available ``w``.
+PermOf = Callable[[relax.Expr], Perm | None]
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A tensor operand the rewritten call reads, and the layout it must be read in."""
+
+    expr: relax.Expr
+    perm: Perm
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to compute a binding in a permuted layout: the result ``w`` satisfies
+    ``original == permute_dims(w, out_perm)`` (for a tuple: every field does)."""
+
+    out_perm: Perm
+    operands: tuple[Operand, ...]
+    rebuild: Callable[[Sequence[relax.Expr]], relax.Expr]
+    is_tuple: bool = False  # a tuple result is never materialized in the old layout
+    cost: Cost = FREE  # run-time transforms the rebuilt expression itself contains
+    replaces: Cost = FREE  # run-time transforms that die with the old binding
+    internal: tuple[relax.Var, ...] = ()  # bindings that die with it (read by it alone)
+
+
+# Elementwise ops whose only tensor argument is the first (the rest are PrimValues or attrs).
+UNARY_OPS = frozenset(f"relax.{n}" for n in (
+    "abs acos acosh asin asinh atan atanh bitwise_not ceil clip cos cosh erf exp floor "
+    "isfinite isinf isnan log logical_not negative round rsqrt sigmoid sign sin sinh sqrt "
+    "square tan tanh trunc astype zeros_like ones_like "
+    "nn.relu nn.gelu nn.gelu_tanh nn.silu nn.selu nn.leakyrelu nn.softplus").split())
+# Elementwise ops with numpy broadcasting over all (tensor) arguments.
+BROADCAST_OPS = frozenset(f"relax.{n}" for n in (
+    "add subtract multiply divide floor_divide floor_mod mod power maximum minimum atan2 "
+    "equal not_equal greater greater_equal less less_equal logical_and logical_or logical_xor "
+    "bitwise_and bitwise_or bitwise_xor left_shift right_shift log_add_exp where ewise_fma"
+).split())
+REDUCE_OPS = frozenset(f"relax.{n}" for n in "mean sum max min prod variance std".split())
+AXIS_OPS = frozenset({"relax.nn.softmax", "relax.nn.log_softmax", "relax.nn.prelu"})
+LAYOUT_ATTR_OPS = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d",
+                             "relax.nn.adaptive_avg_pool2d", "relax.image.resize2d"})
+
+
+def with_fields(attrs: tvm.ir.Attrs, **changes: object) -> tvm.ir.Attrs:
+    """A copy of an attrs node with some fields replaced (attrs nodes are immutable)."""
+    info = type(attrs).__tvm_ffi_type_info__
+    fields = {f.name: getattr(attrs, f.name) for f in info.fields}
+    fields.update(changes)
+    return tvm.ir.make_node(info.type_key, **fields)
+
+
+def _remake(call: relax.Call, args: Sequence[relax.Expr],
+            attrs: tvm.ir.Attrs | None = None) -> relax.Call:
+    return relax.Call(call.op, list(args), call.attrs if attrs is None else attrs,
+                      call.ty_args)
+
+
+def _unary(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    x, rest = call.args[0], list(call.args[1:])
+    p = perm_of(x)
+    if p is None or any(tensor_type(a) is not None for a in rest):
+        return None
+    return Plan(p, (Operand(x, p),), lambda new: _remake(call, [new[0], *rest]))
+
+
+def _common_perm(exprs: Sequence[relax.Expr], rank: int, perm_of: PermOf) -> Perm | None:
+    """The one permutation every permuted operand shares (all must have the result's rank)."""
+    perms = set()
+    for e in exprs:
+        p = perm_of(e)
+        if p is not None:
+            if len(p) != rank:
+                return None
+            perms.add(p)
+    return perms.pop() if len(perms) == 1 else None
+
+
+def _broadcast(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    rank = ndim(call)
+    args = list(call.args)
+    if rank is None or any(tensor_type(a) is None for a in args):
+        return None
+    p = _common_perm(args, rank, perm_of)
+    if p is None:
+        return None
+    # Operands of lower rank are right-aligned by broadcasting; the rewriter pads them to full
+    # rank before permuting, so the same per-axis pairing holds in the new layout.
+    return Plan(p, tuple(Operand(a, p) for a in args), lambda new: _remake(call, new))
+
+
+def _reduce(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    x = call.args[0]
+    p = perm_of(x)
+    if p is None:
+        return None
+    n, keep = len(p), bool(call.attrs.keepdims)
+    if call.attrs.axis is None:
+        out, axis = (p if keep else ()), None
+    else:
+        reduced = sorted({int(a) % n for a in call.attrs.axis})
+        axis = sorted(p[a] for a in reduced)
+        if keep:
+            out = p
+        else:  # the kept axes, in the order the rewritten reduce leaves them
+            kept = [p[i] for i in range(n) if i not in reduced]
+            order = sorted(kept)
+            out = tuple(order.index(k) for k in kept)
+    attrs = with_fields(call.attrs, axis=axis)
+    return Plan(tuple(out), (Operand(x, p),), lambda new: _remake(call, new, attrs))
+
+
+def _axis(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    """softmax/log_softmax(x, axis) and prelu(x, alpha, axis): the axis follows the data."""
+    x, rest = call.args[0], list(call.args[1:])
+    p = perm_of(x)
+    if p is None or call.attrs.axis is None:
+        return None
+    attrs = with_fields(call.attrs, axis=p[int(call.attrs.axis) % len(p)])
+    return Plan(p, (Operand(x, p),), lambda new: _remake(call, [new[0], *rest], attrs))
+
+
+def _concat(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    tup = call.args[0]
+    rank = ndim(call)
+    if not isinstance(tup, relax.Tuple) or rank is None or call.attrs.axis is None:
+        return None
+    fields = list(tup.fields)
+    p = _common_perm(fields, rank, perm_of)
+    if p is None or any(ndim(f) != rank for f in fields):
+        return None
+    attrs = with_fields(call.attrs, axis=p[int(call.attrs.axis) % rank])
+    return Plan(p, tuple(Operand(f, p) for f in fields),
+                lambda new: _remake(call, [relax.Tuple(list(new))], attrs))
+
+
+def _split(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    """split(x, sections, axis): every part keeps the input's layout; the axis follows."""
+    x = call.args[0]
+    p = perm_of(x)
+    if p is None:
+        return None
+    attrs = with_fields(call.attrs, axis=p[int(call.attrs.axis) % len(p)])
+    return Plan(p, (Operand(x, p),), lambda new: _remake(call, new, attrs), is_tuple=True)
+
+
+def _tuple_get_item(item: relax.TupleGetItem, perm_of: PermOf) -> Plan | None:
+    """A part of a split that runs in a permuted layout is available in that layout."""
+    tup = item.tuple_value
+    p = perm_of(tup)
+    if p is None:
+        return None
+    index = int(item.index)
+    return Plan(p, (Operand(tup, p),), lambda new: relax.TupleGetItem(new[0], index))
+
+
+def _permuted_layout(layout: str, p: Perm) -> str | None:
+    """The layout string of ``w`` when ``x = permute_dims(w, p)`` has layout ``layout``."""
+    if len(layout) != len(p) or not (layout.isalpha() and layout.isupper()):
+        return None
+    inv = inverse(p)
+    return "".join(layout[inv[j]] for j in range(len(p)))
+
+
+def _layout_attr(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    """Pooling/resize: the op takes its layout as a string, so the new layout is spelled out."""
+    x, rest = call.args[0], list(call.args[1:])
+    p = perm_of(x)
+    if p is None or any(tensor_type(a) is not None for a in rest):
+        return None
+    layout = str(call.attrs.layout)
+    out_layout = getattr(call.attrs, "out_layout", None)
+    if out_layout is not None and str(out_layout) != layout:
+        return None
+    new_layout = _permuted_layout(layout, p)
+    if new_layout is None:
+        return None
+    changes: dict[str, object] = {"layout": new_layout}
+    if out_layout is not None:
+        changes["out_layout"] = new_layout
+    attrs = with_fields(call.attrs, **changes)
+    return Plan(p, (Operand(x, p),), lambda new: _remake(call, [new[0], *rest], attrs))
+
+
+def _layer_norm(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    """layer_norm(x, gamma, beta, axes): gamma/beta are laid out along ``axes``, so only a
+    permutation that keeps the normalized axes in order can move through unchanged."""
+    x, gamma, beta = call.args[0], call.args[1], call.args[2]
+    p = perm_of(x)
+    if p is None:
+        return None
+    n = len(p)
+    axes = [int(a) % n for a in call.attrs.axes]
+    new_axes = [p[a] for a in axes]
+    if axes != sorted(axes) or new_axes != sorted(new_axes):
+        return None
+    attrs = with_fields(call.attrs, axes=new_axes)
+    return Plan(p, (Operand(x, p),), lambda new: _remake(call, [new[0], gamma, beta], attrs))
+
+
+_HANDLERS: dict[str, Callable[[relax.Call, PermOf], Plan | None]] = {
+    **{name: _unary for name in UNARY_OPS},
+    **{name: _broadcast for name in BROADCAST_OPS},
+    **{name: _reduce for name in REDUCE_OPS},
+    **{name: _axis for name in AXIS_OPS},
+    **{name: _layout_attr for name in LAYOUT_ATTR_OPS},
+    "relax.concat": _concat,
+    "relax.split": _split,
+    "relax.nn.layer_norm": _layer_norm,
+}
+
+#: Every op SinkPermutes carries a layout through.
+LAYOUT_AGNOSTIC_OPS = frozenset(_HANDLERS)
+
+
+def plan_for(call: relax.Expr, perm_of: PermOf) -> Plan | None:
+    """How ``call`` can run on its operands' permuted forms, or None if it cannot (or if no
+    operand is available permuted, in which case there is nothing to gain)."""
+    if isinstance(call, relax.TupleGetItem):
+        return _tuple_get_item(call, perm_of)
+    handler = _HANDLERS.get(op_name(call) or "")
+    if handler is None:
+        return None
+    assert isinstance(call, relax.Call)
+    try:
+        return handler(call, perm_of)
+    except (AttributeError, TypeError, ValueError, RuntimeError):  # odd attrs: leave it alone
+        return None

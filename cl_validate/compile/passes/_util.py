@@ -1,0 +1,94 @@
+"""Shared helpers of the layout cleanup passes: permutation algebra and the pass wrapper.
+
+IR queries (bindings, shapes, which values derive from weights) are `cl_validate.ir`'s, the
+same definitions the attribution and the analysis use.
+
+A permutation ``p`` is read the way ``R.permute_dims(x, axes=p)`` reads it: axis ``i`` of the
+result is axis ``p[i]`` of ``x``. Everything here is pure data movement reasoning, so a pass
+built on it only ever changes where values sit in memory, never what they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import tvm
+from tvm import relax
+
+from cl_validate.ir import is_identity
+
+Perm = tuple[int, ...]
+#: A static shape: an int per axis, None for a symbolic extent.
+Shape = tuple[int | None, ...]
+#: What run-time permutes cost: (transposes that move data, permutes that only move size-1
+#: axes). Compared as a tuple: fewer real transposes first, then fewer would-be reshapes.
+Cost = tuple[int, int]
+FREE: Cost = (0, 0)
+
+
+# --------------------------------------------------------------------------------------------
+# Permutation algebra
+# --------------------------------------------------------------------------------------------
+def compose(first: Sequence[int], second: Sequence[int]) -> Perm:
+    """The one permutation equal to ``permute_dims(permute_dims(x, first), second)``."""
+    return tuple(first[i] for i in second)
+
+
+def inverse(perm: Sequence[int]) -> Perm:
+    """The permutation that undoes ``perm``."""
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return tuple(inv)
+
+
+def moves_only_unit_axes(in_shape: Shape, perm: Sequence[int]) -> bool:
+    """True if ``perm`` keeps the relative order of every axis whose extent is not 1.
+
+    Such a permute copies every element to the same linear offset: it is a reshape. A symbolic
+    extent counts as "not 1", so the answer is never wrong, only sometimes conservative.
+    """
+    kept = [p for p in perm if in_shape[p] != 1]
+    return kept == sorted(kept)
+
+
+def permute_cost(in_shape: Shape | None, perm: Sequence[int]) -> Cost:
+    """What one run-time ``permute_dims(x, perm)`` costs, ``x`` having shape ``in_shape``."""
+    if is_identity(perm):
+        return FREE
+    if in_shape is not None and moves_only_unit_axes(in_shape, perm):
+        return (0, 1)
+    return (1, 1)
+
+
+def add_costs(costs: Iterable[Cost]) -> Cost:
+    total = FREE
+    for c in costs:
+        total = (total[0] + c[0], total[1] + c[1])
+    return total
+
+
+def relax_function_pass(
+    name: str,
+) -> Callable[[Callable[[relax.Function], relax.Function]], Callable[[], tvm.transform.Pass]]:
+    """Turn ``rewrite(func) -> func`` into a factory of a Relax function pass.
+
+    A factory rather than a pass object, so every pipeline gets a fresh pass and the pass name
+    shows in ``tvm.transform`` instrumentation.
+    """
+
+    def deco(rewrite: Callable[[relax.Function], relax.Function]
+             ) -> Callable[[], tvm.transform.Pass]:
+        def factory() -> tvm.transform.Pass:
+            def transform(func: relax.Function, _mod: tvm.IRModule,
+                          _ctx: tvm.transform.PassContext) -> relax.Function:
+                return rewrite(func)
+
+            return relax.transform.function_pass(transform, opt_level=0, name=name)
+
+        factory.__name__ = name
+        factory.__qualname__ = name
+        factory.__doc__ = rewrite.__doc__
+        return factory
+
+    return deco

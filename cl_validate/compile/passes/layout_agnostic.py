@@ -1,0 +1,350 @@
+"""SinkPermutes: carry the converted layout through layout-agnostic ops.
+
+ConvertLayout leaves every op without a layout rule (``relax.clip``, ``relax.where``, ...) in
+NCHW, with a transpose in front and one behind. Ops downstream of it that do have rules
+(``divide``, ``mean``, ``concat``, ``split``) then stay NCHW too, because they follow their
+input. This pass recomputes such ops in the layout their operands already exist in, so the
+transposes meet and CancelPermutes removes them.
+
+How it decides (per function, then again until nothing improves):
+
+* A *seed* is ``t = permute_dims(x, p)`` of a run-time value: ``t`` is available for free as
+  ``x`` read through ``p``.
+* A *candidate* is a layout-agnostic binding (see ``_layout_ops``) whose permuted operands
+  share one permutation: it can run on their sources; its result ``w`` gives the original as
+  ``permute_dims(w, p')``. Candidates chain: a candidate's result is available permuted too.
+  A reshape/permute chain read by nothing else (a channel shuffle) is a candidate too: folded
+  with the permutes around it, it is at most one transpose.
+* A ``permute_dims`` of a candidate is *absorbed*: it becomes one permute of ``w`` (often the
+  identity, which is the whole point).
+* Seeds, candidates and absorbed permutes linked by data flow form a *region*, converted all or
+  nothing, and only if that lowers the region's cost (``_util.Cost``). A seed still read
+  elsewhere stays and is counted; a candidate read outside the region is materialized with a
+  permute, and counted. So the pass never adds a transpose, and the graph's boundary permutes
+  stay where they are.
+
+Only the placement of data changes, never an arithmetic operation, so results are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from cl_validate.compile.passes._layout_ops import LAYOUT_AGNOSTIC_OPS, Operand, Plan, plan_for
+from cl_validate.compile.passes._util import (
+    FREE,
+    Cost,
+    Perm,
+    Shape,
+    add_costs,
+    compose,
+    inverse,
+    permute_cost,
+    relax_function_pass,
+)
+from cl_validate.compile.passes.cancel_permutes import fold_permutes
+from cl_validate.compile.passes.movement_chains import (
+    RESHAPE_OP,
+    MovementChains,
+    folded_movement,
+)
+from cl_validate.ir import (
+    is_identity,
+    is_weight_derived,
+    ndim,
+    op_name,
+    permute_axes,
+    shape_exprs,
+    static_shape,
+    weight_derived,
+)
+
+MAX_ROUNDS = 8
+Uses = dict[relax.Var, list[relax.Var | None]]
+
+
+def _unpermuted_shape(shape: Shape | None, perm: Perm) -> Shape | None:
+    """Shape of ``w`` given the shape of ``permute_dims(w, perm)``."""
+    return None if shape is None else tuple(shape[i] for i in inverse(perm))
+
+
+def _is_free_to_convert(expr: relax.Expr, rank: int) -> bool:
+    """Scalars and all-ones tensors broadcast the same way in every layout."""
+    shape = static_shape(expr)
+    return ndim(expr) == 0 or (shape is not None and len(shape) <= rank
+                               and all(d == 1 for d in shape))
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[relax.Var, relax.Var] = {}
+
+    def find(self, v: relax.Var) -> relax.Var:
+        root = self.parent.setdefault(v, v)
+        while root is not self.parent[root]:
+            root = self.parent[root]
+        self.parent[v] = root
+        return root
+
+    def union(self, a: relax.Var, b: relax.Var) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+
+class _Analysis:
+    """Finds seeds, candidates and absorbed permutes, groups them, and keeps the regions that
+    get cheaper. ``plans``/``absorbed``/``seeds`` end up holding only the converted ones."""
+
+    def __init__(self, func: relax.Function) -> None:
+        self.weights = weight_derived(func)
+        self.chains = MovementChains(func)
+        self.seeds: dict[relax.Var, tuple[relax.Expr, Perm]] = {}
+        self.plans: dict[relax.Var, Plan] = {}
+        self.absorbed: dict[relax.Var, tuple[relax.Var, Perm]] = {}
+        self.groups = _UnionFind()
+        # While visiting: what the current block bound (a region stays inside one block).
+        self.visible: set[relax.Var] | None = None
+        for block in func.body.blocks:
+            if isinstance(block, relax.DataflowBlock):
+                self.visible = set()
+                for b in block.bindings:
+                    if isinstance(b, relax.VarBinding):
+                        self._visit(b.var, b.value)
+                        self.visible.add(b.var)
+        self.visible = None
+        self._select(self.chains.uses)
+
+    def _in_block(self, var: relax.Var) -> bool:
+        return self.visible is None or var in self.visible
+
+    def perm_of(self, expr: relax.Expr) -> Perm | None:
+        """The layout ``expr`` is available in for free; None if only its own (a candidate
+        whose result comes out in the original layout, like a global pool, is plain again)."""
+        perm = None
+        if isinstance(expr, relax.Var) and self._in_block(expr):
+            if expr in self.seeds:
+                perm = self.seeds[expr][1]
+            elif expr in self.plans:
+                perm = self.plans[expr].out_perm
+        return None if perm is None or is_identity(perm) else perm
+
+    def _visit(self, var: relax.Var, value: relax.Expr) -> None:
+        axes = permute_axes(value)
+        if axes is not None:
+            src = value.args[0]
+            if isinstance(src, relax.Var) and src in self.plans and self._in_block(src):
+                if not self.plans[src].is_tuple:
+                    self.absorbed[var] = (src, axes)
+                    self.groups.union(var, src)
+            elif not is_identity(axes) and not is_weight_derived(src, self.weights):
+                self.seeds[var] = (src, axes)
+            return
+        plan = plan_for(value, self.perm_of) or self._chain_plan(var, value)
+        if plan is None:
+            return
+        self.plans[var] = plan
+        for op in plan.operands:
+            if self.perm_of(op.expr) is not None:
+                self.groups.union(var, op.expr)
+
+    def _chain_plan(self, var: relax.Var, value: relax.Expr) -> Plan | None:
+        """A reshape ending a single-use movement chain that starts at a permuted value ``r``
+        (layout ``p``): recompute it from ``r``'s source as ``inverse(p)`` of the chain, so its
+        result is available in layout ``p`` like every other candidate."""
+        users = self.chains.uses.get(var, [])
+        read_by_permute = len(users) == 1 and users[0] is not None and permute_axes(
+            self.chains.values.get(users[0])) is not None  # absorbed right after
+        if op_name(value) != RESHAPE_OP or not (read_by_permute or self.chains.is_chain_end(var)):
+            return None
+        rank = ndim(var)
+
+        def stop(e: relax.Expr) -> bool:
+            # Never walk through a var this analysis already costs on its own (a candidate,
+            # an absorbed permute, a seed of the result's rank): it is where the chain starts.
+            perm = self.perm_of(e)
+            return (perm is not None and len(perm) == rank) or e in self.plans or (
+                e in self.absorbed)
+
+        chain = self.chains.chain(var, stop=stop)
+        p = None if chain is None else self.perm_of(chain.root)
+        if chain is None or p is None or rank != len(p):
+            return None
+        src_shape = _unpermuted_shape(static_shape(chain.root), p)
+        out_shape = _unpermuted_shape(static_shape(var), p)
+        if src_shape is None or out_shape is None or None in src_shape or None in out_shape:
+            return None
+        steps = [("permute", p), *chain.steps, ("permute", inverse(p))]
+        probe = folded_movement(chain.root, src_shape, steps, out_shape)  # type: ignore[arg-type]
+        if probe is None:
+            return None
+
+        def rebuild(new: Sequence[relax.Expr]) -> relax.Expr:
+            folded = folded_movement(new[0], src_shape, steps, out_shape)  # type: ignore[arg-type]
+            assert folded is not None
+            return folded[0]
+
+        return Plan(p, (Operand(chain.root, p),), rebuild, cost=probe[1], replaces=chain.cost,
+                    internal=chain.internal)
+
+    # ---- cost model ---------------------------------------------------------------------
+    def _conversion_cost(self, op: Operand) -> Cost:
+        if self.perm_of(op.expr) == op.perm or is_weight_derived(op.expr, self.weights):
+            return FREE
+        if _is_free_to_convert(op.expr, len(op.perm)):
+            return FREE
+        shape = static_shape(op.expr)
+        if shape is not None:
+            shape = (1,) * (len(op.perm) - len(shape)) + shape
+        return permute_cost(shape, inverse(op.perm))
+
+    def _select(self, uses: Uses) -> None:
+        members: dict[relax.Var, list[relax.Var]] = {}
+        for v in [*self.seeds, *self.plans, *self.absorbed]:
+            members.setdefault(self.groups.find(v), []).append(v)
+        keep: set[relax.Var] = set()
+        for region in members.values():
+            if self._worth_it(region, uses):
+                keep.update(region)
+        self.seeds = {v: s for v, s in self.seeds.items() if v in keep}
+        self.plans = {v: p for v, p in self.plans.items() if v in keep}
+        self.absorbed = {v: a for v, a in self.absorbed.items() if v in keep}
+
+    def _worth_it(self, region: list[relax.Var], uses: Uses) -> bool:
+        cands = {v for v in region if v in self.plans}
+        if not cands:
+            return False
+        # Readers that disappear with the region: its candidates, the chains they replace,
+        # and (for candidates) the permutes they absorb.
+        inside = cands | {i for v in cands for i in self.plans[v].internal}
+        absorbed = {v for v in region if v in self.absorbed}
+        before: list[Cost] = []
+        after: list[Cost] = []
+        for v in region:
+            if v in self.seeds:
+                src, p = self.seeds[v]
+                cost = permute_cost(static_shape(src), p)
+                before.append(cost)
+                if any(u not in inside for u in uses.get(v, [])):
+                    after.append(cost)  # still read in the old layout: it stays
+            elif v in self.absorbed:
+                src, q = self.absorbed[v]
+                before.append(permute_cost(static_shape(src), q))
+                p = self.plans[src].out_perm
+                after.append(permute_cost(_unpermuted_shape(static_shape(src), p), compose(p, q)))
+            else:
+                plan = self.plans[v]
+                before.append(plan.replaces)
+                after.append(plan.cost)
+                after.extend(self._conversion_cost(op) for op in plan.operands)
+                if any(u not in inside and u not in absorbed for u in uses.get(v, [])):
+                    if plan.is_tuple:
+                        return False  # a tuple is not put back into the old layout
+                    shape = _unpermuted_shape(static_shape(v), plan.out_perm)
+                    after.append(permute_cost(shape, plan.out_perm))  # materialized
+        return add_costs(after) < add_costs(before)
+
+
+def _alias(builder: relax.BlockBuilder, mut: PyExprMutator, var: relax.Var,
+           value: relax.Expr) -> None:
+    """Make ``var`` stand for ``value``: a remap for dataflow vars, a binding for outputs."""
+    if isinstance(var, relax.DataflowVar):
+        if not isinstance(value, relax.Var):
+            value = builder.emit(value, name_hint=var.name)
+        mut.set_var_remap(var, value)
+    else:
+        builder.emit_normalized(relax.VarBinding(var, builder.normalize(value)))
+
+
+@mutator
+class _Sinker(PyExprMutator):  # type: ignore[misc]
+    def __init__(self, analysis: _Analysis) -> None:
+        super().__init__()
+        self.a = analysis
+        self.new: dict[relax.Var, relax.Var] = {}  # candidate -> its result in the new layout
+
+    def _operand(self, op: Operand) -> relax.Expr:
+        e = op.expr
+        if isinstance(e, relax.Var) and self.a.perm_of(e) == op.perm:
+            if e in self.new:
+                return self.new[e]
+            if e in self.a.seeds:
+                return self.visit_expr(self.a.seeds[e][0])
+        e = self.visit_expr(e)
+        rank = len(op.perm)
+        if _is_free_to_convert(e, rank):
+            return e
+        dims = shape_exprs(e)
+        if dims is None:
+            raise ValueError(f"operand of unknown shape in a converted region: {e}")
+        if len(dims) < rank:  # right-aligned broadcast: spell out the leading 1s
+            e = self.builder_.emit(relax.op.reshape(e, [1] * (rank - len(dims)) + dims))
+        return self.builder_.emit(relax.op.permute_dims(e, list(inverse(op.perm))))
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        var = binding.var
+        if var in self.a.plans:
+            plan = self.a.plans[var]
+            call = plan.rebuild([self._operand(op) for op in plan.operands])
+            w = self.builder_.emit(call, name_hint=var.name)
+            self.new[var] = w
+            perm = plan.out_perm
+            if not plan.is_tuple:  # unused materializations are dropped afterwards
+                _alias(self.builder_, self, var,
+                       w if is_identity(perm) else relax.op.permute_dims(w, list(perm)))
+        elif var in self.a.absorbed:
+            src, q = self.a.absorbed[var]
+            perm = compose(self.a.plans[src].out_perm, q)
+            w = self.new[src]
+            _alias(self.builder_, self, var,
+                   w if is_identity(perm) else relax.op.permute_dims(w, list(perm)))
+        else:
+            super().visit_var_binding_(binding)
+
+
+def _runtime_cost(func: relax.Function) -> Cost:
+    weights = weight_derived(func)
+    costs = []
+    for block in func.body.blocks:
+        for b in block.bindings:
+            axes = permute_axes(b.value)
+            if axes is not None and not is_weight_derived(b.value.args[0], weights):
+                costs.append(permute_cost(static_shape(b.value.args[0]), axes))
+    return add_costs(costs)
+
+
+def _canonicalize(func: relax.Function) -> relax.Function:
+    """Resolve ``t = (a, b); c = t[0]`` to ``a`` and drop dead bindings first: a use through a
+    tuple nobody reads (as torch's max_pool2d leaves behind) would count as a real use."""
+    mod = relax.transform.CanonicalizeBindings()(tvm.IRModule({"f": func}))
+    return relax.analysis.remove_all_unused(mod["f"])
+
+
+def sink_permutes_once(func: relax.Function) -> relax.Function:
+    """One round: convert every region that gets cheaper, then fold the permutes that met."""
+    analysis = _Analysis(func)
+    if not analysis.plans:
+        return func
+    new = _Sinker(analysis).visit_expr(func)
+    return fold_permutes(relax.analysis.remove_all_unused(new))
+
+
+def sink_permutes(func: relax.Function) -> relax.Function:
+    """Rounds until nothing improves; a region converted in one round can expose the next
+    (e.g. an absorbed permute of a model's own transpose becomes a seed). A round that does
+    not lower the function's run-time transform cost is discarded, and a function where no
+    round helps is returned untouched."""
+    start = current = fold_permutes(_canonicalize(func))
+    for _ in range(MAX_ROUNDS):
+        new = sink_permutes_once(current)
+        if new.same_as(current) or not _runtime_cost(new) < _runtime_cost(current):
+            break
+        current = new
+    return func if current is start else current
+
+
+SinkPermutes = relax_function_pass("SinkPermutes")(sink_permutes)
+
+__all__ = ["LAYOUT_AGNOSTIC_OPS", "SinkPermutes", "sink_permutes", "sink_permutes_once"]

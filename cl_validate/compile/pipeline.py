@@ -1,0 +1,142 @@
+"""Named compile pipelines: the Relax stages between the import and the build.
+
+A pipeline is a function ``(ctx: PipelineContext) -> list[Stage]`` registered by name
+(`register_pipeline`), or named in a case file as ``pipeline = "module:function"``. The front
+(export, import) and the back (build) are the same for every pipeline; what a pipeline chooses
+are the Relax stages in between. Write your own from `standard_stages`::
+
+    from cl_validate.compile.pipeline import PipelineContext, Stage, standard_stages
+
+    def my_pipeline(ctx: PipelineContext) -> list[Stage]:
+        return standard_stages(ctx, layout=[Stage("convert_layout", ...)])
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tvm
+from tvm import relax
+from tvm.s_tir import dlight as dl
+
+from cl_validate.compile.context import PipelineContext, Stage
+from cl_validate.compile.factory import ensure_on_path
+from cl_validate.compile.fold import fold_params
+from cl_validate.compile.legalize import legalize
+from cl_validate.compile.passes import FoldScaleShift, cleanup_passes
+from cl_validate.errors import CaseFileError
+from cl_validate.paths import display_path
+from cl_validate.spec import CaseSpec
+
+__all__ = ["PipelineContext", "Stage", "pipeline_names", "register_pipeline",
+           "resolve_pipeline", "standard_stages"]
+
+PipelineFactory = Callable[[PipelineContext], Sequence[Stage]]
+_REGISTRY: dict[str, PipelineFactory] = {}
+
+
+def register_pipeline(name: str) -> Callable[[PipelineFactory], PipelineFactory]:
+    """Decorator: make a pipeline selectable by ``pipeline = "<name>"`` in case files."""
+
+    def deco(fn: PipelineFactory) -> PipelineFactory:
+        _REGISTRY[name] = fn
+        return fn
+
+    return deco
+
+
+def pipeline_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def resolve_pipeline(case: CaseSpec) -> PipelineFactory:
+    """A registered name, or ``module:function`` importable like the case's model."""
+    name = case.pipeline
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    file, line = display_path(case.path), case.line_of("pipeline")
+    if ":" not in name:
+        raise CaseFileError(f"unknown pipeline '{name}'", file=file, line=line,
+                            hint="registered: " + ", ".join(pipeline_names()))
+    ensure_on_path(case)
+    mod_name, _, attr = name.partition(":")
+    try:
+        fn: Any = importlib.import_module(mod_name)
+        for part in attr.split("."):
+            fn = getattr(fn, part)
+    except (ImportError, AttributeError) as exc:
+        raise CaseFileError(f"cannot load pipeline '{name}': {exc}", file=file,
+                            line=line) from None
+    if not callable(fn):
+        raise CaseFileError(f"pipeline '{name}' is not callable", file=file, line=line)
+    return fn  # type: ignore[no-any-return]
+
+
+def standard_stages(ctx: PipelineContext, *, layout: Sequence[Stage]) -> list[Stage]:
+    """The stages every pipeline shares: `layout` stages, then bind, fold, legalize, fuse."""
+    target = ctx.target
+
+    def fold(mod: tvm.IRModule) -> tvm.IRModule:
+        return fold_params(mod, ctx.params)
+
+    def fuse_tir(mod: tvm.IRModule) -> tvm.IRModule:
+        mod = relax.transform.FuseTIR()(mod)
+        if "gpu" in target.keys:
+            with target:
+                mod = dl.ApplyDefaultSchedule(
+                    dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+                    dl.gpu.GeneralReduction(), dl.gpu.Fallback(),
+                )(mod)
+        return relax.transform.RewriteDataflowReshape()(mod)
+
+    return [
+        *layout,
+        # BatchNorm etc. into elementwise ops, so they fold and fuse into the convolutions.
+        Stage("decompose", relax.transform.DecomposeOpsForInference()),
+        # Weights bound as constants, with everything computed from them precomputed.
+        Stage("fold_params", fold),
+        # The BatchNorm arithmetic now constant per channel: into the conv weights + one bias.
+        Stage("fold_scale_shift", FoldScaleShift()),
+        Stage("legalize", legalize(ctx)),
+        Stage("fuse", relax.transform.FuseOps()),
+        Stage("fuse_tir", fuse_tir),
+    ]
+
+
+def _convert_layout(ctx: PipelineContext) -> Stage:
+    """ConvertLayout to the case's [layout]; [layout_overrides] pins single modules' ops.
+
+    An override is matched through the op's weight parameter, which the importer names after
+    the module (``layer1.0.conv1`` → ``p_layer1_0_conv1_weight``).
+    """
+    desired = {op: list(lay) for op, lay in ctx.case.layout.items()}
+    overrides = ctx.case.layout_overrides
+    if not overrides:
+        return Stage("convert_layout", relax.transform.ConvertLayout(desired))
+    by_weight = {f"p_{path.replace('.', '_')}_weight": list(lay)
+                 for path, lay in overrides.items()}
+
+    def layout_cb(call: Any) -> dict[str, list[str]]:
+        op = getattr(call.op, "name", None)
+        if op in desired and len(call.args) > 1 and isinstance(call.args[1], relax.Var):
+            pinned = by_weight.get(call.args[1].name)
+            if pinned is not None:
+                return {**desired, op: pinned}
+        return desired
+
+    return Stage("convert_layout", relax.transform.ConvertLayout(desired, layout_cb))
+
+
+@register_pipeline("nhwc-plain")
+def nhwc_plain(ctx: PipelineContext) -> list[Stage]:
+    """TVM's own ConvertLayout and nothing else: the baseline our passes are measured against."""
+    return standard_stages(ctx, layout=[_convert_layout(ctx)])
+
+
+@register_pipeline("nhwc")
+def nhwc(ctx: PipelineContext) -> list[Stage]:
+    """ConvertLayout followed by our cleanup passes (cl_validate.compile.passes)."""
+    cleanup = Stage("cleanup", tvm.transform.Sequential(list(cleanup_passes())))
+    return standard_stages(ctx, layout=[_convert_layout(ctx), cleanup])

@@ -1,0 +1,76 @@
+"""Why a runtime layout transform is there: the reasons attribution gives, and the next step.
+
+Plain data, no TVM: an `Attribution` travels inside the kernel list from the worker that
+compiled a case to the parent that judges and reports it.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+
+
+class Reason(enum.Enum):
+    """Where a transform comes from; the value is how reports say it."""
+
+    INPUT_BOUNDARY = "graph input boundary"
+    OUTPUT_BOUNDARY = "graph output boundary"
+    OWN_PERMUTE = "the model's own permute"
+    NO_LAYOUT_RULE = "op without a layout rule"
+    PINNED = "layout pinned by [layout_overrides]"
+    WEIGHT = "unfolded weight"
+
+    @property
+    def next_step(self) -> str:
+        """What to do about a transform of this kind (``{op}``: the op that forced it)."""
+        return _NEXT_STEP[self]
+
+
+_NEXT_STEP = {
+    Reason.INPUT_BOUNDARY: "declare the input layout = \"NHWC\" if callers can pass "
+                           "channels-last data",
+    Reason.OUTPUT_BOUNDARY: "declare [[outputs]] layout = \"NHWC\" if callers accept "
+                            "channels-last data",
+    Reason.OWN_PERMUTE: "the model permutes the tensor itself: remove the permute from the "
+                        "model or let a cleanup pass cancel it against ConvertLayout's",
+    Reason.NO_LAYOUT_RULE: "give {op} a layout rule (or a cl_validate pass that carries the "
+                           "layout through it) so it runs in NHWC",
+    Reason.WEIGHT: "a weight transform did not fold: bind the weights as constants before "
+                   "folding (the fold_params stage)",
+    Reason.PINNED: "expected: the case keeps this module in another layout; budget the "
+                   "transforms at its borders",
+}
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """One transform's reason, the Relax op that forced it, and its PyTorch source."""
+
+    reason: Reason
+    relax_op: str | None = None  # the Relax op that forced the transform
+    source: str | None = None  # PyTorch source: "layer1.0.conv1 (conv2d)"
+
+    def to_json(self) -> str:
+        """The form carried through TVM (a span's source name, then a PrimFunc attribute)."""
+        return json.dumps({"reason": self.reason.name, "op": self.relax_op,
+                           "source": self.source})
+
+    @staticmethod
+    def from_json(text: str) -> Attribution | None:
+        try:
+            d = json.loads(text)
+            return Attribution(Reason[d["reason"]], d.get("op"), d.get("source"))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def describe(self) -> str:
+        parts = [self.reason.value]
+        if self.relax_op and self.reason is Reason.NO_LAYOUT_RULE:
+            parts[0] = f"{self.relax_op} has no layout rule"
+        if self.source:
+            parts.append(f"from {self.source}")
+        return ", ".join(parts)
+
+    def next_step(self) -> str:
+        return self.reason.next_step.format(op=self.relax_op or "the op")

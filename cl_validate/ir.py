@@ -1,0 +1,270 @@
+"""Reading Relax IR: the one set of definitions the passes, the attribution and the analysis share.
+
+A transform's verdict rests on a handful of definitions, and each is written once, here:
+
+- **inputs and weights**: the first ``num_input`` parameters of a function are run-time inputs,
+  the rest are weights (`num_input`, `input_params`, `weight_params`);
+- **derived from weights**: a var whose value depends only on weights and constants, so it can
+  be computed once, when the program is compiled (`weight_derived`) — exactly what
+  ``fold_params`` precomputes, and what a weight transform is a transform *of*;
+- **runtime tensor**: any other tensor-valued expression (`is_runtime`);
+- **transform op**: a ``permute_dims`` or ``layout_transform`` call that is not an identity
+  (`TRANSFORM_OPS`, `transform_axes`, `is_transform`).
+
+Plus small queries over shapes, bindings and calls, and the attribute names our legalization
+writes onto the PrimFunc of every transform (so the analysis finds transforms again after
+fusion without guessing from names). Imports TVM: only modules that compile or analyse IR
+import this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import tvm
+from tvm import relax
+from tvm.ir.expr import Constant
+
+#: Ops that permute or re-tile a tensor's axes: a layout transform when not the identity.
+TRANSFORM_OPS: tuple[str, ...] = ("relax.permute_dims", "relax.layout_transform")
+PERMUTE_OP = "relax.permute_dims"
+#: PrimFunc attributes our legalization writes on every transform (`cl_validate.compile.legalize`)
+TRANSFORM_ATTR = "cl_validate.transform"  # "permute_dims" | "layout_transform"
+AXES_ATTR = "cl_validate.axes"  # permute_dims axes
+SOURCE_ATTR = "cl_validate.source"  # the attribution, as JSON
+#: Calls that move arguments into a PrimFunc or packed function: bookkeeping, not an op.
+LOWERED_CALL_OPS: tuple[str, ...] = (
+    "relax.call_tir", "relax.call_dps_packed", "relax.call_pure_packed",
+    "relax.call_tir_with_grad", "relax.call_inplace_packed", "relax.call_tir_inplace",
+)
+_CALLS_WITH_ARG_TUPLE = ("relax.call_tir", "relax.call_dps_packed", "relax.call_tir_inplace")
+
+
+# --------------------------------------------------------------------------------------------
+# Functions, bindings and calls
+# --------------------------------------------------------------------------------------------
+def num_input(func: relax.Function) -> int:
+    """How many leading parameters are run-time inputs: the ``num_input`` attribute the
+    importer sets (``keep_params_as_input``), else all of them."""
+    attrs = func.attrs
+    if attrs is not None and "num_input" in attrs:
+        return int(attrs["num_input"])
+    return len(func.params)
+
+
+def input_params(func: relax.Function) -> list[relax.Var]:
+    return list(func.params[:num_input(func)])
+
+
+def weight_params(func: relax.Function) -> list[relax.Var]:
+    return list(func.params[num_input(func):])
+
+
+def bindings(func: relax.Function) -> Iterator[relax.Binding]:
+    """Every binding of a function's body, in order."""
+    body = func.body
+    if isinstance(body, relax.SeqExpr):
+        for block in body.blocks:
+            yield from block.bindings
+
+
+def op_name(expr: object) -> str | None:
+    """The operator name of a call to a Relax op (``relax.nn.conv2d``), else None."""
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+        return str(expr.op.name)
+    return None
+
+
+def is_constant(expr: object) -> bool:
+    return isinstance(expr, Constant)
+
+
+def is_tensor_constant(expr: object) -> bool:
+    """A tensor literal (IntImm and friends are constants too in 0.27, but not tensors)."""
+    return isinstance(expr, Constant) and tensor_type(expr) is not None
+
+
+def is_primitive(func: object) -> bool:
+    """A fused Relax function (``Primitive``): one kernel after FuseTIR."""
+    return isinstance(func, relax.Function) and func.attrs is not None and bool(
+        func.attrs.get("Primitive", False))
+
+
+def tensor_leaves(expr: object) -> Iterator[relax.Expr]:
+    """The vars and constants in `expr`, looking into tuples."""
+    if isinstance(expr, relax.Tuple):
+        for f in expr.fields:
+            yield from tensor_leaves(f)
+    elif isinstance(expr, (relax.Var, Constant)):
+        yield expr
+
+
+def call_args(call: relax.Call) -> list[relax.Expr]:
+    """Tensor arguments of a call; for call_tir and friends, the arguments of the PrimFunc."""
+    if op_name(call) in _CALLS_WITH_ARG_TUPLE:
+        return list(tensor_leaves(call.args[1]))
+    return [leaf for a in call.args for leaf in tensor_leaves(a)]
+
+
+def use_sites(func: relax.Function) -> dict[relax.Var, list[relax.Var | None]]:
+    """For each var, the vars whose bindings read it; ``None`` marks a use by the function's
+    result (or any use we do not look into, which callers must treat as "needs the value")."""
+    uses: dict[relax.Var, list[relax.Var | None]] = {}
+    for b in bindings(func):
+        for v in relax.analysis.free_vars(b.value):
+            uses.setdefault(v, []).append(b.var)
+    if isinstance(func.body, relax.SeqExpr):
+        for v in relax.analysis.free_vars(func.body.body):
+            uses.setdefault(v, []).append(None)
+    return uses
+
+
+# --------------------------------------------------------------------------------------------
+# Types and shapes
+# --------------------------------------------------------------------------------------------
+def tensor_type(expr: object) -> relax.TensorType | None:
+    ty = getattr(expr, "ty", None)
+    return ty if isinstance(ty, relax.TensorType) else None
+
+
+def ndim(expr: object) -> int | None:
+    """Rank of a tensor-typed expression, None if unknown or not a tensor."""
+    ty = tensor_type(expr)
+    if ty is None or ty.ndim < 0:
+        return None
+    return int(ty.ndim)
+
+
+def shape_exprs(expr: object) -> list[Any] | None:
+    """The shape of a tensor as PrimExprs (symbolic extents kept), None if unknown."""
+    ty = tensor_type(expr)
+    if ty is None or not isinstance(ty.shape, relax.ShapeExpr):
+        return None
+    return list(ty.shape.values)
+
+
+def static_shape(expr: object) -> tuple[int | None, ...] | None:
+    """The shape as ints (None per symbolic extent), None if the rank is unknown."""
+    dims = shape_exprs(expr)
+    if dims is None:
+        return None
+    return tuple(int(d.value) if isinstance(d, tvm.tirx.IntImm) else None for d in dims)
+
+
+def known_shape(expr: object) -> tuple[int, ...] | None:
+    """The shape when every extent is a known int, else None."""
+    shape = static_shape(expr)
+    if shape is None or any(d is None for d in shape):
+        return None
+    return tuple(int(d) for d in shape if d is not None)
+
+
+# --------------------------------------------------------------------------------------------
+# Weights and run time
+# --------------------------------------------------------------------------------------------
+def weight_derived(func: relax.Function, weights: Iterable[relax.Var] | None = None
+                   ) -> set[relax.Var]:
+    """Vars whose value depends only on `weights` and constants: computable when the program
+    is compiled. `weights` defaults to the parameters beyond ``num_input``; pass the
+    parameters of a fused function that receive weight-derived arguments to ask the same
+    question inside it.
+
+    This is the definition ``fold_params`` acts on (TVM's LiftTransformParams lifts exactly
+    the bindings whose free vars are all weights or derived from them), and the one a *weight
+    transform* is judged by.
+    """
+    known: set[relax.Var] = set(weight_params(func) if weights is None else weights)
+    for b in bindings(func):
+        if all(v in known for v in relax.analysis.free_vars(b.value)):
+            known.add(b.var)
+    return known
+
+
+def is_weight_derived(expr: object, derived: set[relax.Var]) -> bool:
+    """`expr` is a constant or a var in `derived` (from `weight_derived`)."""
+    if isinstance(expr, relax.Var):
+        return expr in derived
+    return is_constant(expr)
+
+
+def is_runtime(expr: object, derived: set[relax.Var]) -> bool:
+    """A tensor computed at run time: neither a constant nor derived from weights."""
+    return not is_weight_derived(expr, derived)
+
+
+def all_weight_derived(exprs: Iterable[object], derived: set[relax.Var]) -> bool:
+    """Every expression is weight-derived, and there is at least one."""
+    exprs = list(exprs)
+    return bool(exprs) and all(is_weight_derived(e, derived) for e in exprs)
+
+
+# --------------------------------------------------------------------------------------------
+# Transforms
+# --------------------------------------------------------------------------------------------
+def permute_axes(call: object) -> tuple[int, ...] | None:
+    """The full axes of a ``permute_dims`` call (``axes=None`` reverses), None if not one."""
+    if op_name(call) != PERMUTE_OP:
+        return None
+    assert isinstance(call, relax.Call)
+    axes = call.attrs.axes
+    if axes is None:
+        rank = ndim(call.args[0])
+        return None if rank is None else tuple(reversed(range(rank)))
+    return tuple(int(a) for a in axes)
+
+
+def is_identity(perm: Iterable[int]) -> bool:
+    return all(i == p for i, p in enumerate(perm))
+
+
+def is_transform(call: object) -> bool:
+    """A call to a transform op that moves data: an identity permute is a copy, not one."""
+    name = op_name(call)
+    if name not in TRANSFORM_OPS:
+        return False
+    axes = permute_axes(call)
+    return axes is None or not is_identity(axes)
+
+
+def primfunc_transform(mod: tvm.IRModule, gvar: tvm.ir.GlobalVar
+                       ) -> tuple[str | None, tuple[int, ...] | None]:
+    """Which transform a legalized PrimFunc is, from the attributes our legalization wrote
+    (None when it is not one, or only an identity permute); TVM's own names as a fallback for
+    pipelines that legalize without our tagging."""
+    attrs = mod[gvar].attrs
+    if attrs is not None and TRANSFORM_ATTR in attrs:
+        axes = tuple(int(a) for a in attrs[AXES_ATTR]) if AXES_ATTR in attrs else None
+        if axes is not None and is_identity(axes):
+            return None, None
+        return str(attrs[TRANSFORM_ATTR]), axes
+    base = gvar.name_hint.rstrip("0123456789")
+    return _TVM_TRANSFORM_PRIMFUNCS.get(base), None
+
+
+#: PrimFunc names TVM's own legalization gives transforms.
+_TVM_TRANSFORM_PRIMFUNCS = {"transpose": "permute_dims", "te_layout_transform":
+                            "layout_transform"}
+
+
+def count_permutes(mod: tvm.IRModule, func_name: str = "main", *,
+                   runtime_only: bool = True) -> int:
+    """Non-identity ``permute_dims`` in an op-level function (run-time ones by default)."""
+    func = mod[func_name]
+    derived = weight_derived(func) if runtime_only else set()
+    count = 0
+    for b in bindings(func):
+        axes = permute_axes(b.value)
+        if axes is None or is_identity(axes):
+            continue
+        if runtime_only and is_weight_derived(b.value.args[0], derived):
+            continue
+        count += 1
+    return count
+
+
+def replace_function(mod: tvm.IRModule, name: str, func: relax.Function) -> tvm.IRModule:
+    """A new module with function `name` replaced (the old module stays untouched)."""
+    funcs = {gv: (func if gv.name_hint == name else f) for gv, f in mod.functions.items()}
+    out = tvm.IRModule(funcs)
+    return out.with_attrs(mod.attrs) if mod.attrs is not None else out

@@ -1,0 +1,144 @@
+"""Run options, defined once and shared by the CLI (argparse) and the pytest plugin.
+
+Each `Option` knows its command-line flags, its help, and the `RunOptions` field it fills;
+`add_to_argparse` and `add_to_pytest` register the same list, and `run_options` builds the
+`RunOptions` from either parser's result, so the two front ends cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cl_validate.run.cache import resolve_dir
+from cl_validate.run.shard import parse_shard
+from cl_validate.spec import KNOWN_TARGETS, CaseSpec
+from cl_validate.spec.config import StalePolicy, load_config
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run runs: defined once, filled by the CLI and by the pytest plugin alike."""
+
+    targets: tuple[str, ...] | None = None  # None: each case's own targets
+    require_device: bool = False
+    jobs: int = 1  # worker processes
+    isolate: bool = True  # each case in a worker process with timeout and memory cap
+    timeout: float | None = None  # seconds per case; None: the case's own (or the default)
+    max_memory_mb: int | None = None  # resident memory cap per worker; None: the case's own
+    stale_budget: StalePolicy = StalePolicy.FAIL  # a budget above the measured count
+    static_only: bool = False  # no build, no numerics: counts only (`budget tighten|record`)
+    cache_dir: str | None = None  # measurements cache (cl_validate.run.cache); None: no cache
+
+
+def selected_targets(case: CaseSpec, options: RunOptions) -> list[str]:
+    """The targets `case` runs on in this run, in the case's order."""
+    if options.targets is None:
+        return list(case.targets)
+    return [t for t in case.targets if t in options.targets]
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1: {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {text}")
+    return value
+
+
+@dataclass(frozen=True)
+class Option:
+    dest: str  # RunOptions field (and argparse dest)
+    flags: tuple[str, ...]  # CLI flags
+    help: str
+    pytest_flag: str | None = None  # None: CLI only (pytest has its own, e.g. -k, -n)
+    action: str | None = None
+    type: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"dest": self.dest, "help": self.help, "default": None}
+        for key in ("action", "type", "choices", "metavar"):
+            if getattr(self, key) is not None:
+                kw[key] = getattr(self, key)
+        if self.action in ("store_true",):
+            kw.pop("default")
+            kw["default"] = False
+        return kw
+
+
+RUN_OPTIONS: tuple[Option, ...] = (
+    Option("targets", ("--target",), "targets to run (repeatable; default: each case's own)",
+           pytest_flag="--cl-target", action="append", choices=KNOWN_TARGETS),
+    Option("require_device", ("--require-device",),
+           "fail (exit 2) instead of skipping numerics when a target's device is missing",
+           pytest_flag="--cl-require-device", action="store_true"),
+    Option("jobs", ("-j", "--jobs"), "worker processes (default: the number of cores)",
+           type=positive_int, metavar="N"),
+    Option("timeout", ("--timeout",), "seconds per case, overriding each case's timeout",
+           pytest_flag="--cl-timeout", type=positive_float, metavar="S"),
+    Option("max_memory_mb", ("--max-memory-mb",),
+           "resident memory cap per worker, overriding each case's max_memory_mb",
+           pytest_flag="--cl-max-memory-mb", type=positive_int, metavar="MB"),
+    Option("no_isolation", ("--no-isolation",),
+           "run cases in this process (no timeout or memory cap; for debugging)",
+           action="store_true"),
+    Option("cache_dir", ("--cache-dir",), "where measurements are cached (default: "
+           ".cl_validate_cache; an unchanged case re-validates without compiling)",
+           pytest_flag="--cl-cache-dir", metavar="DIR"),
+    Option("no_cache", ("--no-cache",), "neither read nor write the cache",
+           pytest_flag="--cl-no-cache", action="store_true"),
+    # CLI only: under pytest, pytest-xdist distributes the items.
+    Option("shard", ("--shard",), "run only shard I of N (1-based) of the selected cases; N "
+           "jobs with the same cases run each case exactly once", type=parse_shard, metavar="I/N"),
+    Option("shard_timings", ("--shard-timings",), "balance --shard by the test times in this "
+           "JUnit report of an earlier run (default: balance by case count)", metavar="FILE"),
+)
+
+
+def add_to_argparse(parser: argparse.ArgumentParser) -> None:
+    for opt in RUN_OPTIONS:
+        parser.add_argument(*opt.flags, **opt.kwargs())
+
+
+def add_to_pytest(group: Any) -> None:
+    """Register the options on a pytest option group (``parser.getgroup("cl_validate")``)."""
+    for opt in RUN_OPTIONS:
+        if opt.pytest_flag:
+            kw = opt.kwargs()
+            kw["dest"] = f"cl_{opt.dest}"
+            group.addoption(opt.pytest_flag, **kw)
+
+
+def run_options(get: Callable[[str], Any], *, in_process_default: bool = False) -> RunOptions:
+    """RunOptions from an option getter (``vars(args).get`` or a pytest config lookup) and the
+    project's ``[tool.cl_validate]`` settings."""
+    config = load_config()
+    targets = get("targets")
+    no_isolation = bool(get("no_isolation")) or in_process_default
+    return RunOptions(
+        targets=tuple(targets) if targets else None,
+        require_device=bool(get("require_device")),
+        jobs=get("jobs") or os.cpu_count() or 1,
+        isolate=not no_isolation,
+        timeout=get("timeout"),
+        max_memory_mb=get("max_memory_mb"),
+        stale_budget=config.stale_budget,
+        cache_dir=resolve_dir(get("cache_dir"), bool(get("no_cache"))),
+    )

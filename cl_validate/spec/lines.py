@@ -1,0 +1,119 @@
+"""Where each key of a TOML file is: tomllib parses values but gives no positions.
+
+A small scanner that knows the subset of TOML case files use (tables, arrays of tables, dotted
+and quoted keys, inline tables, multi-line arrays) maps key paths to 1-based lines, so every
+complaint and every report can point at the line to fix. Also turns tomllib's terse syntax
+errors into one line with the line number and a hint.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from cl_validate.errors import CaseFileError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+__all__ = ["locate_lines", "syntax_error", "tomllib"]
+
+_KEY = r"""(?:"[^"]*"|'[^']*'|[A-Za-z0-9_-]+)"""
+_HEADER_RE = re.compile(rf"^\s*(\[\[?)\s*({_KEY}(?:\s*\.\s*{_KEY})*)\s*\]\]?")
+_KEYLINE_RE = re.compile(rf"^\s*({_KEY}(?:\s*\.\s*{_KEY})*)\s*=\s*(.*)$")
+_INLINE_KEY_RE = re.compile(rf"(?:^|[{{,])\s*({_KEY})\s*=")
+
+
+def _split_key(dotted: str) -> list[str]:
+    parts = re.findall(_KEY, dotted)
+    return [p[1:-1] if p[:1] in "\"'" else p for p in parts]
+
+
+def locate_lines(text: str) -> dict[tuple[str, ...], int]:
+    """Map key paths (``("targets_override", "cuda", "tolerance")``) to 1-based lines.
+
+    Elements of arrays of tables get their index as a path element (``("inputs", "0")``).
+    Keys inside an inline table get the line of that inline table.
+    """
+    lines: dict[tuple[str, ...], int] = {}
+    counters: dict[tuple[str, ...], int] = {}
+    current: tuple[str, ...] = ()
+    depth = 0  # bracket depth of a multi-line value; key lines inside it are not keys
+    for no, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0] if '"' not in raw and "'" not in raw else raw
+        if depth == 0:
+            m = _HEADER_RE.match(line)
+            if m:
+                path = tuple(_split_key(m.group(2)))
+                if m.group(1) == "[[":
+                    idx = counters.get(path, 0)
+                    counters[path] = idx + 1
+                    current = (*path, str(idx))
+                else:
+                    current = path
+                lines.setdefault(current, no)
+                continue
+            m = _KEYLINE_RE.match(line)
+            if m:
+                key = (*current, *_split_key(m.group(1)))
+                lines.setdefault(key, no)
+                value = m.group(2)
+                if value.lstrip().startswith("{"):
+                    for sub in _INLINE_KEY_RE.findall(value):
+                        lines.setdefault((*key, *_split_key(sub)), no)
+                depth += _bracket_delta(value)
+                continue
+        else:
+            depth += _bracket_delta(line)
+    return lines
+
+
+def _bracket_delta(s: str) -> int:
+    s = re.sub(r'"[^"]*"|\'[^\']*\'', "", s).split("#", 1)[0]
+    return s.count("[") + s.count("{") - s.count("]") - s.count("}")
+
+
+#: tomllib's terse messages, and what to do about each (first match wins).
+_TOML_HINTS: tuple[tuple[str, str, str], ...] = (
+    ("Illegal character '\\n'", "unterminated string", "close the string on the same line"),
+    ("Unterminated string", "unterminated string", "close the string"),
+    ("Cannot overwrite a value", "a key is set twice", "keep one of them"),
+    ("twice", "", "merge the two tables into one"),
+    ("Invalid value", "", "strings need quotes, e.g. dtype = \"float32\""),
+    ("Unclosed", "", "close it: ] ends an array, } an inline table"),
+)
+
+
+def syntax_error(msg: str, text: str, display: str) -> CaseFileError:
+    """A one-line TOML syntax error at the line to fix (tomllib puts it in the message)."""
+    line: int | None = None
+    m = re.search(r"\(at line (\d+), column \d+\)", msg)
+    if m:
+        line = int(m.group(1))
+    elif "(at end of document)" in msg:  # point at what was left open, else the last line
+        line = _unclosed_line(text) or len(text.rstrip().splitlines()) or None
+    msg = re.sub(r"\s*\(at (?:line \d+, column \d+|end of document)\)", "", msg)
+    twice = re.match(r"Cannot declare \((.*)\) twice", msg)  # "('budget',)" -> "[budget]"
+    if twice:
+        keys = re.findall(r"'([^']*)'", twice.group(1))
+        msg = f"table [{'.'.join(keys)}] declared twice"
+    hint = "see https://toml.io for the syntax"
+    for pattern, better, how in _TOML_HINTS:
+        if pattern in msg:
+            msg, hint = better or msg, how
+            break
+    return CaseFileError(f"TOML syntax error: {msg or 'invalid TOML'}", file=display,
+                         line=line, hint=hint)
+
+
+def _unclosed_line(text: str) -> int | None:
+    """Line where the bracket that is still open at the end of `text` was opened."""
+    depth, opened = 0, None
+    for no, raw in enumerate(text.splitlines(), start=1):
+        before = depth
+        depth += _bracket_delta(raw)
+        if before <= 0 < depth:
+            opened = no
+    return opened if depth > 0 else None
