@@ -42,7 +42,7 @@ import pytest
 from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status
 from cl_validate.errors import UsageError
 from cl_validate.run.options import RunOptions, add_to_pytest, run_options, selected_targets
-from cl_validate.run.suite import preflight, run_case
+from cl_validate.run.suite import run_suite
 from cl_validate.run.workers import WorkerPool
 from cl_validate.spec import CaseSpec, load_case, tomllib
 
@@ -152,14 +152,9 @@ class CaseNode(pytest.Collector):
         with warnings.catch_warnings():  # as the CLI: torch.export's noise is not ours
             warnings.simplefilter("ignore", FutureWarning)
             warnings.filterwarnings("ignore", category=UserWarning, module="torch")
-            if options.require_device:
-                preflight([self.case], options)  # raises if the device is missing
-            if options.isolate:
-                results = self._pool(options).run([self.case])
-            else:
-                from cl_validate.compile.factory import build_model  # lazy: torch
-
-                results = run_case(self.case, build_model(self.case), options)
+            results: list[CaseResult] = []
+            run_suite([self.case], options, results.append,
+                      pool=self._pool(options) if options.isolate else None)
         (result,) = [r for r in results if r.target == target]
         return result
 

@@ -9,7 +9,7 @@ import textwrap
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -108,3 +108,13 @@ def run_cli(argv: list[str]) -> CliRun:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(argv))
     return CliRun(code, out.getvalue(), err.getvalue())
+
+
+def by_case(xml: Any) -> dict[str, dict[str, Any]]:
+    """A parsed JUnit report (junitparser) as case name → testcase name → testcase; the
+    names are unique within one target's suite (use it on one-target reports)."""
+    out: dict[str, dict[str, Any]] = {}
+    for suite in xml:
+        for tc in suite:
+            out.setdefault(tc.classname, {})[tc.name] = tc
+    return out

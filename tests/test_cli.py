@@ -33,12 +33,15 @@ def test_bad_case_file_is_one_line_exit_2_without_traceback(tmp_path: Path):
     ],
 )
 def test_bad_factories_exit_2_with_model_line(write_case, model, fragment):
+    """Found in a worker (the parent never runs model code), said in one line with the
+    model's line; the only case is unusable, so the run is a usage error."""
     path = write_case(MINIMAL.replace("tiny_models:conv_relu", model))
-    code, out, err = run_cli(["run", str(path)])
+    code, out, err = run_cli(["run", str(path), "-j", "1"])
     assert code == ExitCode.USAGE_ERROR
-    assert err.count("\n") == 1 and fragment in err
-    assert f"{path.name}:1:" in err or ":1: " in err
-    assert out == ""  # nothing compiled, no progress line
+    first, last = err.splitlines()
+    assert fragment in first and f"{path.name}:1: " in first
+    assert last == "cl-validate: error: no case could be run: every case file above is unusable"
+    assert "ERROR case [llvm] compile: " in out and "Traceback" not in out + err
 
 
 def test_usage_errors(tmp_path):

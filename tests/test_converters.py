@@ -10,7 +10,7 @@ import pytest
 from cl_validate.checks.verdict import Status
 from cl_validate.compile.factory import build_model
 from cl_validate.run.options import RunOptions
-from cl_validate.run.suite import run_case
+from cl_validate.run.suite import run_in_process
 from cl_validate.spec import load_case
 
 pytestmark = pytest.mark.compile
@@ -36,7 +36,7 @@ def test_qdq_conv_imports_int8_and_matches_torch_within_one_step(write_case):
     if str(ZOO) not in sys.path:
         sys.path.insert(0, str(ZOO))
     case = load_case(write_case(CASE))
-    (result,) = run_case(case, build_model(case), RunOptions(isolate=False))
+    (result,) = run_in_process([case], RunOptions(isolate=False))
     assert result.check("numerics").status is Status.PASSED, result.check("numerics").message
     assert result.check("layout").status is Status.PASSED
     assert result.kernels is not None

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401  (see below)
 import xmlschema
-from junitparser import Error, Failure, JUnitXml
+from junitparser import Error, Failure, JUnitXml, Skipped
 
+from cl_validate.checks.verdict import CHECKS, COMPILE, NOT_RUN_ERRORED
 from cl_validate.errors import ExitCode
-from tests.conftest import run_cli
+from tests.conftest import by_case, run_cli
 
 # torch is imported above, at collection, on purpose: its logging handler keeps the sys.stderr
 # it finds at import, and if that were a test's capsys stream (closed after that test), a later
@@ -96,7 +97,14 @@ USAGE: dict[str, Usage] = {
     "empty.toml": Usage(None, "case file is empty (hint: a case needs at least model ="),
     "comments_only.toml": Usage(None, "missing required key 'model' (hint:"),
     "non_utf8.toml": Usage(1, "not UTF-8 text (byte 0xff) (hint: case files are UTF-8 TOML"),
-    # model factories (checked before the first compile)
+    "factory_malformed_ref.toml": Usage(2, "is not of the form 'module:callable'"),
+}
+
+
+#: Case-file mistakes only running the user's code shows (importing and calling the factory,
+#: reading forward()'s signature): found in the worker, so the parent never runs model code.
+#: Still one line with file:line and hint, as a `compile` error of kind CaseFileError.
+WORKER_USAGE: dict[str, Usage] = {
     "factory_missing_module.toml": Usage(2, "no module named 'corpus_factoreis' (hint: the "
                                             "module is looked up next to the case file"),
     "factory_missing_attribute.toml": Usage(2, "'corpus_factories' has no attribute 'resnet'"),
@@ -107,7 +115,6 @@ USAGE: dict[str, Usage] = {
     "factory_returns_tensor.toml": Usage(2, "returned Tensor, not a torch.nn.Module (hint:"),
     "factory_not_callable.toml": Usage(2, "'corpus_factories:NOT_CALLABLE' is not callable "
                                           "(int) (hint:"),
-    "factory_malformed_ref.toml": Usage(2, "is not of the form 'module:callable'"),
     "inputs_too_many.toml": Usage(9, "forward(x) of 'corpus_factories:conv' takes 1 input, the "
                                      "case declares 2 [[inputs]] (hint: declare one"),
     "inputs_too_few.toml": Usage(5, "forward(x, y) of 'corpus_factories:two_inputs' takes 2 "
@@ -119,7 +126,7 @@ USAGE: dict[str, Usage] = {
 class Verdict:
     """A case that validates but cannot pass: exit 1, and a complete, valid JUnit report."""
 
-    check: str  # the check whose verdict is asserted ("*": every check errors alike)
+    check: str  # the check whose verdict is asserted ("compile": the case errored)
     kind: type  # junitparser Error or Failure
     type: str  # failure@type
     says: tuple[str, ...]  # fragments of failure@message
@@ -128,16 +135,16 @@ class Verdict:
 
 VERDICTS: dict[str, Verdict] = {
     "verdict_export_data_dependent.toml": Verdict(
-        "*", Error, "CompileError", ("export failed: GuardOnDataDependentSymNode",), 2),
+        "compile", Error, "CompileError", ("export failed: GuardOnDataDependentSymNode",), 2),
     "verdict_import_unsupported_op.toml": Verdict(
-        "*", Error, "CompileError",
+        "compile", Error, "CompileError",
         ("import failed:", "Unsupported function types", "no converter for _fft_r2c.default, "
          "view_as_real.default (hint:"), 2),
     "verdict_forward_raises.toml": Verdict(
-        "*", Error, "ModelError", ("PyTorch forward failed: RuntimeError",), 2),
+        "compile", Error, "ModelError", ("PyTorch forward failed: RuntimeError",), 2),
     "verdict_outputs_too_many.toml": Verdict(
-        "*", Error, "CaseFileError", ("case declares 2 [[outputs]] but the model returns 1",),
-        12),
+        "numerics", Error, "CaseFileError",
+        ("case declares 2 [[outputs]] but the model returns 1",), 12),
     "verdict_nan_output.toml": Verdict(
         "numerics", Failure, "NonFinite", ("non-finite values: 256 in TVM, 256 in PyTorch",), 15),
 }
@@ -154,7 +161,7 @@ def _assert_usage_error(code: int, out: str, err: str, where: str, says: str) ->
 
 def test_every_corpus_file_is_covered() -> None:
     files = {p.name for p in CORPUS.glob("*.toml")}
-    assert files == set(USAGE) | set(VERDICTS)
+    assert files == set(USAGE) | set(WORKER_USAGE) | set(VERDICTS)
     assert len(files) + 2 >= 25  # + duplicate_names/ and the folder named *.toml below
 
 
@@ -190,7 +197,7 @@ def test_folder_named_like_a_case_file(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 @pytest.mark.parametrize("name", ["syntax_unterminated_string.toml", "non_utf8.toml",
-                                  "factory_raises.toml"])
+                                  "factory_malformed_ref.toml"])
 def test_no_traceback_reaches_the_terminal(name: str, tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "cl_validate", "run", name, "--junit",
                            str(tmp_path / "r.xml")], capture_output=True, text=True,
@@ -201,27 +208,24 @@ def test_no_traceback_reaches_the_terminal(name: str, tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def _by_case(xml: JUnitXml) -> dict[str, dict[str, object]]:
-    out: dict[str, dict[str, object]] = {}
-    for suite in xml:
-        for tc in suite:
-            out.setdefault(tc.classname, {})[tc.name] = tc
-    return out
-
-
 def _assert_verdict(name: str, xml: JUnitXml) -> None:
     expect = VERDICTS[name]
-    checks = _by_case(xml)[Path(name).stem]
-    chosen = checks.values() if expect.check == "*" else [checks[expect.check]]
-    for tc in chosen:
-        (result,) = tc.result  # type: ignore[attr-defined]
-        assert isinstance(result, expect.kind), (name, tc.name, result)  # type: ignore[attr-defined]
-        assert result.type == expect.type
-        assert "\n" not in result.message
-        for fragment in expect.says:
-            assert fragment in result.message, result.message
-        assert tc._elem.get("line") == str(expect.line)  # type: ignore[attr-defined]
-        assert tc._elem.get("file").endswith(name)  # type: ignore[attr-defined]
+    checks = by_case(xml)[Path(name).stem]
+    tc = checks[expect.check]
+    (result,) = tc.result  # type: ignore[attr-defined]
+    assert isinstance(result, expect.kind), (name, tc.name, result)  # type: ignore[attr-defined]
+    assert result.type == expect.type
+    assert "\n" not in result.message
+    for fragment in expect.says:
+        assert fragment in result.message, result.message
+    assert tc._elem.get("line") == str(expect.line)  # type: ignore[attr-defined]
+    assert tc._elem.get("file").endswith(name)  # type: ignore[attr-defined]
+    if expect.check == COMPILE:  # one error; the checks that could not run say so
+        others = [c for n, c in checks.items() if n != COMPILE]
+        assert len(others) == len(CHECKS) - 1
+        for c in others:
+            (skip,) = c.result  # type: ignore[attr-defined]
+            assert isinstance(skip, Skipped) and skip.message == NOT_RUN_ERRORED
 
 
 @pytest.mark.compile
@@ -235,7 +239,7 @@ def test_failing_verdict_writes_a_complete_valid_report(
     assert "Traceback" not in out + err
     expect = VERDICTS[name]
     status = "ERROR" if expect.kind is Error else "FAILED"
-    check = "layout" if expect.check == "*" else expect.check
+    check = expect.check
     stem = Path(name).stem
     summary = [ln for ln in out.splitlines() if ln.startswith(f"{status} {stem} [llvm] {check}:")]
     assert len(summary) == 1, out
@@ -274,3 +278,48 @@ def test_unsupported_ops_verdict_is_the_same_whatever_order_tvm_lists_them() -> 
     assert a == b and a is not None and "no converter for a.default, b.default" in a
     assert _unsupported_ops_summary(AssertionError("something else")) is None
     assert _unsupported_ops_summary(ValueError("Unsupported function types ['x']")) is None
+
+
+# --------------------------------------------------------------------------------------------
+# Case-file mistakes found in the worker
+# --------------------------------------------------------------------------------------------
+@pytest.mark.compile
+@pytest.mark.parametrize("name", sorted(WORKER_USAGE))
+def test_factory_mistake_alone_is_a_usage_error_with_line_and_a_report(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The only case cannot be used: exit 2, its one line (file:line, hint) on stderr, and a
+    report whose `compile` testcase says the same at that line."""
+    monkeypatch.chdir(CORPUS)
+    expect = WORKER_USAGE[name]
+    junit = tmp_path / "r.xml"
+    code, out, err = run_cli(["run", name, "--junit", str(junit), "-j", "1"])
+    assert code == ExitCode.USAGE_ERROR, out + err
+    assert "Traceback" not in out + err
+    lines = err.splitlines()
+    assert lines[0].startswith(f"{PREFIX}{name}:{expect.line}: ") and expect.says in lines[0]
+    assert lines[-1] == f"{PREFIX}no case could be run: every case file above is unusable"
+    compile_tc = by_case(JUnitXml.fromfile(str(junit)))[Path(name).stem][COMPILE]
+    (error,) = compile_tc.result  # type: ignore[attr-defined]
+    assert isinstance(error, Error) and error.type == "CaseFileError"
+    assert expect.says in error.message
+    assert compile_tc._elem.get("line") == str(expect.line)  # type: ignore[attr-defined]
+
+
+@pytest.mark.compile
+def test_a_factory_mistake_does_not_hide_the_other_cases(tmp_path: Path) -> None:
+    """A usable case next to unusable ones: every case is reported, exit 1 (not 2)."""
+    names = ["factory_raises.toml", "inputs_too_few.toml", "verdict_nan_output.toml"]
+    junit = tmp_path / "r.xml"
+    proc = subprocess.run([sys.executable, "-m", "cl_validate", "run", *names, "--junit",
+                           str(junit)], capture_output=True, text=True, cwd=CORPUS,
+                          timeout=300)
+    assert proc.returncode == ExitCode.CHECK_FAILED, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    cases = by_case(JUnitXml.fromfile(str(junit)))
+    assert set(cases) == {"factory_raises", "inputs_too_few", "verdict_nan_output"}
+    for stem in ("factory_raises", "inputs_too_few"):
+        (error,) = cases[stem][COMPILE].result  # type: ignore[attr-defined]
+        assert error.type == "CaseFileError"
+    _assert_verdict("verdict_nan_output.toml", JUnitXml.fromfile(str(junit)))
+    assert "ERROR factory_raises [llvm] compile: factory_raises.toml:2: model factory " \
+        "'corpus_factories:raises' raised" in proc.stdout

@@ -15,8 +15,8 @@ from cl_validate.compile.frontend import export_and_import
 from cl_validate.compile.reasons import Reason
 from cl_validate.errors import CaseFileError
 from cl_validate.run.execute import make_inputs, torch_inputs
+from cl_validate.run.measure import validated_model
 from cl_validate.run.options import RunOptions
-from cl_validate.run.suite import preflight
 from cl_validate.spec import load_case
 
 CASE = """
@@ -34,7 +34,7 @@ shape = [1, 3, 16, 16]
 def test_unknown_module_is_a_case_file_error_before_compiling(write_case):
     case = load_case(write_case(CASE.format(override='"conv9" = ["NCHW", "OIHW"]')))
     with pytest.raises(CaseFileError) as info:
-        preflight([case], RunOptions())
+        validated_model(case, RunOptions())
     assert info.value.line == 8 and "did you mean 'conv" in str(info.value)
 
 

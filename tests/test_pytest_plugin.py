@@ -30,6 +30,8 @@ def _project(root: Path) -> Path:
                                    encoding="utf-8")
     # Over budget, and no kernel budget: its `kernels` check skips.
     (cases / "over.toml").write_text(tiny_case(1), encoding="utf-8")
+    # Its factory raises: one error (compile), the other checks not run.
+    (cases / "broken.toml").write_text(tiny_case(model="tiny_models:raises"), encoding="utf-8")
     # TOML that is not a case: pytest must not choke on it, nor collect it.
     (cases / "settings.toml").write_text('title = "not a case"\n', encoding="utf-8")
     (root / "pyproject.toml").write_text('[project]\nname = "demo"\nversion = "0"\n',
@@ -81,7 +83,7 @@ def test_collects_case_target_check_items(plain_run):
         assert f"{PASS_ID.format(check=check)} PASSED" in out, out
     assert f"{OVER_ID.format(check='layout_transforms')} FAILED" in out
     assert f"{OVER_ID.format(check='layout')} PASSED" in out
-    assert "collected 10 items" in out  # 2 cases x llvm x 5 checks
+    assert "collected 18 items" in out  # 3 cases x llvm x 6 checks (compile and the rest)
     assert "settings.toml" not in out and "pyproject.toml::" not in out
     assert "plugins:" in out and "cl_validate" in out.split("plugins:")[1].splitlines()[0]
 
@@ -123,7 +125,21 @@ def test_junitxml_has_the_verdicts_and_messages(plain_run, project):
                 "model_cases.over.toml.over" and tc.get("name") == "layout_transforms[llvm]")
     props = {p.get("name"): p.get("value") for p in over.iter("property")}
     assert props["layout_transforms"] == "2" and props["budget"] == "1"
-    assert not [k for k, (kind, _) in results.items() if kind == "error"]
+    errors = [k for k, (kind, _) in results.items() if kind == "error"]
+    assert errors == ["model_cases.broken.toml.broken::compile[llvm]"]
+
+
+@pytest.mark.compile
+def test_a_case_that_errors_is_one_error_and_its_other_checks_are_not_run(plain_run, project):
+    out = plain_run.stdout
+    assert ("ERROR model_cases/broken.toml::broken::compile[llvm] - Failed: "
+            "model_cases/broken.toml:1: "
+            "model factory 'tiny_models:raises' raised RuntimeError: weights file missing") in out
+    results = _outcomes(project / "plain.xml")
+    for check in ("layout", "layout_transforms", "kernels", "kernel_list", "numerics"):
+        kind, skip = results[f"model_cases.broken.toml.broken::{check}[llvm]"]
+        assert kind == "skipped" and skip is not None
+        assert skip.get("message") == "not run: the case errored"
 
 
 @pytest.mark.compile

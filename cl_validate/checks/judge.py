@@ -10,48 +10,71 @@ from cl_validate.checks.kernel_list import check_kernel_list
 from cl_validate.checks.layout import check_layout
 from cl_validate.checks.measurement import Measurement
 from cl_validate.checks.numerics import check_numerics, compare_all
-from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status
+from cl_validate.checks.verdict import (
+    CHECKS,
+    COMPILE,
+    NOT_RUN_ERRORED,
+    CaseResult,
+    CheckResult,
+    Status,
+)
 from cl_validate.errors import ErrorRecord
 from cl_validate.spec import CaseSpec
 from cl_validate.spec.config import StalePolicy
 
 
-def error_checks(error: ErrorRecord) -> list[CheckResult]:
-    """Every check of a case × target that could not be measured, as `error` verdicts."""
-    return [CheckResult(c, Status.ERROR, error.message, kind=error.kind, body=error.detail,
-                        line=error.line) for c in CHECKS]
+def error_checks(error: ErrorRecord, seconds: float = 0.0) -> list[CheckResult]:
+    """A case × target that could not be measured: one `error` verdict (``compile``) with the
+    reason and the detail (a traceback's or the worker output's tail), the other checks
+    skipped as not run. One error, not one per check: the checks did not fail, they never
+    ran."""
+    return [CheckResult(COMPILE, Status.ERROR, error.message, kind=error.kind,
+                        body=error.detail, line=error.line, seconds=seconds),
+            *(CheckResult(c, Status.SKIPPED, NOT_RUN_ERRORED, kind="NotRun")
+              for c in CHECKS if c != COMPILE)]
 
 
 def judge(case: CaseSpec, m: Measurement, stale: StalePolicy = StalePolicy.FAIL) -> CaseResult:
     """The verdicts of one measurement under the case file as it is now."""
     result = CaseResult(case, m.target, seconds=m.seconds, peak_rss_mb=m.peak_rss_mb)
     if m.error is not None:
-        result.checks = error_checks(m.error)
-        return result
-    if m.model_outputs is not None and len(case.outputs) > m.model_outputs:
-        # Known only once forward() has run, in the worker: an `error` verdict, not exit 2.
-        result.checks = error_checks(ErrorRecord(
-            f"case declares {len(case.outputs)} [[outputs]] but the model returns "
-            f"{m.model_outputs}", "CaseFileError", "",
-            case.line_of("outputs", str(m.model_outputs))))
+        result.checks = error_checks(m.error, m.seconds)
         return result
     assert m.kernels is not None
     target = m.target
     result.kernels, result.stage_counts = m.kernels, m.stage_counts
+    compiled = CheckResult(COMPILE, Status.PASSED, f"compiled for {target} in "
+                           f"{m.compile_seconds:.1f} s", line=case.line_of("model"))
+    if m.stray_processes:  # the measurement stands; the leak is the model's bug to fix
+        n = len(m.stray_processes)
+        compiled = CheckResult(
+            COMPILE, Status.ERROR, f"the model's code left {n} process{'es' * (n > 1)} "
+            f"running ({m.stray_processes[0]}); killed", kind="StrayProcess",
+            line=case.line_of("model"), body="\n".join(m.stray_processes))
     result.checks = [
+        compiled,
         check_layout(case, target, m.op_layouts),
         check_layout_transforms(case, target, m.kernels, m.stage_counts, stale=stale),
         check_kernels(case, target, m.kernels, stale=stale),
         check_kernel_list(case, target, m.kernels),
         _numerics(case, m),
     ]
-    result.checks = [replace(c, seconds=m.compile_seconds if i == 0 else m.numerics_seconds
-                             if c.check == "numerics" else 0.0)
-                     for i, c in enumerate(result.checks)]
+    # Every second of the case × target is some check's: running it is the numerics', the
+    # rest (model, export, compile, analysis) the compile's.
+    result.checks = [replace(c, seconds=m.numerics_seconds if c.check == "numerics" else
+                             max(m.seconds - m.numerics_seconds, 0.0) if c.check == COMPILE
+                             else 0.0) for c in result.checks]
     return result
 
 
 def _numerics(case: CaseSpec, m: Measurement) -> CheckResult:
+    if m.model_outputs is not None and len(case.outputs) > m.model_outputs:
+        # Known only once forward() has run (in the worker), so judged here, not exit 2; the
+        # static checks stand.
+        return CheckResult("numerics", Status.ERROR,
+                           f"case declares {len(case.outputs)} [[outputs]] but the model "
+                           f"returns {m.model_outputs}", kind="CaseFileError",
+                           line=case.line_of("outputs", str(m.model_outputs)))
     if m.numerics_skip is not None:
         return CheckResult("numerics", Status.SKIPPED, m.numerics_skip.reason,
                            kind=m.numerics_skip.kind)

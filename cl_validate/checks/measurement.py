@@ -39,3 +39,5 @@ class Measurement:
     seconds: float = 0.0
     peak_rss_mb: float | None = None
     model_outputs: int | None = None  # how many outputs the PyTorch model returns
+    #: processes the model's code started and left running (killed by the worker)
+    stray_processes: list[str] = field(default_factory=list)

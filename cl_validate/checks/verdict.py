@@ -13,7 +13,15 @@ from dataclasses import dataclass, field, fields
 from cl_validate.analysis.model import KernelList, StageCount
 from cl_validate.spec import CaseSpec
 
-CHECKS: tuple[str, ...] = ("layout", "layout_transforms", "kernels", "kernel_list", "numerics")
+#: Every case × target gets one verdict per check. ``compile`` is the case itself: it passes
+#: when the case was built, exported and compiled, and it is where an error that stops the
+#: case (a factory that raises, a compile error, a worker that crashed or timed out) is
+#: reported, once, with the others marked not run.
+COMPILE = "compile"
+CHECKS: tuple[str, ...] = (COMPILE, "layout", "layout_transforms", "kernels", "kernel_list",
+                           "numerics")
+#: The skip message of the other checks when the case errored.
+NOT_RUN_ERRORED = "not run: the case errored"
 
 
 class Status(enum.Enum):

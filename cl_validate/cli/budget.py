@@ -33,7 +33,7 @@ from cl_validate.cli.common import DEFAULT_PATH, add_paths, add_target
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.paths import display_path
 from cl_validate.run.options import RunOptions, positive_int, selected_targets
-from cl_validate.run.suite import preflight, run_suite
+from cl_validate.run.suite import run_suite
 from cl_validate.spec import CaseSpec, load_cases
 from cl_validate.spec.budgets import plan, rewrite, verify
 from cl_validate.spec.config import StalePolicy
@@ -109,7 +109,6 @@ def measure(cases: Sequence[CaseSpec], args: argparse.Namespace) -> list[CaseRes
     if not any(selected_targets(c, options) for c in cases):
         raise UsageError("no case runs on the selected targets",
                          hint="check the cases' targets = [...] against --target")
-    preflight(cases, options)
     results: list[CaseResult] = []
 
     def on_result(r: CaseResult) -> None:

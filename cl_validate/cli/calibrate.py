@@ -29,7 +29,6 @@ from cl_validate.cli.common import find_case
 from cl_validate.errors import CompileStageError, ExitCode, UsageError
 from cl_validate.paths import display_path
 from cl_validate.run.options import RunOptions, positive_int
-from cl_validate.run.suite import preflight
 from cl_validate.spec import KNOWN_TARGETS, CaseSpec
 from cl_validate.spec.casefile import load_text_as_case, set_section, tidy, toml_number
 
@@ -58,7 +57,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> ExitCode:
     case = find_case(args.case)
-    from cl_validate.compile.target import device_available  # lazy: TVM
+    # lazy: torch and TVM (calibrate compiles and runs the case here, in this process)
+    from cl_validate.compile.target import device_available
+    from cl_validate.run.measure import validated_model
 
     if args.target not in case.targets:
         raise UsageError(f"case '{case.name}' does not run on {args.target}",
@@ -68,7 +69,7 @@ def main(args: argparse.Namespace) -> ExitCode:
     if not device_available(args.target):
         raise UsageError(f"calibrate runs the numerics: no {args.target} device on this machine",
                          hint="calibrate on llvm, or on a machine with an NVIDIA GPU")
-    preflight([case], RunOptions(targets=(args.target,)))
+    validated_model(case, RunOptions(targets=(args.target,)))  # a bad factory: exit 2
     try:
         pairs = _run(case, args.target, args.seeds, args.weight_seeds)
     except _Failed as exc:

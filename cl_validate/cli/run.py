@@ -7,7 +7,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status
+from cl_validate.checks.verdict import CHECKS, COMPILE, CaseResult, CheckResult, Status
 from cl_validate.cli.common import DEFAULT_PATH, add_paths, select
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.paths import display_path, report_file
@@ -15,10 +15,9 @@ from cl_validate.report.annotations import emit_annotations
 from cl_validate.report.console import progress_line, summary_table
 from cl_validate.report.junit import write_junit
 from cl_validate.report.markdown import append_step_summary, write_markdown
-from cl_validate.run.cache import Cache, hint
 from cl_validate.run.options import RunOptions, add_to_argparse, run_options, selected_targets
 from cl_validate.run.shard import shard_cases
-from cl_validate.run.suite import preflight, run_suite
+from cl_validate.run.suite import SuiteStats, run_suite
 from cl_validate.run.workers import WorkerPool
 from cl_validate.spec import CaseSpec, load_cases
 
@@ -60,22 +59,17 @@ def main(args: argparse.Namespace) -> ExitCode:
         results.append(r)
         print(progress_line(r, len(results), total), flush=True)
 
-    cache = Cache(options.cache_dir) if options.cache_dir else None
     interrupted: str | None = None
+    stats = SuiteStats()
     pool = None
     if options.isolate:
-        pool = WorkerPool(options)
-        # Workers import torch and TVM while this process validates the cases, unless the
-        # cache will answer every case: then they would only take CPU from the validation.
-        # (A wrong guess costs only that overlap: the pool starts workers when they are due.)
-        if cache is None or not cache.predicts_hits([
-                hint(c, t, options.static_only) for c in cases
-                for t in selected_targets(c, options)]):
-            pool.prestart(len(cases))
+        # Workers import torch and TVM while this process gets ready; this process ends
+        # whatever a dead worker's tree leaves behind (reap_orphans).
+        pool = WorkerPool(options, reap_orphans=True)
+        pool.prestart(len(cases))
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        digests = preflight(cases, options)
-        run_suite(cases, options, on_result, cache=cache, digests=digests, pool=pool)
+        stats = run_suite(cases, options, on_result, pool=pool)
     except KeyboardInterrupt as exc:
         interrupted = str(exc) or "SIGINT"
     finally:
@@ -92,9 +86,9 @@ def main(args: argparse.Namespace) -> ExitCode:
             print(f"\n{r.case.name} [cuda] kernel list ({len(r.kernels)} kernels, "
                   f">> = layout transform):\n{r.kernels.render()}")
     print(summary_table(results))
-    if cache is not None and cache.hits:
-        print(f"cache: {cache.hits} of {cache.hits + cache.misses} case x target measurements "
-              f"reused from {cache.root}")
+    if stats.reused:
+        print(f"cache: {stats.reused} of {stats.judged} case x target measurements reused "
+              f"from {options.cache_dir}")
     if args.junit:
         path = write_junit(results, args.junit)
         print(f"JUnit report: {display_path(path)}")
@@ -105,7 +99,27 @@ def main(args: argparse.Namespace) -> ExitCode:
         print(f"cl-validate: interrupted ({interrupted}); unfinished cases are reported as not "
               "run", file=sys.stderr)
         return ExitCode.INTERRUPTED
+    unusable = _unusable(results)
+    if unusable and len(unusable) == len({r.case.name for r in results}):
+        for message in unusable.values():
+            print(f"cl-validate: error: {message}", file=sys.stderr)
+        print("cl-validate: error: no case could be run: every case file above is unusable",
+              file=sys.stderr)
+        return ExitCode.USAGE_ERROR
     return ExitCode.CHECK_FAILED if any(not r for r in results) else ExitCode.OK
+
+
+def _unusable(results: Sequence[CaseResult]) -> dict[str, str]:
+    """Case name → its one-line error, for cases whose model could not be used on any
+    target (the factory, its module, a [layout_overrides] path...: a `CaseFileError` found in
+    the worker)."""
+    errors: dict[str, dict[str, str]] = {}
+    for r in results:
+        c = r.check(COMPILE)
+        errors.setdefault(r.case.name, {})[r.target] = (
+            c.message if c.status is Status.ERROR and c.kind == "CaseFileError" else "")
+    return {name: next(iter(by_target.values())) for name, by_target in errors.items()
+            if all(by_target.values())}
 
 
 def _github_outputs(results: Sequence[CaseResult]) -> None:

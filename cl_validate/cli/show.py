@@ -11,7 +11,6 @@ from cl_validate.cli.common import DEFAULT_PATH, add_target, find_case
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.paths import display_path
 from cl_validate.run.options import RunOptions
-from cl_validate.run.suite import validated_model
 
 HELP = "stages, transform counts and kernel list of one case"
 
@@ -33,6 +32,7 @@ def main(args: argparse.Namespace) -> ExitCode:
     from cl_validate.compile.build import compile_case
     from cl_validate.compile.frontend import export_and_import
     from cl_validate.run.execute import make_inputs, torch_inputs
+    from cl_validate.run.measure import validated_model
 
     target = args.target or "llvm"
     model = validated_model(case, RunOptions(targets=(target,)))

@@ -9,7 +9,9 @@ values also go into <properties> as extras (publishers ignore them).
 from __future__ import annotations
 
 import io
+import re
 import socket
+import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +32,30 @@ from junitparser import TestCase as _TestCase
 from cl_validate.atomic import write_atomic
 from cl_validate.checks.verdict import CaseResult, Status
 from cl_validate.paths import display_path
+
+#: Characters XML 1.0 cannot hold at all (most C0 controls, lone surrogates, U+FFFE/F): a
+#: model's output in an error's tail may contain any byte.
+_NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_safe(text: str) -> str:
+    """`text` with every character XML 1.0 forbids written as ``\\xNN`` (visible, and the
+    report stays well-formed whatever a model printed)."""
+    def escape(m: re.Match[str]) -> str:
+        n = ord(m.group())
+        return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
+
+    return _NOT_XML.sub(escape, text)
+
+
+def _scrub(elem: ET.Element) -> None:
+    for e in elem.iter():
+        if e.text:
+            e.text = xml_safe(e.text)
+        if e.tail:
+            e.tail = xml_safe(e.tail)
+        for k, v in e.attrib.items():
+            e.attrib[k] = xml_safe(v)
 
 
 class CheckTestCase(_TestCase):
@@ -85,6 +111,7 @@ def build_junit(results: Iterable[CaseResult]) -> JUnitXml:
     xml.update_statistics()
     # The JUnit schema allows `skipped` on <testsuite> only; keep the root conformant.
     xml._elem.attrib.pop("skipped", None)
+    _scrub(xml._elem)
     return xml
 
 

@@ -9,7 +9,9 @@ Budgets, tolerances and how many [[outputs]] a case declares are *not* in the ke
 are re-judged from the measurement and the case file as it is now, so editing them never
 needs a recompile and can never be answered from a stale verdict.
 
-Entries are written atomically (temporary file + rename), so several workers or CI jobs may
+The key needs the weights, so it is computed where the model is built: in the worker
+(`cl_validate.run.measure`), which also reads the entries; the parent writes them.
+Entries are written atomically (temporary file + rename), so several runs or CI jobs may
 share one cache directory; a corrupt or unreadable entry is treated as a miss.
 """
 
@@ -82,8 +84,6 @@ class Cache:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
-        self.hits = 0
-        self.misses = 0
 
     def _path(self, k: str) -> Path:
         return self.root / k[:2] / f"{k}.pkl"
@@ -94,78 +94,16 @@ class Cache:
             with open(path, "rb") as f:
                 m = pickle.load(f)
         except FileNotFoundError:
-            self.misses += 1
             return None
         except Exception:  # corrupt, truncated or from another version: a miss
-            self.misses += 1
             return None
-        self.hits += 1
-        return m  # type: ignore[no-any-return]
-
-    def unhit(self, n: int) -> None:
-        """Count `n` hits as misses after all: their case is measured again anyway."""
-        self.hits -= n
-        self.misses += n
+        return m if isinstance(m, Measurement) else None
 
     def put(self, k: str, m: Measurement) -> None:
         write_atomic(self._path(k), pickle.dumps(m, protocol=pickle.HIGHEST_PROTOCOL))
 
-    # Predictions (see `hint`): which key a case file's bytes led to last time.
-    def _hint_path(self, h: str) -> Path:
-        return self.root / "hints" / h[:2] / h
-
-    def remember(self, h: str, k: str) -> None:
-        path = self._hint_path(h)
-        try:
-            if path.read_text(encoding="ascii") == k:
-                return
-        except (OSError, UnicodeDecodeError):
-            pass
-        try:
-            write_atomic(path, k.encode("ascii"))
-        except OSError:  # a read-only or full cache still answers; it only predicts less
-            pass
-
-    def predicts_hits(self, hints: list[str]) -> bool:
-        """True if every hint leads to a measurement that is in the cache."""
-        for h in hints:
-            try:
-                k = self._hint_path(h).read_text(encoding="ascii").strip()
-            except (OSError, UnicodeDecodeError):
-                return False
-            if len(k) != 64 or not self._path(k).is_file():
-                return False
-        return bool(hints)
-
-
-def hint(case: CaseSpec, target: str, static_only: bool) -> str:
-    """What can be known of a case × target without importing torch: the case file's bytes.
-
-    `Cache.remember` maps it to the key last measured for it, so before anything is built
-    `Cache.predicts_hits` can tell a run the cache will (very likely) answer. Only a prediction:
-    the verdict always comes from the real key, computed after every model is built.
-    """
-    h = hashlib.sha256()
-    try:
-        h.update(case.path.read_bytes())
-    except OSError:
-        h.update(b"unreadable")
-    # The case's name, not its path: a checkout somewhere else (another CI workspace) that
-    # restores the cache predicts the same.
-    h.update(f"\0{case.name}\0{target}\0{static_only}\0{FORMAT}".encode())
-    return h.hexdigest()
-
 
 def cacheable(m: Measurement) -> bool:
-    """Errors are not cached: a crash or an environment problem must be retried."""
-    return m.error is None and m.numerics_error is None
-
-
-def target_description(target: str, static_only: bool) -> tuple[bool, str]:
-    """Whether numerics will run on `target` here, and the compile target in words."""
-    if target == "llvm":
-        return (not static_only), "llvm"
-    # lazy: TVM, to ask for the device (only when a cuda case is keyed)
-    from cl_validate.compile.target import device_available, make_target
-
-    return (not static_only and device_available(target)), str(make_target(target))
+    """Errors are not cached: a crash or an environment problem must be retried (and a model
+    that leaked processes must keep being told so)."""
+    return m.error is None and m.numerics_error is None and not m.stray_processes

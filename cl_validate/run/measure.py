@@ -1,6 +1,13 @@
-"""Measure one case: build nothing here but the measurement — export once, then compile (and
-run, where the device exists) on each selected target. Runs where torch and TVM live: in a
-worker process (or in-process for ``--no-isolation``, ``show`` and the tests)."""
+"""Measure one case — everything that runs the user's code happens here, in a worker process
+(or in this process for ``--no-isolation``, ``show`` and the tests):
+
+1. `validated_model`: import the factory's module and call it, check ``[layout_overrides]``,
+   the pipeline module and the recorded baselines (a mistake is a `CaseFileError`);
+2. the cache key (it needs the model's weights) and, where every target is known, the cached
+   measurements;
+3. otherwise `measure_case`: export once, then compile (and run, where the device exists) on
+   each selected target.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +15,78 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from cl_validate.analysis.kernels import kernel_list
 from cl_validate.analysis.layouts import op_layouts
 from cl_validate.analysis.stages import op_level_stage, stage_counts
+from cl_validate.checks.kernel_list import load_baseline
 from cl_validate.checks.measurement import Measurement, Skip
 from cl_validate.compile.build import compile_case
+from cl_validate.compile.factory import build_model, check_layout_overrides, weights_digest
 from cl_validate.compile.frontend import export_and_import
-from cl_validate.compile.target import device_available, device_for
-from cl_validate.errors import CompileStageError, ErrorRecord
+from cl_validate.compile.pipeline import resolve_pipeline
+from cl_validate.compile.target import device_available, device_for, make_target
+from cl_validate.errors import CompileStageError, ErrorRecord, UsageError
 from cl_validate.ir import weight_params
+from cl_validate.run.cache import Cache, key
 from cl_validate.run.execute import make_inputs, run_torch, run_tvm, torch_inputs
 from cl_validate.run.options import RunOptions, selected_targets
 from cl_validate.spec import CaseSpec
+
+#: What a measurement is handed to: (measurement, its cache key or None, came from the cache)
+Emit = Callable[[Measurement, "str | None", bool], None]
+
+
+def validated_model(case: CaseSpec, options: RunOptions) -> torch.nn.Module:
+    """Resolve the case's factory and pipeline, build its model, check its [layout_overrides]
+    and recorded baselines: every mistake in a case file raises `CaseFileError` here."""
+    resolve_pipeline(case)
+    model = build_model(case)
+    check_layout_overrides(case, model)
+    for target in selected_targets(case, options):
+        load_baseline(case, target)  # a hand-edited baseline that does not parse
+    return model
+
+
+def target_description(target: str, static_only: bool) -> tuple[bool, str]:
+    """Whether numerics will run on `target` here, and the compile target in words (both are
+    part of the cache key: a cuda measurement without a GPU has no numerics)."""
+    if target == "llvm":
+        return (not static_only), "llvm"
+    return (not static_only and device_available(target)), str(make_target(target))
+
+
+def measure_or_reuse(case: CaseSpec, options: RunOptions, emit: Emit) -> None:
+    """Validate the case's model, then hand every selected target's measurement to `emit`:
+    from the cache (``options.cache_dir``) when every target is there, else measured. A
+    case whose model cannot be used gets a `CaseFileError` measurement per target, with the
+    case-file line and hint."""
+    targets = selected_targets(case, options)
+    t0 = time.perf_counter()
+    try:
+        model = validated_model(case, options)
+    except UsageError as exc:
+        for t in targets:
+            emit(Measurement(t, ErrorRecord(str(exc), "CaseFileError", "", exc.line),
+                             seconds=time.perf_counter() - t0), None, False)
+        return
+    keys: dict[str, str] = {}
+    if options.cache_dir:
+        cache = Cache(options.cache_dir)
+        digest = weights_digest(model)
+        for t in targets:
+            numerics, desc = target_description(t, options.static_only)
+            keys[t] = key(case, t, digest, numerics, desc, options.static_only)
+        hits = {t: cache.get(k) for t, k in keys.items()}
+        # The export is shared by the targets: a partial hit is measured again, whole.
+        if all(m is not None for m in hits.values()):
+            for t in targets:
+                hit = hits[t]
+                assert hit is not None
+                emit(hit, keys[t], True)
+            return
+    measure_case(case, model, options, lambda m: emit(m, keys.get(m.target), False))
 
 
 def measure_case(case: CaseSpec, model: Any, options: RunOptions,

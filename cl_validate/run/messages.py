@@ -1,14 +1,14 @@
 """What the parent and a worker process say to each other over the pipe, as typed messages.
 
-Parent → worker: `RunCase` (measure this case), `Stop` (exit now).
-Worker → parent: `Ready` (imports done, waiting for work), `TargetMeasured` (one target of the
-current case, as soon as it is done), `CaseDone` (every target sent), `CaseCrashed` (an
-exception escaped the measurement: a bug, with its traceback).
+Parent → worker: `RunCase` (validate, then measure or reuse this case), `Stop` (exit now).
+Worker → parent: `Ready` (imports done; which devices exist), `TargetMeasured` (one target of
+the current case, as soon as it is known), `CaseDone` (every target sent), `CaseFailed` (the
+case could not finish: the model's code called ``sys.exit``, or a bug in cl_validate).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cl_validate.checks.measurement import Measurement
 from cl_validate.run.options import RunOptions
@@ -28,12 +28,15 @@ class Stop:
 
 @dataclass(frozen=True)
 class Ready:
-    pass
+    #: target name → whether this machine has its device (answers --require-device)
+    devices: dict[str, bool] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class TargetMeasured:
     measurement: Measurement
+    key: str | None = None  # its cache key (None: not cacheable, or no cache)
+    cached: bool = False  # read from the cache, not measured
 
 
 @dataclass(frozen=True)
@@ -42,9 +45,11 @@ class CaseDone:
 
 
 @dataclass(frozen=True)
-class CaseCrashed:
-    traceback: str
+class CaseFailed:
+    message: str
+    kind: str  # "ModelExited", "InternalError"
+    detail: str = ""  # a traceback
 
 
 ToWorker = RunCase | Stop
-FromWorker = Ready | TargetMeasured | CaseDone | CaseCrashed
+FromWorker = Ready | TargetMeasured | CaseDone | CaseFailed

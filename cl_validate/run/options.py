@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cl_validate.errors import DeviceUnavailableError
 from cl_validate.run.cache import resolve_dir
 from cl_validate.run.shard import parse_shard
 from cl_validate.spec import KNOWN_TARGETS, CaseSpec
@@ -32,6 +33,19 @@ class RunOptions:
     stale_budget: StalePolicy = StalePolicy.FAIL  # a budget above the measured count
     static_only: bool = False  # no build, no numerics: counts only (`budget tighten|record`)
     cache_dir: str | None = None  # measurements cache (cl_validate.run.cache); None: no cache
+
+
+def require_devices(cases: Sequence[CaseSpec], options: RunOptions,
+                    available: Callable[[str], bool]) -> None:
+    """``--require-device``: a one-line usage error (exit 2) before any case runs when the
+    device of a selected target other than llvm is missing (`available` says)."""
+    wanted = {t for c in cases for t in selected_targets(c, options)} - {"llvm"}
+    for t in sorted(wanted):
+        if not available(t):
+            raise DeviceUnavailableError(
+                f"--require-device: no {t} device on this machine",
+                hint="run on a machine with an NVIDIA GPU, or drop --require-device to run "
+                "the static checks only")
 
 
 def selected_targets(case: CaseSpec, options: RunOptions) -> list[str]:

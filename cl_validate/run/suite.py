@@ -1,155 +1,118 @@
-"""A suite end to end: validate every case, then judge every case × target — from the cache
-where the measurement is known, else by measuring it (in worker processes unless
-``--no-isolation``).
+"""A suite end to end: judge every case × target, measured (or read from the cache) in worker
+processes, or in this process with ``--no-isolation``.
 
-Validation order is the contract: every case file and every model factory is checked
-(`preflight`) before the first compile, so a typo in case 12 does not cost the compile time
-of cases 1-11.
+This process only reads case files, judges measurements and writes cache entries and
+reports: it never imports torch or TVM and never runs a model's code, so nothing a model does
+can take the run down. Everything that runs user code — importing and calling the factory,
+the weights digest that keys the cache, export, compile, run — happens in a worker
+(`cl_validate.run.measure`), under the case's timeout and memory cap.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass
 
 from cl_validate.checks.judge import judge
-from cl_validate.checks.kernel_list import load_baseline
 from cl_validate.checks.measurement import Measurement
 from cl_validate.checks.verdict import CaseResult
-from cl_validate.errors import DeviceUnavailableError
-from cl_validate.run import cache as cache_mod
-from cl_validate.run.cache import Cache
-from cl_validate.run.options import RunOptions, selected_targets
+from cl_validate.run.cache import Cache, cacheable
+from cl_validate.run.messages import TargetMeasured
+from cl_validate.run.options import RunOptions, require_devices, selected_targets
 from cl_validate.run.workers import WorkerPool
 from cl_validate.spec import CaseSpec
 
 
-def preflight(cases: Sequence[CaseSpec], options: RunOptions) -> dict[str, str]:
-    """Validate every case (`validated_model`) and raise before any compile.
+@dataclass
+class SuiteStats:
+    """What the cache did for a run: measurements reused out of all judged."""
 
-    Returns each case's weights digest (for the cache key). The models are dropped again:
-    workers rebuild them from the same seed, and holding every model of a large suite in the
-    parent would cost gigabytes.
-    """
-    # lazy: torch and TVM (building models, asking for devices)
-    from cl_validate.compile.factory import weights_digest
+    reused: int = 0
+    judged: int = 0
+
+
+class _Judge:
+    """Turns each target's measurement into its verdicts, storing new measurements in the
+    cache on the way (warning once if the cache cannot be written: it is an optimization,
+    the verdict stands without it)."""
+
+    def __init__(self, options: RunOptions, on_result: Callable[[CaseResult], None]) -> None:
+        self.options = options
+        self.on_result = on_result
+        self.cache = Cache(options.cache_dir) if options.cache_dir else None
+        self.stats = SuiteStats()
+        self._warned = False
+
+    def __call__(self, case: CaseSpec, msg: TargetMeasured) -> None:
+        m = msg.measurement
+        self.stats.judged += 1
+        self.stats.reused += msg.cached
+        if (self.cache is not None and msg.key is not None and not msg.cached
+                and cacheable(m)):
+            try:
+                self.cache.put(msg.key, m)
+            except OSError as exc:
+                if not self._warned:
+                    self._warned = True
+                    print(f"cl-validate: warning: cannot write the cache in {self.cache.root}: "
+                          f"{exc.strerror or exc}; measurements are not kept for the next "
+                          "run (hint: check --cache-dir)", file=sys.stderr)
+        self.on_result(judge(case, m, self.options.stale_budget))
+
+
+def run_suite(cases: Sequence[CaseSpec], options: RunOptions,
+              on_result: Callable[[CaseResult], None], *,
+              pool: WorkerPool | None = None) -> SuiteStats:
+    """Judge every case × target: in worker processes (`pool`, or a pool of its own) unless
+    `options.isolate` is off. Raises `DeviceUnavailableError` before any case runs when
+    ``--require-device`` names a device this machine lacks."""
+    judged = _Judge(options, on_result)
+    todo = [c for c in cases if selected_targets(c, options)]
+    if not options.isolate:
+        in_process(todo, options, judged)
+        return judged.stats
+    own = pool is None
+    pool = pool if pool is not None else WorkerPool(options)
+    try:
+        if options.require_device:
+            pool.require_devices(todo)
+        pool.run(todo, judged)
+    finally:
+        if own:
+            pool.shutdown()
+    return judged.stats
+
+
+def in_process(cases: Iterable[CaseSpec], options: RunOptions,
+               on_target: Callable[[CaseSpec, TargetMeasured], None]) -> None:
+    """Measure cases one after another in this process: no isolation, no timeout or memory
+    cap (``--no-isolation``, the pytest plugin's default, the tests). Imports torch and TVM."""
+    # lazy: torch and TVM (the measurement runs here, in this process)
     from cl_validate.compile.target import device_available
+    from cl_validate.run.measure import measure_or_reuse
 
+    cases = list(cases)
     if options.require_device:
-        wanted = {t for c in cases for t in selected_targets(c, options)}
-        for t in sorted(wanted - {"llvm"}):
-            if not device_available(t):
-                raise DeviceUnavailableError(
-                    f"--require-device: no {t} device on this machine",
-                    hint="run on a machine with an NVIDIA GPU, or drop --require-device to "
-                    "run the static checks only")
-    digests: dict[str, str] = {}
+        require_devices(cases, options, device_available)
     for case in cases:
-        model = validated_model(case, options)
-        digests[case.name] = weights_digest(model)
-        del model
-    return digests
+        def emit(m: Measurement, key: str | None, cached: bool, case: CaseSpec = case) -> None:
+            on_target(case, TargetMeasured(m, key, cached))
 
-
-def validated_model(case: CaseSpec, options: RunOptions) -> Any:
-    """Resolve the case's factory and pipeline, build its model, check its [layout_overrides]
-    and recorded baselines: every mistake in a case file raises here (exit 2)."""
-    # lazy: torch and TVM (the factory's module, the pipeline's module)
-    from cl_validate.compile.factory import build_model, check_layout_overrides
-    from cl_validate.compile.pipeline import resolve_pipeline
-
-    resolve_pipeline(case)
-    model = build_model(case)
-    check_layout_overrides(case, model)
-    for target in selected_targets(case, options):
-        load_baseline(case, target)  # a hand-edited baseline that does not parse: exit 2
-    return model
-
-
-def run_case(case: CaseSpec, model: Any, options: RunOptions,
-             on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
-    """Measure and judge one case on each selected target (in this process)."""
-    from cl_validate.run.measure import measure_case  # lazy: torch and TVM
-
-    results: list[CaseResult] = []
-
-    def judged(m: Measurement) -> None:
-        r = judge(case, m, options.stale_budget)
-        results.append(r)
-        if on_result is not None:
-            on_result(r)
-
-    measure_case(case, model, options, judged)
-    return results
+        measure_or_reuse(case, options, emit)
 
 
 def run_in_process(cases: Iterable[CaseSpec], options: RunOptions,
                    on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
-    """Run cases one after another in this process (no isolation: for debugging and tests)."""
-    from cl_validate.compile.factory import build_model  # lazy: torch
-
+    """Judge cases in this process and return the results (for the tests and ``show``-like
+    tools; `run_suite` with ``isolate=False`` does the same for the CLI)."""
     results: list[CaseResult] = []
-    for case in cases:
-        results.extend(run_case(case, build_model(case), options, on_result))
+
+    def keep(case: CaseSpec, msg: TargetMeasured) -> None:
+        r = judge(case, msg.measurement, options.stale_budget)
+        results.append(r)
+        if on_result is not None:
+            on_result(r)
+
+    in_process(cases, options, keep)
     return results
-
-
-def run_suite(cases: Sequence[CaseSpec], options: RunOptions,
-              on_result: Callable[[CaseResult], None], *, cache: Cache | None = None,
-              digests: dict[str, str] | None = None, pool: WorkerPool | None = None) -> None:
-    """Judge every case × target: from the cache where the measurement is known, else by
-    measuring (in worker processes unless `options.isolate` is off) and storing the result."""
-    keys: dict[tuple[str, str], str] = {}
-    todo: list[CaseSpec] = []
-    warned = False  # about a cache that cannot be written: once
-    for case in cases:
-        if cache is None or digests is None:
-            todo.append(case)
-            continue
-        hits: list[Measurement | None] = []
-        for target in selected_targets(case, options):
-            numerics, desc = cache_mod.target_description(target, options.static_only)
-            k = cache_mod.key(case, target, digests[case.name], numerics, desc,
-                              options.static_only)
-            keys[(case.name, target)] = k
-            cache.remember(cache_mod.hint(case, target, options.static_only), k)
-            hits.append(cache.get(k))
-        if all(m is not None for m in hits):  # every target known: judge without compiling
-            for m in hits:
-                assert m is not None
-                on_result(judge(case, m, options.stale_budget))
-        else:  # export is shared by the targets, so a partial hit still runs the case
-            cache.unhit(sum(m is not None for m in hits))  # and reuses nothing of it
-            todo.append(case)
-
-    def measured(case: CaseSpec, m: Measurement) -> CaseResult:
-        nonlocal warned
-        k = keys.get((case.name, m.target))
-        if cache is not None and k is not None and cache_mod.cacheable(m):
-            try:
-                cache.put(k, m)
-            except OSError as exc:  # the cache is an optimization: the verdict stands without
-                if not warned:
-                    warned = True
-                    print(f"cl-validate: warning: cannot write the cache in {cache.root}: "
-                          f"{exc.strerror or exc}; measurements are not kept for the next "
-                          "run (hint: check --cache-dir)", file=sys.stderr)
-        return judge(case, m, options.stale_budget)
-
-    if not todo:
-        return
-    if options.isolate:
-        if pool is not None:
-            pool.run(todo, on_result, on_measurement=measured)
-        else:
-            with WorkerPool(options) as own:
-                own.run(todo, on_result, on_measurement=measured)
-    else:
-        # lazy: torch and TVM (measuring in this process)
-        from cl_validate.compile.factory import build_model
-        from cl_validate.run.measure import measure_case
-
-        for case in todo:
-            measure_case(case, build_model(case), options,
-                         lambda m, case=case: on_result(measured(case, m)))  # type: ignore[misc]

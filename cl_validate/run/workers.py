@@ -1,14 +1,19 @@
-"""Worker processes: each case runs isolated, with a timeout and a memory cap.
+"""Worker processes: every case runs isolated, with a timeout, a memory cap and an output cap.
 
-A segfault in TVM, a compile that hangs, or a model that eats the runner's memory must cost
-that one case, never the report: the parent sees the worker die or kills it, turns that into
-`error` verdicts with the reason and the tail of the worker's output, starts a fresh worker,
-and goes on. Workers are started once (importing torch and TVM costs seconds) and take one
-case at a time; the parent prints progress as results arrive.
+Everything that runs a model's code happens in a worker: importing the factory's module and
+calling it, the weights digest, export, compile, run (`cl_validate.run.measure`). A segfault,
+a hang, ``sys.exit`` or ``os._exit``, a model that eats the runner's memory or floods its
+output, a child process left running: each costs that one case, never the report. The parent
+sees the worker die, or kills it (its whole process tree), turns that into an `error` verdict
+with the reason and the tail of the worker's output, starts a fresh worker, and goes on.
+
+Workers are started once (importing torch and TVM costs seconds), take one case at a time,
+and report each target as soon as it is known; the parent prints progress as results arrive.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import resource
@@ -17,6 +22,7 @@ import sys
 import tempfile
 import time
 import traceback
+import uuid
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -25,54 +31,57 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from cl_validate.checks.judge import error_checks, judge
 from cl_validate.checks.measurement import Measurement
-from cl_validate.checks.verdict import CaseResult
-from cl_validate.errors import ErrorRecord
+from cl_validate.errors import ClValidateError, DeviceUnavailableError, ErrorRecord
+from cl_validate.run import procs
 from cl_validate.run.messages import (
-    CaseCrashed,
     CaseDone,
+    CaseFailed,
     FromWorker,
     Ready,
     RunCase,
     Stop,
     TargetMeasured,
 )
-from cl_validate.run.options import RunOptions, selected_targets
-from cl_validate.spec import CaseSpec
+from cl_validate.run.options import RunOptions, require_devices, selected_targets
+from cl_validate.spec import KNOWN_TARGETS, CaseSpec
 
-_POLL_S = 0.25
+_POLL_S = 0.1
 _TAIL_BYTES = 4000
+#: Output one case may write (stdout and stderr together) before it is stopped: a model that
+#: prints in a loop must not fill the runner's disk.
+MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+#: How long a worker may take to import torch and TVM before --require-device gives up.
+_READY_TIMEOUT_S = 300.0
+
+#: What the pool hands each target's result to (a failed case arrives as an error measurement)
+OnTarget = Callable[[CaseSpec, TargetMeasured], None]
 
 
-def _rss_mb(pid: int) -> float | None:
-    """Resident memory of a process (Linux /proc); None where that cannot be read."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024.0
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-def _worker_main(conn: Connection, log_path: str, threads: int) -> None:
-    """Loop in the worker: receive a case, run it, send each target's result as it finishes."""
+def _worker_main(conn: Connection, log_path: str, threads: int, token: str) -> None:
+    """Loop in the worker: receive a case, measure it, send each target's result as it
+    finishes. Its own process group, and a subreaper: whatever the case starts stays in its
+    tree, where the worker (after each target) and the parent (when the worker dies) find
+    it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides about interrupts
+    os.environ[procs.POOL_ENV] = token  # inherited by whatever the case starts
+    os.setpgid(0, 0)
+    procs.become_subreaper()
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 1)
     os.dup2(fd, 2)  # C-level output (TVM, a segfault's last words) lands in the log too
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # a model that asks for input gets end-of-file, not a hang
     os.environ.setdefault("TVM_NUM_THREADS", str(threads))
     warnings.filterwarnings("ignore", category=FutureWarning)
     # lazy: torch and TVM are imported here, in the worker, once, before the first case
     import torch
 
-    from cl_validate.compile.factory import build_model
-    from cl_validate.run.measure import measure_case
+    from cl_validate.compile.target import device_available
+    from cl_validate.run.measure import measure_or_reuse
 
     torch.set_num_threads(threads)
-    conn.send(Ready())
+    conn.send(Ready({t: device_available(t) for t in KNOWN_TARGETS}))
     while True:
         msg = conn.recv()
         if isinstance(msg, Stop):
@@ -83,19 +92,27 @@ def _worker_main(conn: Connection, log_path: str, threads: int) -> None:
             conn.close()
             os._exit(0)
         assert isinstance(msg, RunCase)
-        case, options = msg.case, msg.options
-        print(f"=== {case.name}", flush=True)
-        try:
-            model = build_model(case)
+        print(f"=== {msg.case.name}", flush=True)
 
-            def send(m: Measurement) -> None:
+        def emit(m: Measurement, key: str | None, cached: bool) -> None:
+            if not cached:
                 m.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-                conn.send(TargetMeasured(m))
+                m.stray_processes = procs.end_descendants(os.getpid())
+            conn.send(TargetMeasured(m, key, cached))
 
-            measure_case(case, model, options, send)
-            conn.send(CaseDone())
-        except Exception:
-            conn.send(CaseCrashed(traceback.format_exc()))
+        try:
+            measure_or_reuse(msg.case, msg.options, emit)
+        except SystemExit as exc:  # the model's code called sys.exit: that case's verdict
+            conn.send(CaseFailed(f"the model's code called sys.exit({exc.code!r})",
+                                 "ModelExited", traceback.format_exc()))
+        except BaseException:
+            tb = traceback.format_exc()
+            conn.send(CaseFailed("internal error in the worker: " + tb.strip().splitlines()[-1],
+                                 "InternalError", tb))
+        procs.end_descendants(os.getpid())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        conn.send(CaseDone())
 
 
 @dataclass
@@ -109,26 +126,41 @@ class _Worker:
     pending: list[str] = field(default_factory=list)  # targets not reported yet
     ready: bool = False
 
+    def output_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size - self.log_offset
+        except OSError:
+            return 0
+
     def tail(self) -> str:
+        """The last output of the current case (stdout and stderr, C-level output too)."""
         try:
             with open(self.log_path, "rb") as f:
-                f.seek(self.log_offset)
-                data = f.read()
+                f.seek(max(self.log_offset, self.log_path.stat().st_size - _TAIL_BYTES))
+                data = f.read(_TAIL_BYTES)
         except OSError:
             return ""
-        return data[-_TAIL_BYTES:].decode("utf-8", "replace")
+        return data.decode("utf-8", "replace")
 
 
 class WorkerPool:
-    """Runs cases on `jobs` worker processes; use as a context manager."""
+    """Runs cases on `jobs` worker processes; use as a context manager.
 
-    def __init__(self, options: RunOptions) -> None:
+    With `reap_orphans` (the CLI), this process becomes a subreaper too: the processes a
+    worker leaves behind when it dies come here, and are ended. Leave it off in a process
+    that has children of its own (the pytest plugin: pytest-xdist's)."""
+
+    def __init__(self, options: RunOptions, *, reap_orphans: bool = False) -> None:
         self.options = options
         self.jobs = max(1, options.jobs)
         self._ctx = mp.get_context("spawn")
         self._logdir = tempfile.TemporaryDirectory(prefix="cl_validate-workers-")
         self._workers: list[_Worker] = []
         self._spawned = 0
+        self._devices: dict[str, bool] | None = None
+        self._startup_failures = 0
+        self._reap_orphans = reap_orphans and procs.become_subreaper()
+        self._token = uuid.uuid4().hex
         # Spread the cores over the workers: oversubscribed threads slow everyone down.
         self._threads = max(1, (os.cpu_count() or 1) // self.jobs)
 
@@ -140,7 +172,7 @@ class WorkerPool:
 
     def prestart(self, n: int) -> None:
         """Start up to `n` workers now, so their torch/TVM imports overlap the caller's own
-        work (validating every case before the first compile)."""
+        work (reading the case files)."""
         self._plan(n)
         while len(self._workers) < min(n, self.jobs):
             self._spawn()
@@ -156,7 +188,8 @@ class WorkerPool:
         log = Path(self._logdir.name) / f"worker{self._spawned}.log"
         log.touch()
         parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_worker_main, args=(child, str(log), self._threads),
+        proc = self._ctx.Process(target=_worker_main,
+                                 args=(child, str(log), self._threads, self._token),
                                  daemon=True, name=f"cl_validate-worker{self._spawned}")
         proc.start()
         child.close()
@@ -165,17 +198,43 @@ class WorkerPool:
         return w
 
     def _retire(self, w: _Worker) -> None:
+        """End a worker and everything it started; forget it."""
+        pid = w.process.pid
+        procs.kill(procs.descendants(pid))
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)  # its process group: children it has not lost
         if w.process.is_alive():
             w.process.kill()
         w.process.join(timeout=5)
         w.conn.close()
         self._workers.remove(w)
+        with contextlib.suppress(OSError):
+            w.log_path.unlink()
+        self._end_orphans()
+
+    def _end_orphans(self) -> None:
+        """Processes a dead worker's tree left behind were re-parented to this process (a
+        subreaper): its children that carry this pool's token and are not workers. End them
+        (and what they started), and collect them."""
+        if not self._reap_orphans:
+            return
+        workers = {w.process.pid for w in self._workers}
+        me = os.getpid()
+        for _ in range(3):  # a killed orphan's own children arrive a moment later
+            ours = [p for p in procs.children(me) if p not in workers
+                    and procs.has_env(p, procs.POOL_ENV, self._token)]
+            if not ours:
+                return
+            for p in ours:
+                procs.kill([*procs.descendants(p), p])
+            procs.reap(ours)
+            time.sleep(0.02)
 
     def shutdown(self) -> None:
         for w in list(self._workers):
             try:
-                # A worker still importing torch/TVM (prestarted for a run the cache answered)
-                # holds nothing: killed now rather than waited for until it could read "stop".
+                # A worker still importing torch/TVM holds nothing: killed now rather than
+                # waited for until it could read "stop".
                 if w.ready and w.case is None and w.process.is_alive():
                     w.conn.send(Stop())
                     w.process.join(timeout=2)
@@ -184,32 +243,74 @@ class WorkerPool:
             self._retire(w)
         self._logdir.cleanup()
 
-    def run(self, cases: Sequence[CaseSpec],
-            on_result: Callable[[CaseResult], None] | None = None, *,
-            on_measurement: Callable[[CaseSpec, Measurement], CaseResult] | None = None
-            ) -> list[CaseResult]:
-        """Measure and judge `cases`; a case a worker could not finish becomes `error` results.
+    def devices(self) -> dict[str, bool]:
+        """Which targets' devices exist on this machine, as a worker sees them (the parent
+        never loads TVM to ask). Starts a worker if none is running, and waits for it."""
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        while self._devices is None:
+            if not self._workers:
+                self._spawn()
+            self._poll_ready(timeout=_POLL_S)
+            for w in list(self._workers):
+                if not w.process.is_alive() and not w.ready:
+                    self._startup_failed(w)
+                    self._retire(w)
+            if time.monotonic() > deadline:
+                raise DeviceUnavailableError("no worker process came up to ask for devices",
+                                             hint="check that torch and TVM import")
+        return self._devices
 
-        `on_measurement` turns a measurement into its result (the default judges it); the
-        suite runner uses it to store measurements in the cache on the way.
-        """
+    def require_devices(self, cases: Sequence[CaseSpec]) -> None:
+        """``--require-device``, answered by a worker (see `devices`)."""
+        if any(t != "llvm" for c in cases for t in selected_targets(c, self.options)):
+            have = self.devices()
+            require_devices(cases, self.options, lambda t: have.get(t, False))
+
+    def _poll_ready(self, timeout: float) -> None:
+        wait([w.conn for w in self._workers] + [w.process.sentinel for w in self._workers],
+             timeout=timeout)
+        for w in self._workers:
+            for msg in _drain(w.conn):
+                self._ready(w, msg)
+
+    def _ready(self, w: _Worker, msg: FromWorker) -> bool:
+        if isinstance(msg, Ready):
+            w.ready = True
+            if self._devices is None:
+                self._devices = dict(msg.devices)
+            return True
+        return False
+
+    def run(self, cases: Sequence[CaseSpec], report: OnTarget) -> None:
+        """Measure `cases`; each target's result goes to `report` as it arrives. A case a
+        worker could not finish (crash, timeout, memory, output flood, ``sys.exit``) arrives
+        as an error measurement per target not reported yet, with the worker output's tail."""
         queue = deque(c for c in cases if selected_targets(c, self.options))
         self._plan(len(queue))
-        results: list[CaseResult] = []
+        # What each case still owes: every target reported exactly once, whatever happens.
+        owed = {id(c): set(selected_targets(c, self.options)) for c in queue}
 
-        def emit(r: CaseResult) -> None:
-            results.append(r)
-            if on_result is not None:
-                on_result(r)
+        def on_target(case: CaseSpec, msg: TargetMeasured) -> None:
+            left = owed.get(id(case), set())
+            if msg.measurement.target in left:
+                left.discard(msg.measurement.target)
+                report(case, msg)
 
-        def fail_rest(w: _Worker, message: str, kind: str) -> None:
+        def fail_rest(w: _Worker, message: str, kind: str, detail: str = "") -> None:
+            """Error measurements for the targets of `w`'s case not reported yet. The worker
+            stays busy until its CaseDone (or its end): freeing it here would let a late
+            CaseDone of this case end the next one."""
             assert w.case is not None
             tail = w.tail()
-            body = f"{message}\n\nlast output of the worker:\n{tail}" if tail else message
-            for t in w.pending:
-                emit(CaseResult(w.case, t, error_checks(ErrorRecord(message, kind, body)),
-                                time.perf_counter() - w.started))
-            w.case, w.pending = None, []
+            body = "\n\n".join(part for part in (
+                detail.strip(), f"last output of the worker:\n{tail}" if tail.strip() else "")
+                if part)
+            seconds = time.perf_counter() - w.started
+            line = w.case.line_of("model")  # the case's code did it (or ran into it)
+            pending, w.pending = w.pending, []
+            for t in pending:
+                on_target(w.case, TargetMeasured(Measurement(
+                    t, ErrorRecord(message, kind, body, line), seconds=seconds)))
 
         while queue or any(w.case is not None for w in self._workers):
             # Keep `jobs` workers alive while there is work to hand out.
@@ -228,45 +329,73 @@ class WorkerPool:
             wait([*conns, *sentinels], timeout=_POLL_S)  # until a message, an exit or a tick
             for w in list(self._workers):
                 for msg in _drain(w.conn):
-                    if isinstance(msg, Ready):
-                        w.ready = True
-                    elif isinstance(msg, TargetMeasured):
+                    if self._ready(w, msg):
+                        continue
+                    if isinstance(msg, TargetMeasured):
                         assert w.case is not None
-                        m = msg.measurement
-                        # Judged (and reported) before it leaves `pending`: if that raises,
-                        # the case is still owed a verdict, never silently dropped.
-                        emit(on_measurement(w.case, m) if on_measurement
-                             else judge(w.case, m, self.options.stale_budget))
-                        if m.target in w.pending:
-                            w.pending.remove(m.target)
+                        # Reported before it leaves `pending`: if that raises, the case is
+                        # still owed a verdict, never silently dropped.
+                        on_target(w.case, msg)
+                        if msg.measurement.target in w.pending:
+                            w.pending.remove(msg.measurement.target)
                     elif isinstance(msg, CaseDone):
                         w.case, w.pending = None, []
-                    elif isinstance(msg, CaseCrashed):
-                        first = msg.traceback.strip().splitlines()[-1]
-                        fail_rest(w, f"internal error in the worker: {first}",
-                                  "InternalError")
+                    elif isinstance(msg, CaseFailed):
+                        fail_rest(w, msg.message, msg.kind, msg.detail)
                 if not w.process.is_alive():
-                    code = w.process.exitcode
                     if w.case is not None:
-                        why = _describe_exit(code)
+                        why = _describe_exit(w.process.exitcode)
                         fail_rest(w, f"worker process {why} while running this case",
                                   "WorkerCrashed")
+                        w.case = None
+                    elif not w.ready:
+                        self._startup_failed(w)
                     self._retire(w)
                     continue
-                if w.case is None:
-                    continue
-                limit_s = self.options.timeout or w.case.timeout
-                if time.perf_counter() - w.started > limit_s:
-                    self._retire(w)
-                    fail_rest(w, f"timed out after {limit_s:g} s (timeout)", "Timeout")
-                    continue
-                cap = self.options.max_memory_mb or w.case.max_memory_mb
-                rss = _rss_mb(w.process.pid)
-                if rss is not None and rss > cap:
-                    self._retire(w)
-                    fail_rest(w, f"worker used {rss:.0f} MB, over the {cap} MB memory cap "
-                              "(max_memory_mb)", "OutOfMemory")
-        return results
+                if w.case is not None:
+                    self._enforce_limits(w, fail_rest)
+        self._end_orphans()
+        for case in cases:  # a bug here must never drop a case from the report
+            for t in sorted(owed.get(id(case), ())):
+                report(case, TargetMeasured(Measurement(t, ErrorRecord(
+                    "internal error: no result came back for this case", "InternalError"))))
+
+    def _startup_failed(self, w: _Worker) -> None:
+        """A worker that dies before it is ready says nothing about a case: the environment
+        is broken (torch or TVM do not import). Retried twice, then an internal error."""
+        self._startup_failures += 1
+        if self._startup_failures >= 3:
+            tail = w.tail().strip()
+            raise ClValidateError(
+                f"worker processes {_describe_exit(w.process.exitcode)} while importing torch "
+                f"and TVM, {self._startup_failures} times" + (f":\n{tail}" if tail else ""))
+
+    def _enforce_limits(self, w: _Worker, fail: Callable[[_Worker, str, str], None]) -> None:
+        assert w.case is not None
+        limit_s = self.options.timeout or w.case.timeout
+        if time.perf_counter() - w.started > limit_s:
+            self._stop(w, fail, f"timed out after {limit_s:g} s (timeout)", "Timeout")
+            return
+        cap = self.options.max_memory_mb or w.case.max_memory_mb
+        tree = [w.process.pid, *procs.descendants(w.process.pid)]
+        rss = procs.rss_mb(tree)
+        if rss is not None and rss > cap:
+            what = "worker" if len(tree) == 1 else f"worker and {len(tree) - 1} process(es) it " \
+                "started"
+            self._stop(w, fail, f"{what} used {rss:.0f} MB, over the {cap} MB memory cap "
+                       "(max_memory_mb)", "OutOfMemory")
+            return
+        if w.output_size() > MAX_OUTPUT_BYTES:
+            self._stop(w, fail, f"the case wrote more than {MAX_OUTPUT_BYTES >> 20} MB to "
+                       "stdout/stderr; stopped", "OutputFlood")
+
+    def _stop(self, w: _Worker, fail: Callable[[_Worker, str, str], None], message: str,
+              kind: str) -> None:
+        """End a worker over a limit: its pending targets are errors, read with the tail of
+        its output before the log goes."""
+        fail(w, message, kind)
+        w.case = None
+        self._retire(w)
 
 
 def _drain(conn: Connection) -> list[FromWorker]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
 import time
 
 import torch
@@ -41,3 +44,105 @@ def hang() -> nn.Module:
 
 def memory_hog() -> nn.Module:
     return MemoryHog()
+
+
+# --- faults of the isolation issue (#13): each must cost its case, never the run ------------
+class _Forward(nn.Module):
+    """A model whose forward() calls `fn` first (the faults below), then is a plain identity."""
+
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+        self.conv = nn.Conv2d(3, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.fn()
+        return self.conv(x)
+
+
+def crash_in_factory() -> nn.Module:
+    """The factory itself dies (a C extension crashing while the model is built)."""
+    print("building the model", flush=True)
+    ctypes.string_at(0)
+    return Segfault()
+
+
+def exits() -> nn.Module:
+    return _Forward(lambda: sys.exit(3))
+
+
+def hard_exit() -> nn.Module:
+    def die() -> None:
+        print("leaving without a word", flush=True)
+        os._exit(7)
+
+    return _Forward(die)
+
+
+_GARBAGE = (b"\x00\x01\x02\x1b[31mred\x1b[0m \xff\xfe\xc3\x28 ]]> <![CDATA[ & <error/> \x7f\x0c"
+            b"\n::error file=../evil.toml,line=1::injected annotation\n\xe2\x80\xae\n")
+
+
+def garbage() -> nn.Module:
+    """Writes binary junk, escape sequences, invalid UTF-8, XML breakers and a fake GitHub
+    workflow command to stdout and stderr, and otherwise works."""
+
+    def spew() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+            stream.buffer.write(_GARBAGE * 50)
+            stream.flush()
+        os.write(1, _GARBAGE)
+
+    return _Forward(spew)
+
+
+def garbage_then_crash() -> nn.Module:
+    def spew_and_die() -> None:
+        os.write(2, _GARBAGE * 3)
+        ctypes.string_at(0)
+
+    return _Forward(spew_and_die)
+
+
+def flood() -> nn.Module:
+    """Prints forever."""
+
+    def spew() -> None:
+        line = "x" * 1000 + "\n"
+        while True:
+            sys.stdout.write(line)
+
+    return _Forward(spew)
+
+
+def _sleeper(marker: str) -> list[str]:
+    return [sys.executable, "-c", "import time; time.sleep(600)", marker]
+
+
+def leaves_a_child() -> nn.Module:
+    """Starts a process in a session of its own (a daemon) and never waits for it."""
+    return _Forward(lambda: subprocess.Popen(_sleeper("cl-validate-test-orphan"),
+                                             start_new_session=True))
+
+
+def leaves_a_child_and_dies() -> nn.Module:
+    """Starts a detached process, then kills its own interpreter: the child is orphaned."""
+
+    def spawn_and_die() -> None:
+        subprocess.Popen(_sleeper("cl-validate-test-orphan-of-a-dead-worker"),
+                         start_new_session=True)
+        os._exit(1)
+
+    return _Forward(spawn_and_die)
+
+
+def forking_hog() -> nn.Module:
+    """The memory is eaten by a child process, not by the worker itself."""
+
+    def fork_hog() -> None:
+        subprocess.Popen([sys.executable, "-c",
+                          "import time; b = bytearray(3 << 30); time.sleep(600)"])
+        time.sleep(600)
+
+    return _Forward(fork_hog)

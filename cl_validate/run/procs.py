@@ -1,0 +1,175 @@
+"""Process trees: what a worker (and whatever a model's code spawned) is made of, and how to
+end all of it.
+
+A model's code runs in a worker, and it may start processes of its own: a ``subprocess`` that
+is never waited for, a ``fork``, a daemon that detaches into its own session. None of them
+may outlive the case. Two mechanisms make sure:
+
+- every worker is a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``): a process its
+  descendants leave orphaned is re-parented to the worker, not to init, so the worker's tree
+  (read from ``/proc``) always holds every process the case started, detached or not;
+- the parent of a run is a subreaper too (the CLI asks for it): when a worker dies, its
+  orphans come to the parent, which ends them. It knows them by a token in their environment
+  (`POOL_ENV`), which a worker sets and everything it starts inherits, so the parent never
+  touches a process that is not the run's.
+
+Elsewhere than Linux the tree is empty and only the worker itself is ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+_PR_SET_CHILD_SUBREAPER = 36
+#: Set in every worker's environment to its pool's token.
+POOL_ENV = "CL_VALIDATE_POOL"
+_PROC = Path("/proc")
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants of this process its children (Linux); False elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _stat(pid: int) -> tuple[int, str] | None:
+    """(parent pid, state) of a live process; None if it is gone."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
+    return int(fields[1]), fields[0]
+
+
+def _parents(*, zombies: bool = False) -> dict[int, int]:
+    """pid → parent pid of every process (zombies only when asked: they hold no resources,
+    but a parent must collect them)."""
+    out: dict[int, int] = {}
+    try:
+        entries = os.listdir(_PROC)
+    except OSError:
+        return out
+    for name in entries:
+        if name.isdigit():
+            st = _stat(int(name))
+            if st is not None and (zombies or st[1] != "Z"):
+                out[int(name)] = st[0]
+    return out
+
+
+def children(pid: int, *, zombies: bool = False) -> list[int]:
+    """The processes whose parent is `pid`."""
+    return [c for c, parent in _parents(zombies=zombies).items() if parent == pid]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid`, children before grandchildren."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _parents().items():
+        children.setdefault(parent, []).append(child)
+    out: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def describe(pid: int) -> str:
+    """``pid 123: sleep 1000`` (its command line), for a report."""
+    try:
+        raw = (_PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        raw = b""
+    cmd = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
+    return f"pid {pid}: {cmd[:120] or '?'}"
+
+
+def has_env(pid: int, name: str, value: str) -> bool:
+    """The process's environment (as it started) holds ``name=value``."""
+    try:
+        env = (_PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return False
+    return f"{name}={value}".encode() in env.split(b"\0")
+
+
+def kill(pids: list[int]) -> None:
+    for p in pids:
+        with contextlib.suppress(OSError):
+            os.kill(p, signal.SIGKILL)
+
+
+def reap(pids: list[int] | None = None) -> None:
+    """Collect exited children (orphans re-parented to a subreaper are children too, and
+    would stay zombies): those in `pids`, or every one (only where no other code waits for
+    its own children: not in a process that runs multiprocessing workers)."""
+    if pids is not None:  # just killed: give them a moment to exit
+        left, deadline = set(pids), time.monotonic() + 2.0
+        while left and time.monotonic() < deadline:
+            for p in list(left):
+                try:
+                    if os.waitpid(p, os.WNOHANG)[0] != 0:
+                        left.discard(p)
+                except (ChildProcessError, OSError):
+                    left.discard(p)
+            if left:
+                time.sleep(0.01)
+        return
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def end_descendants(pid: int, *, settle_s: float = 2.0) -> list[str]:
+    """Kill every process below `pid` (repeatedly: a dying process may leave orphans that
+    are re-parented a moment later); returns a description of each, as found first."""
+    found: list[str] = []
+    seen: set[int] = set()
+    deadline = time.monotonic() + settle_s
+    while True:
+        below = descendants(pid)
+        new = [p for p in below if p not in seen]
+        found.extend(describe(p) for p in new)
+        seen.update(new)
+        if not below:
+            return found
+        kill(below)
+        if pid == os.getpid():
+            reap()
+        if time.monotonic() > deadline:
+            return found
+        time.sleep(0.02)
+
+
+def rss_mb(pids: list[int]) -> float | None:
+    """Resident memory of these processes together (Linux); None where it cannot be read."""
+    total, seen = 0.0, False
+    for pid in pids:
+        try:
+            with open(_PROC / str(pid) / "status", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) / 1024.0
+                        seen = True
+                        break
+        except (OSError, ValueError):
+            continue
+    return total if seen else None
