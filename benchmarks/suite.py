@@ -1,16 +1,19 @@
 """Suite wall time: cold with 1 worker, cold with N workers, and warm (unchanged suite).
 
-    python benchmarks/suite.py model_cases [-k PATTERN ...] [--jobs 2]
+    python benchmarks/suite.py model_cases [-k PATTERN ...] [--jobs 2] [--repeat 3]
 
-Each run is a fresh ``cl-validate run`` process; the cold runs get empty cache directories,
-the warm run reuses the cache the cold N-worker run filled. Prints the wall times, the
-speed-up of N workers over 1, the warm/cold ratio, and the largest worker's peak RSS.
+Each run is a fresh ``cl-validate run`` process. The cold runs get empty cache directories and
+alternate (-j 1, -j N, -j 1, ...), so a noisy neighbour on a shared machine slows both alike;
+the medians are compared. The warm run reuses a cache a cold run filled. Prints every run,
+the medians, the speed-up of N workers over 1, the warm/cold ratio, and the largest worker's
+peak RSS.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,21 +45,30 @@ def main() -> None:
     ap.add_argument("paths", nargs="*", default=["model_cases"])
     ap.add_argument("-k", dest="patterns", action="append", default=[])
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3, help="cold runs of each (alternating)")
     args = ap.parse_args()
+    cold: dict[int, list[float]] = {1: [], args.jobs: []}
+    peaks: dict[int, float] = {1: 0.0, args.jobs: 0.0}
     with tempfile.TemporaryDirectory() as tmp:
-        one, many = Path(tmp, "one"), Path(tmp, "many")
-        cold1, out1 = run(args.paths, args.patterns, 1, one)
-        n_runs = len(re.findall(r"^\[\s*\d+/\d+\]", out1, flags=re.M))
-        print(f"{n_runs} case x target runs")
-        print(f"cold, -j 1:        {cold1:7.1f} s   largest worker {peak_mb(out1):.0f} MB")
-        coldn, outn = run(args.paths, args.patterns, args.jobs, many)
-        print(f"cold, -j {args.jobs}:        {coldn:7.1f} s   "
-              f"largest worker {peak_mb(outn):.0f} MB")
-        warm, outw = run(args.paths, args.patterns, args.jobs, many)
-        print(f"warm, -j {args.jobs}:        {warm:7.1f} s   "
-              f"({'all' if 'reused' in outw else 'NOT all'} measurements from the cache)")
-        print(f"speed-up -j {args.jobs} over -j 1: {cold1 / coldn:.2f}x")
-        print(f"warm / cold (-j {args.jobs}):     {warm / coldn:.1%}")
+        n_runs = 0
+        for i in range(args.repeat):
+            for jobs in (1, args.jobs):
+                wall, out = run(args.paths, args.patterns, jobs, Path(tmp, f"cold-{jobs}-{i}"))
+                n_runs = len(re.findall(r"^\[\s*\d+/\d+\]", out, flags=re.M))
+                cold[jobs].append(wall)
+                peaks[jobs] = max(peaks[jobs], peak_mb(out))
+                print(f"cold, -j {jobs}: {wall:7.1f} s", flush=True)
+        warm, outw = run(args.paths, args.patterns, args.jobs, Path(tmp, f"cold-{args.jobs}-0"))
+    one, many = statistics.median(cold[1]), statistics.median(cold[args.jobs])
+    print(f"\n{n_runs} case x target runs, {args.repeat} cold runs of each, alternating")
+    print(f"cold, -j 1 (median):  {one:7.1f} s   largest worker {peaks[1]:.0f} MB")
+    print(f"cold, -j {args.jobs} (median):  {many:7.1f} s   largest worker "
+          f"{peaks[args.jobs]:.0f} MB")
+    print(f"warm, -j {args.jobs}:           {warm:7.1f} s   "
+          f"({'all' if 'reused' in outw else 'NOT all'} measurements from the cache)")
+    pairs = ", ".join(f"{a / b:.2f}" for a, b in zip(cold[1], cold[args.jobs], strict=True))
+    print(f"speed-up -j {args.jobs} over -j 1: {one / many:.2f}x (pairwise: {pairs})")
+    print(f"warm / cold (-j {args.jobs}):     {warm / many:.1%}")
 
 
 if __name__ == "__main__":

@@ -143,6 +143,17 @@ def test_a_case_that_errors_is_one_error_and_its_other_checks_are_not_run(plain_
 
 
 @pytest.mark.compile
+def test_worker_processes_give_the_same_verdicts(plain_run, project):
+    """--cl-timeout runs each case in a worker process (as cl-validate run does), where a
+    factory that raises is found too."""
+    proc = _pytest(project, "model_cases", "--cl-timeout", "300", "--junitxml=isolated.xml")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    plain = {k: kind for k, (kind, _) in _outcomes(project / "plain.xml").items()}
+    isolated = {k: kind for k, (kind, _) in _outcomes(project / "isolated.xml").items()}
+    assert isolated == plain
+
+
+@pytest.mark.compile
 def test_xdist_gives_the_same_verdicts(plain_run, xdist_run, project):
     assert xdist_run.returncode == 1, xdist_run.stdout + xdist_run.stderr
     assert "2 workers" in xdist_run.stdout

@@ -74,18 +74,29 @@ def children(pid: int, *, zombies: bool = False) -> list[int]:
     return [c for c, parent in _parents(zombies=zombies).items() if parent == pid]
 
 
+class Snapshot:
+    """The process tree at one moment (one pass over ``/proc``), to ask about several
+    processes without reading it again for each."""
+
+    def __init__(self) -> None:
+        self._children: dict[int, list[int]] = {}
+        for child, parent in _parents().items():
+            self._children.setdefault(parent, []).append(child)
+
+    def below(self, pid: int) -> list[int]:
+        """Every live process below `pid`, children before grandchildren."""
+        out: list[int] = []
+        todo = list(self._children.get(pid, []))
+        while todo:
+            p = todo.pop(0)
+            out.append(p)
+            todo.extend(self._children.get(p, []))
+        return out
+
+
 def descendants(pid: int) -> list[int]:
     """Every live process below `pid`, children before grandchildren."""
-    children: dict[int, list[int]] = {}
-    for child, parent in _parents().items():
-        children.setdefault(parent, []).append(child)
-    out: list[int] = []
-    todo = list(children.get(pid, []))
-    while todo:
-        p = todo.pop(0)
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
+    return Snapshot().below(pid)
 
 
 def describe(pid: int) -> str:

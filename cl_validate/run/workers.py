@@ -327,6 +327,7 @@ class WorkerPool:
             conns = [w.conn for w in self._workers]
             sentinels = [w.process.sentinel for w in self._workers]
             wait([*conns, *sentinels], timeout=_POLL_S)  # until a message, an exit or a tick
+            tree = procs.Snapshot()  # once per tick, for every worker's limits
             for w in list(self._workers):
                 for msg in _drain(w.conn):
                     if self._ready(w, msg):
@@ -353,7 +354,7 @@ class WorkerPool:
                     self._retire(w)
                     continue
                 if w.case is not None:
-                    self._enforce_limits(w, fail_rest)
+                    self._enforce_limits(w, fail_rest, tree)
         self._end_orphans()
         for case in cases:  # a bug here must never drop a case from the report
             for t in sorted(owed.get(id(case), ())):
@@ -370,14 +371,15 @@ class WorkerPool:
                 f"worker processes {_describe_exit(w.process.exitcode)} while importing torch "
                 f"and TVM, {self._startup_failures} times" + (f":\n{tail}" if tail else ""))
 
-    def _enforce_limits(self, w: _Worker, fail: Callable[[_Worker, str, str], None]) -> None:
+    def _enforce_limits(self, w: _Worker, fail: Callable[[_Worker, str, str], None],
+                        snapshot: procs.Snapshot) -> None:
         assert w.case is not None
         limit_s = self.options.timeout or w.case.timeout
         if time.perf_counter() - w.started > limit_s:
             self._stop(w, fail, f"timed out after {limit_s:g} s (timeout)", "Timeout")
             return
         cap = self.options.max_memory_mb or w.case.max_memory_mb
-        tree = [w.process.pid, *procs.descendants(w.process.pid)]
+        tree = [w.process.pid, *snapshot.below(w.process.pid)]
         rss = procs.rss_mb(tree)
         if rss is not None and rss > cap:
             what = "worker" if len(tree) == 1 else f"worker and {len(tree) - 1} process(es) it " \
