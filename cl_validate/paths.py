@@ -12,9 +12,11 @@ This module never imports torch or TVM.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from cl_validate.errors import UsageError
@@ -74,6 +76,38 @@ def display_path(path: str | Path) -> str:
         return str(p.resolve().relative_to(Path.cwd().resolve()))
     except (ValueError, OSError):
         return str(p)
+
+
+def repo_root(start: Path, env: Mapping[str, str] | None = None) -> Path:
+    """The repository a file belongs to, as CI publishers resolve annotation paths:
+    ``$GITHUB_WORKSPACE`` when the file is inside it, else the nearest folder above it that
+    holds ``.git`` (a folder, or a file in a worktree or submodule), else the working
+    directory."""
+    env = os.environ if env is None else env
+    here = start.resolve()
+    workspace = env.get("GITHUB_WORKSPACE")
+    if workspace:
+        ws = Path(workspace).resolve()
+        if here == ws or ws in here.parents:
+            return ws
+    return _git_top(here if here.is_dir() else here.parent) or Path.cwd().resolve()
+
+
+@functools.lru_cache(maxsize=256)
+def _git_top(folder: Path) -> Path | None:
+    for d in (folder, *folder.parents):
+        if (d / ".git").exists():
+            return d
+    return None
+
+
+def repo_path(path: str | Path, env: Mapping[str, str] | None = None) -> str:
+    """`path` as reports name it: relative to `repo_root`, with forward slashes, never
+    absolute (a file outside the root is named through ``..``), the same from any working
+    directory: what GitHub's annotations and the JUnit publishers resolve."""
+    p = Path(path).resolve()
+    root = repo_root(p, env)
+    return Path(os.path.relpath(p, root)).as_posix()
 
 
 def report_file(path: str | Path, option: str) -> Path:

@@ -39,7 +39,8 @@ from typing import Any
 
 import pytest
 
-from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status
+from cl_validate.checks.judge import declaring_line
+from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status, check_id
 from cl_validate.errors import UsageError
 from cl_validate.run.options import RunOptions, add_to_pytest, run_options, selected_targets
 from cl_validate.run.suite import run_suite
@@ -133,7 +134,7 @@ class CaseNode(pytest.Collector):
     def collect(self) -> Iterator[CheckItem]:
         for target in selected_targets(self.case, _run_options(self.config)):
             for check in CHECKS:
-                yield CheckItem.from_parent(self, name=f"{check}[{target}]", check=check,
+                yield CheckItem.from_parent(self, name=check_id(check, target), check=check,
                                             target=target)
 
     def check(self, target: str, name: str) -> CheckResult:
@@ -210,15 +211,8 @@ class CheckItem(pytest.Item):
     def reportinfo(self) -> tuple[Path, int | None, str]:
         check = getattr(self, "_check", None)
         line = (check.line if check is not None else None) or \
-            self.parent.case.line_of(*_DECLARED_BY.get(self.check, ("model",))) or 1
+            declaring_line(self.parent.case, self.check)
         return self.path, line - 1, f"{self.parent.name}::{self.name}"
-
-
-#: Where a case declares what each check checks (its line until a verdict names one).
-_DECLARED_BY: dict[str, tuple[str, ...]] = {
-    "layout": ("layout",), "layout_transforms": ("budget", "layout_transforms"),
-    "kernels": ("budget", "kernels"), "numerics": ("tolerance",),
-}
 
 
 def _text(c: CheckResult) -> str:

@@ -111,10 +111,10 @@ def run_cli(argv: list[str]) -> CliRun:
 
 
 def by_case(xml: Any) -> dict[str, dict[str, Any]]:
-    """A parsed JUnit report (junitparser) as case name → testcase name → testcase; the
-    names are unique within one target's suite (use it on one-target reports)."""
+    """A parsed JUnit report (junitparser) of a one-target run as case name → check →
+    testcase (the testcase ``layout_transforms[llvm]`` under ``layout_transforms``)."""
     out: dict[str, dict[str, Any]] = {}
     for suite in xml:
         for tc in suite:
-            out.setdefault(tc.classname, {})[tc.name] = tc
+            out.setdefault(tc.classname, {})[tc.name.split("[")[0]] = tc
     return out

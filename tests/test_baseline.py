@@ -169,7 +169,7 @@ def test_run_passes_against_the_baseline_then_a_broken_fusion_fails(recorded, tm
     code, out = run_cli(["run", str(case), "--no-isolation", "--junit", str(junit)]).both()
     assert code == ExitCode.CHECK_FAILED, out
     (tc,) = [tc for suite in JUnitXml.fromfile(str(junit)) for tc in suite
-             if tc.name == "kernel_list"]
+             if tc.name == "kernel_list[llvm]"]
     (failure,) = tc.result
     assert isinstance(failure, Failure) and failure.type == "KernelListChanged"
     assert failure.message.startswith("kernel list differs from the baseline (llvm): 2 split")

@@ -221,7 +221,7 @@ def test_stale_budget_fails_unless_pyproject_says_warn(tmp_path, monkeypatch):
     code, out = run_cli(["run", str(case), "--no-isolation", "--junit", str(junit)]).both()
     assert code == ExitCode.CHECK_FAILED, out
     (tc,) = [tc for s in JUnitXml.fromfile(str(junit)) for tc in s
-             if tc.name == "layout_transforms"]
+             if tc.name == "layout_transforms[llvm]"]
     (failure,) = tc.result
     assert isinstance(failure, Failure) and failure.type == "BudgetStale"
     assert failure.message == ("budget stale: layout_transforms 2 < 3 (llvm) — run "

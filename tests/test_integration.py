@@ -56,7 +56,7 @@ def _cases(xml: JUnitXml, target: str) -> dict[tuple[str, str], object]:
     for suite in xml:
         if suite.name == f"cl_validate.{target}":
             for tc in suite:
-                out[(tc.classname, tc.name)] = tc
+                out[(tc.classname, tc.name.removesuffix(f"[{target}]"))] = tc
     return out
 
 

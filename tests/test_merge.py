@@ -3,6 +3,7 @@ every kind of bad input is a one-line error that writes nothing."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 import xml.etree.ElementTree as ET
@@ -111,10 +112,28 @@ def test_merged_report_validates_against_the_schema(shards):
 def test_failure_details_survive_the_merge(shards):
     root = ET.parse(shards["merged"]).getroot()
     (failure,) = [tc.find("failure") for tc in root.iter("testcase")
-                  if tc.get("classname") == "over" and tc.get("name") == "layout_transforms"]
+                  if tc.get("classname") == "over" and tc.get("name") == "layout_transforms[llvm]"]
     assert failure is not None
     assert (failure.get("message") or "").startswith("layout_transforms 2 > budget 1 (llvm)")
     assert ">>" in (failure.text or "")
+
+
+@pytest.mark.compile
+def test_a_report_from_before_names_carried_the_target_still_merges(shards, tmp_path):
+    """Reports written before #14 named a check without its target; merged, they read as
+    now, and collide with a new report of the same cases."""
+    old = tmp_path / "old-shard-1.xml"
+    old.write_text(re.sub(r'name="(\w+)\[(llvm|cuda)\]"', r'name="\1"',
+                          (shards["reports"] / "shard-1.xml").read_text()))
+    assert "[llvm]" not in old.read_text()
+    out = tmp_path / "merged.xml"
+    code, _, err = run_cli(["merge", str(old), str(shards["reports"] / "shard-2.xml"), "-o",
+                            str(out)])
+    assert code == ExitCode.OK, err
+    assert sorted(_testcases(out)) == sorted(_testcases(shards["merged"]))
+    code, _, err = run_cli(["merge", str(old), str(shards["reports"] / "shard-1.xml"), "-o",
+                            str(tmp_path / "twice.xml")])
+    assert code == ExitCode.USAGE_ERROR and "duplicate testcase" in err
 
 
 @pytest.mark.compile

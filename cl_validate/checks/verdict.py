@@ -24,6 +24,13 @@ CHECKS: tuple[str, ...] = (COMPILE, "layout", "layout_transforms", "kernels", "k
 NOT_RUN_ERRORED = "not run: the case errored"
 
 
+def check_id(check: str, target: str) -> str:
+    """How every report names one check on one target, ``layout_transforms[llvm]``: the
+    pytest plugin's item name, the JUnit testcase name (publishers key tests on classname and
+    name, so the target must be in the name, not only in the suite)."""
+    return f"{check}[{target}]"
+
+
 class Status(enum.Enum):
     PASSED = "passed"
     FAILED = "failed"

@@ -7,6 +7,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from cl_validate.checks.judge import declaring_line
 from cl_validate.checks.verdict import CHECKS, COMPILE, CaseResult, CheckResult, Status
 from cl_validate.cli.common import DEFAULT_PATH, add_paths, select
 from cl_validate.errors import ExitCode, UsageError
@@ -145,7 +146,7 @@ def _not_run(cases: Sequence[CaseSpec], options: RunOptions, done: Sequence[Case
     for c in cases:
         for t in selected_targets(c, options):
             if (c.name, t) not in finished:
-                out.append(CaseResult(c, t, [CheckResult(ch, Status.SKIPPED,
-                                                         f"not run: run interrupted ({why})",
-                                                         kind="NotRun") for ch in CHECKS]))
+                out.append(CaseResult(c, t, [
+                    CheckResult(ch, Status.SKIPPED, f"not run: run interrupted ({why})",
+                                kind="NotRun", line=declaring_line(c, ch)) for ch in CHECKS]))
     return out

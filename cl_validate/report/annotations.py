@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TextIO
 
 from cl_validate.checks.verdict import CaseResult, CheckResult, Status
-from cl_validate.paths import display_path
+from cl_validate.paths import repo_path
 
 #: Annotations of each kind GitHub shows per step (more are dropped without a word).
 SHOWN_PER_STEP = 10
@@ -39,16 +39,8 @@ def escape_property(text: str) -> str:
 
 def annotation_path(path: Path, env: Mapping[str, str] | None = None) -> str:
     """The case file as GitHub resolves annotation paths: relative to the checkout
-    (``$GITHUB_WORKSPACE``) when the file is inside it, else as the JUnit ``file`` shows it
-    (relative to the working directory)."""
-    env = os.environ if env is None else env
-    workspace = env.get("GITHUB_WORKSPACE")
-    if workspace:
-        try:
-            return path.resolve().relative_to(Path(workspace).resolve()).as_posix()
-        except ValueError:
-            pass
-    return display_path(path)
+    (``$GITHUB_WORKSPACE``), as the JUnit ``file`` names it (`paths.repo_path`)."""
+    return repo_path(path, env)
 
 
 def _command(kind: str, result: CaseResult, check: CheckResult,
@@ -62,7 +54,7 @@ def _command(kind: str, result: CaseResult, check: CheckResult,
     head = ",".join(f"{k}={escape_property(v)}" for k, v in props)
     message = check.message
     if result.kernels is not None and check.check in ("layout_transforms", "kernels"):
-        message += (f"\ncl-validate show {shlex.quote(display_path(result.case.path))} --target "
+        message += (f"\ncl-validate show {shlex.quote(repo_path(result.case.path))} --target "
                     f"{result.target} lists the stages and the kernels")
     return f"::{kind} {head}::{escape_data(message)}"
 

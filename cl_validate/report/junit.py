@@ -30,8 +30,8 @@ from junitparser import (
 from junitparser import TestCase as _TestCase
 
 from cl_validate.atomic import write_atomic
-from cl_validate.checks.verdict import CaseResult, Status
-from cl_validate.paths import display_path
+from cl_validate.checks.verdict import CaseResult, Status, check_id
+from cl_validate.paths import repo_path
 
 #: Characters XML 1.0 cannot hold at all (most C0 controls, lone surrogates, U+FFFE/F): a
 #: model's output in an error's tail may contain any byte.
@@ -67,8 +67,9 @@ class CheckTestCase(_TestCase):
 
 def _testcase(result: CaseResult, index: int) -> CheckTestCase:
     check = result.checks[index]
-    tc = CheckTestCase(check.check, classname=result.case.name, time=round(check.seconds, 3))
-    tc.file = display_path(result.case.path)
+    tc = CheckTestCase(check_id(check.check, result.target), classname=result.case.name,
+                       time=round(check.seconds, 3))
+    tc.file = repo_path(result.case.path)
     if check.line:
         tc.line = check.line
     figures = check.measured.properties()

@@ -23,7 +23,7 @@ from pathlib import Path
 from cl_validate.analysis.model import Kernel, KernelList
 from cl_validate.atomic import write_atomic
 from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status
-from cl_validate.paths import display_path
+from cl_validate.paths import repo_path
 
 MARK = {Status.PASSED: "✅", Status.FAILED: "❌", Status.ERROR: "⚠️", Status.SKIPPED: "⏭️"}
 #: GitHub refuses a step summary over 1 MiB; stay under it with room for other steps' text.
@@ -247,7 +247,7 @@ def _table(results: Sequence[CaseResult], target: str) -> list[str]:
 
 
 def _where(result: CaseResult, check: CheckResult) -> str:
-    path = display_path(result.case.path)
+    path = repo_path(result.case.path)
     return f"{path}:{check.line}" if check.line else path
 
 
@@ -259,7 +259,7 @@ def _stages(result: CaseResult) -> str:
 def failure_section(result: CaseResult, *, chart: bool = True) -> str:
     """Why one case × target failed: messages, transforms per stage, the kernel chain."""
     out = [f"### {MARK[result.status]} `{_cell(result.case.name)}` on {_cell(result.target)}",
-           "", f"Case file: {_code(display_path(result.case.path))}", ""]
+           "", f"Case file: {_code(repo_path(result.case.path))}", ""]
     for c in result.checks:
         if c.status.bad:
             out.append(f"- {MARK[c.status]} **{c.check}**: {_code(c.message)} "

@@ -90,6 +90,7 @@ def merge(paths: Sequence[str]) -> ET.Element:
                 head.extend(copy.deepcopy(p) for p in suite.findall("properties"))
                 merged = suites[name] = _Suite(head)
             for tc in suite.findall("testcase"):
+                tc = _with_target(copy.deepcopy(tc), name)
                 key = (name, tc.get("classname", ""), tc.get("name", ""))
                 if key in seen:
                     where = "twice in " + path if seen[key] == path else \
@@ -98,12 +99,23 @@ def merge(paths: Sequence[str]) -> ET.Element:
                                      f"'{name}' {where}", hint="each shard must run different "
                                      "cases: give every job the same --shard N and case list")
                 seen[key] = path
-                merged.cases.append(copy.deepcopy(tc))
+                merged.cases.append(tc)
             merged.seconds += _seconds(suite) if suite.get("time") else \
                 sum(_seconds(tc) for tc in suite.findall("testcase"))
             merged.out.extend(e.text for e in suite.findall("system-out") if e.text)
             merged.err.extend(e.text for e in suite.findall("system-err") if e.text)
     return _assemble(root_name or "cl_validate", suites.values())
+
+
+def _with_target(tc: ET.Element, suite: str) -> ET.Element:
+    """A testcase of a cl_validate report written before names carried the target
+    (``layout_transforms`` in suite ``cl_validate.llvm``) named as now
+    (``layout_transforms[llvm]``), so old and new reports merge into one set of tests."""
+    target = suite.removeprefix("cl_validate.")
+    name = tc.get("name", "")
+    if suite.startswith("cl_validate.") and target and not name.endswith("]"):
+        tc.set("name", f"{name}[{target}]")
+    return tc
 
 
 def _assemble(name: str, suites: Iterable[_Suite]) -> ET.Element:

@@ -17,6 +17,7 @@ share one cache directory; a corrupt or unreadable entry is treated as a miss.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -97,7 +98,11 @@ class Cache:
             return None
         except Exception:  # corrupt, truncated or from another version: a miss
             return None
-        return m if isinstance(m, Measurement) else None
+        if not isinstance(m, Measurement):
+            return None
+        with contextlib.suppress(OSError):  # a read-only cache still answers
+            os.utime(path)  # "used by this run": what CI's pruning keeps
+        return m
 
     def put(self, k: str, m: Measurement) -> None:
         write_atomic(self._path(k), pickle.dumps(m, protocol=pickle.HIGHEST_PROTOCOL))

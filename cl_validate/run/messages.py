@@ -37,6 +37,9 @@ class TargetMeasured:
     measurement: Measurement
     key: str | None = None  # its cache key (None: not cacheable, or no cache)
     cached: bool = False  # read from the cache, not measured
+    #: Wall time this case × target cost the run, by the parent's clock (set by the parent:
+    #: the time since the worker's previous result, its start-up for its first case).
+    wall_seconds: float | None = None
 
 
 @dataclass(frozen=True)

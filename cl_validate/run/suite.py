@@ -11,6 +11,7 @@ the weights digest that keys the cache, export, compile, run — happens in a wo
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -58,7 +59,8 @@ class _Judge:
                     print(f"cl-validate: warning: cannot write the cache in {self.cache.root}: "
                           f"{exc.strerror or exc}; measurements are not kept for the next "
                           "run (hint: check --cache-dir)", file=sys.stderr)
-        self.on_result(judge(case, m, self.options.stale_budget))
+        self.on_result(judge(case, m, self.options.stale_budget, wall_seconds=msg.wall_seconds,
+                             cached=msg.cached))
 
 
 def run_suite(cases: Sequence[CaseSpec], options: RunOptions,
@@ -95,9 +97,13 @@ def in_process(cases: Iterable[CaseSpec], options: RunOptions,
     cases = list(cases)
     if options.require_device:
         require_devices(cases, options, device_available)
+    last = time.perf_counter()
     for case in cases:
         def emit(m: Measurement, key: str | None, cached: bool, case: CaseSpec = case) -> None:
-            on_target(case, TargetMeasured(m, key, cached))
+            nonlocal last
+            now = time.perf_counter()
+            on_target(case, TargetMeasured(m, key, cached, wall_seconds=now - last))
+            last = now
 
         measure_or_reuse(case, options, emit)
 
@@ -109,7 +115,8 @@ def run_in_process(cases: Iterable[CaseSpec], options: RunOptions,
     results: list[CaseResult] = []
 
     def keep(case: CaseSpec, msg: TargetMeasured) -> None:
-        r = judge(case, msg.measurement, options.stale_budget)
+        r = judge(case, msg.measurement, options.stale_budget, wall_seconds=msg.wall_seconds,
+                  cached=msg.cached)
         results.append(r)
         if on_result is not None:
             on_result(r)

@@ -26,7 +26,7 @@ import uuid
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -121,7 +121,9 @@ class _Worker:
     conn: Connection
     log_path: Path
     case: CaseSpec | None = None
-    started: float = 0.0
+    started: float = 0.0  # when the current case was handed over
+    spawned: float = field(default_factory=time.perf_counter)
+    last_event: float | None = None  # the previous result, for the next one's wall time
     log_offset: int = 0
     pending: list[str] = field(default_factory=list)  # targets not reported yet
     ready: bool = False
@@ -305,12 +307,12 @@ class WorkerPool:
             body = "\n\n".join(part for part in (
                 detail.strip(), f"last output of the worker:\n{tail}" if tail.strip() else "")
                 if part)
-            seconds = time.perf_counter() - w.started
             line = w.case.line_of("model")  # the case's code did it (or ran into it)
             pending, w.pending = w.pending, []
             for t in pending:
                 on_target(w.case, TargetMeasured(Measurement(
-                    t, ErrorRecord(message, kind, body, line), seconds=seconds)))
+                    t, ErrorRecord(message, kind, body, line),
+                    seconds=time.perf_counter() - w.started), wall_seconds=_tick(w)))
 
         while queue or any(w.case is not None for w in self._workers):
             # Keep `jobs` workers alive while there is work to hand out.
@@ -321,6 +323,10 @@ class WorkerPool:
                 if w.ready and w.case is None and queue:
                     case = queue.popleft()
                     w.case, w.started = case, time.perf_counter()
+                    if w.last_event is None:  # its first case carries its start-up
+                        w.last_event = w.spawned
+                    else:  # time idle between cases is nobody's
+                        w.last_event = w.started
                     w.pending = selected_targets(case, self.options)
                     w.log_offset = w.log_path.stat().st_size
                     w.conn.send(RunCase(case, self.options))
@@ -336,7 +342,7 @@ class WorkerPool:
                         assert w.case is not None
                         # Reported before it leaves `pending`: if that raises, the case is
                         # still owed a verdict, never silently dropped.
-                        on_target(w.case, msg)
+                        on_target(w.case, replace(msg, wall_seconds=_tick(w)))
                         if msg.measurement.target in w.pending:
                             w.pending.remove(msg.measurement.target)
                     elif isinstance(msg, CaseDone):
@@ -398,6 +404,14 @@ class WorkerPool:
         fail(w, message, kind)
         w.case = None
         self._retire(w)
+
+
+def _tick(w: _Worker) -> float:
+    """Wall time since `w`'s previous event (which this one becomes)."""
+    now = time.perf_counter()
+    last = w.last_event if w.last_event is not None else w.started
+    w.last_event = now
+    return max(now - last, 0.0)
 
 
 def _drain(conn: Connection) -> list[FromWorker]:
