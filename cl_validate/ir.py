@@ -152,6 +152,15 @@ def static_shape(expr: object) -> tuple[int | None, ...] | None:
     return tuple(int(d.value) if isinstance(d, tvm.tirx.IntImm) else None for d in dims)
 
 
+def shown_shape(expr: object) -> tuple[int | str, ...] | None:
+    """The shape for a person: ints, and each symbolic extent as its expression (``batch``,
+    ``batch * 2``); None if the rank is unknown."""
+    dims = shape_exprs(expr)
+    if dims is None:
+        return None
+    return tuple(int(d.value) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in dims)
+
+
 def known_shape(expr: object) -> tuple[int, ...] | None:
     """The shape when every extent is a known int, else None."""
     shape = static_shape(expr)

@@ -123,38 +123,42 @@ class CaseFile(pytest.File):
 
 
 class CaseNode(pytest.Collector):
-    """One case: a ``check[target]`` item per selected target and check. Compiles each
-    target on first use and keeps the result for that target's other checks."""
+    """One case: a ``check[target]`` item per selected target and check, and a
+    ``check[variant-target]`` one per [[variants]] entry. Compiles each run × target on first
+    use and keeps the result for its other checks."""
 
     def __init__(self, *, case: CaseSpec, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.case = case
-        self._results: dict[str, CaseResult | BaseException] = {}
+        self._results: dict[tuple[str, str], CaseResult | BaseException] = {}
 
     def collect(self) -> Iterator[CheckItem]:
-        for target in selected_targets(self.case, _run_options(self.config)):
-            for check in CHECKS:
-                yield CheckItem.from_parent(self, name=check_id(check, target), check=check,
-                                            target=target)
+        for run in self.case.expand():
+            variant = run.variant.name if run.variant else None
+            for target in selected_targets(run, _run_options(self.config)):
+                for check in CHECKS:
+                    yield CheckItem.from_parent(self, name=check_id(check, target, variant),
+                                                check=check, target=target, run=run)
 
-    def check(self, target: str, name: str) -> CheckResult:
-        if target not in self._results:
+    def check(self, run: CaseSpec, target: str, name: str) -> CheckResult:
+        key = (run.label, target)
+        if key not in self._results:
             try:
-                self._results[target] = self._run(target)
-            except Exception as exc:  # every check of this case × target reports it
-                self._results[target] = exc
-        result = self._results[target]
+                self._results[key] = self._run(run, target)
+            except Exception as exc:  # every check of this run × target reports it
+                self._results[key] = exc
+        result = self._results[key]
         if isinstance(result, BaseException):
             raise result
         return result.check(name)
 
-    def _run(self, target: str) -> CaseResult:
+    def _run(self, run: CaseSpec, target: str) -> CaseResult:
         options = replace(_run_options(self.config), targets=(target,))
         with warnings.catch_warnings():  # as the CLI: torch.export's noise is not ours
             warnings.simplefilter("ignore", FutureWarning)
             warnings.filterwarnings("ignore", category=UserWarning, module="torch")
             results: list[CaseResult] = []
-            run_suite([self.case], options, results.append,
+            run_suite([run], options, results.append,
                       pool=self._pool(options) if options.isolate else None)
         (result,) = [r for r in results if r.target == target]
         return result
@@ -173,15 +177,15 @@ class CheckItem(pytest.Item):
 
     parent: CaseNode
 
-    def __init__(self, *, check: str, target: str, **kwargs: Any) -> None:
+    def __init__(self, *, check: str, target: str, run: CaseSpec, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.check, self.target = check, target
+        self.check, self.target, self.run = check, target, run
 
     def setup(self) -> None:
         # Failing in setup makes pytest report an error, as the CLI's JUnit has <error>.
         # pytrace=False: the message is the report, a traceback into the plugin is noise.
         try:
-            self._check = self.parent.check(self.target, self.check)
+            self._check = self.parent.check(self.run, self.target, self.check)
         except UsageError as exc:  # the factory or pipeline cannot be used, no device
             unusable = str(exc)
         else:
@@ -211,7 +215,7 @@ class CheckItem(pytest.Item):
     def reportinfo(self) -> tuple[Path, int | None, str]:
         check = getattr(self, "_check", None)
         line = (check.line if check is not None else None) or \
-            declaring_line(self.parent.case, self.check)
+            declaring_line(self.run, self.check)
         return self.path, line - 1, f"{self.parent.name}::{self.name}"
 
 

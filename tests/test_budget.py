@@ -18,7 +18,7 @@ from cl_validate.checks.budget import check_kernels, check_layout_transforms
 from cl_validate.checks.verdict import Status
 from cl_validate.errors import ExitCode
 from cl_validate.spec import load_case
-from cl_validate.spec.budgets import plan, rewrite
+from cl_validate.spec.budgets import Measured, plan, rewrite
 from cl_validate.spec.config import StalePolicy
 from tests.conftest import DATA, MINIMAL, run_cli, tiny_case
 
@@ -90,8 +90,8 @@ def _case(tmp_path: Path, text: str, name: str = "c.toml"):
 
 def test_tighten_lowers_in_place_and_keeps_every_comment(tmp_path):
     case = _case(tmp_path, RESNET)
-    p = plan(case, {"llvm": {"layout_transforms": 1, "kernels": 56},
-                    "cuda": {"layout_transforms": 1, "kernels": 55}},
+    p = plan(case, {None: {"llvm": {"layout_transforms": 1, "kernels": 56},
+                    "cuda": {"layout_transforms": 1, "kernels": 55}}},
              allow_increase=False, reason="")
     new = rewrite(RESNET, p)
     changed = {(a, b) for a, b in zip(RESNET.splitlines(), new.splitlines(), strict=True)
@@ -109,8 +109,8 @@ def test_tighten_lowers_in_place_and_keeps_every_comment(tmp_path):
 
 def test_tighten_adds_an_override_only_where_a_target_differs(tmp_path):
     case = _case(tmp_path, MINIMAL + "kernels = 5   # why five\n")
-    p = plan(case, {"llvm": {"layout_transforms": 2, "kernels": 4},
-                    "cuda": {"layout_transforms": 2, "kernels": 3}},
+    p = plan(case, {None: {"llvm": {"layout_transforms": 2, "kernels": 4},
+                    "cuda": {"layout_transforms": 2, "kernels": 3}}},
              allow_increase=False, reason="")
     new = rewrite(case.path.read_text(), p)
     assert "kernels = 4   # why five\n" in new
@@ -121,7 +121,8 @@ def test_tighten_adds_an_override_only_where_a_target_differs(tmp_path):
 
 def test_a_target_not_measured_keeps_its_budget(tmp_path):
     case = _case(tmp_path, MINIMAL)
-    p = plan(case, {"llvm": {"layout_transforms": 1, "kernels": 4}}, allow_increase=False,
+    p = plan(case, {None: {"llvm": {"layout_transforms": 1, "kernels": 4}}},
+             allow_increase=False,
              reason="")
     after = _case(tmp_path, rewrite(case.path.read_text(), p), "after.toml")
     assert after.budget_for("llvm").layout_transforms == 1
@@ -132,8 +133,8 @@ def test_a_target_not_measured_keeps_its_budget(tmp_path):
 
 def test_an_increase_is_refused_unless_allowed_with_a_reason(tmp_path):
     case = _case(tmp_path, OVERRIDDEN)
-    measured = {"llvm": {"layout_transforms": 2, "kernels": 3},
-                "cuda": {"layout_transforms": 2, "kernels": 3}}
+    measured: Measured = {None: {"llvm": {"layout_transforms": 2, "kernels": 3},
+                                 "cuda": {"layout_transforms": 2, "kernels": 3}}}
     p = plan(case, measured, allow_increase=False, reason="")
     assert not p.writes
     assert p.refused == ["cuda: layout_transforms 2 > budget 1 — not raised (pass "
@@ -149,8 +150,8 @@ def test_an_increase_is_refused_unless_allowed_with_a_reason(tmp_path):
 
 def test_exact_budgets_mean_no_writes(tmp_path):
     case = _case(tmp_path, RESNET)
-    p = plan(case, {"llvm": {"layout_transforms": 2, "kernels": 58},
-                    "cuda": {"layout_transforms": 1, "kernels": 57}},
+    p = plan(case, {None: {"llvm": {"layout_transforms": 2, "kernels": 58},
+                    "cuda": {"layout_transforms": 1, "kernels": 57}}},
              allow_increase=False, reason="")
     assert p.writes == {} and p.refused == []
 

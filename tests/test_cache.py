@@ -30,7 +30,7 @@ import torch
 from junitparser import JUnitXml
 from torch import nn
 
-from cl_validate.checks.measurement import Measurement
+from cl_validate.checks.measurement import Measurement, Sample
 from cl_validate.cli import main
 from cl_validate.compile.factory import weights_digest
 from cl_validate.errors import ExitCode
@@ -385,8 +385,8 @@ K = "ab" + "0" * 62
 
 
 def _measurement(fill: float = 1.0, n: int = 16) -> Measurement:
-    return Measurement("llvm", actual=[np.full(n, fill, np.float32)],
-                       expected=[np.full(n, fill, np.float32)],
+    return Measurement("llvm", samples=[Sample("", [np.full(n, fill, np.float32)],
+                                               [np.full(n, fill, np.float32)])],
                        numerics_skip=None, compile_seconds=fill, seconds=fill + 1)
 
 
@@ -399,7 +399,7 @@ def test_put_then_get_round_trips(tmp_path):
     assert got is not None and got is not m
     assert (got.target, got.error, got.numerics_error, got.compile_seconds, got.seconds) == (
         "llvm", None, None, 3.0, 4.0)
-    np.testing.assert_array_equal(got.actual[0], m.actual[0])
+    np.testing.assert_array_equal(got.samples[0].actual[0], m.samples[0].actual[0])
     assert c.get(K) is not None
     assert sorted(p.name for p in (tmp_path / "c").rglob("*") if p.is_file()) == [f"{K}.pkl"]
     assert c.get("cd" + "0" * 62) is None
@@ -478,7 +478,7 @@ def test_a_corrupt_entry_is_a_miss_not_an_exception(tmp_path, damage):
 
 def test_a_failed_put_leaves_neither_entry_nor_temporary_file(tmp_path):
     c = Cache(tmp_path)
-    bad = Measurement("llvm", actual=[lambda: 0])  # cannot be pickled
+    bad = Measurement("llvm", samples=[Sample("", [lambda: 0], [])])  # cannot be pickled
     with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
         c.put(K, bad)
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
@@ -494,12 +494,13 @@ _WRITER = """
 import sys
 import numpy as np
 from cl_validate.run.cache import Cache
-from cl_validate.checks.measurement import Measurement
+from cl_validate.checks.measurement import Measurement, Sample
 root, k, wid = sys.argv[1], sys.argv[2], int(sys.argv[3])
 c = Cache(root)
 for i in range(40):
     v = float(wid * 100 + i)
-    c.put(k, Measurement("llvm", actual=[np.full(500_000, v, np.float32)], compile_seconds=v))
+    c.put(k, Measurement("llvm", samples=[Sample("", [np.full(500_000, v, np.float32)], [])],
+                         compile_seconds=v))
 """
 
 
@@ -518,8 +519,9 @@ def test_concurrent_puts_of_one_key_never_expose_a_partial_entry(tmp_path):
                 continue
             m = reader.get(K)  # once the entry exists, every read is a whole measurement
             assert m is not None, "a reader saw a partially written entry"
-            assert m.actual[0].shape == (500_000,)
-            assert (m.actual[0] == m.compile_seconds).all(), "bytes of two writers mixed"
+            actual = m.samples[0].actual[0]
+            assert actual.shape == (500_000,)
+            assert (actual == m.compile_seconds).all(), "bytes of two writers mixed"
             complete += 1
     finally:
         for p in procs:

@@ -14,7 +14,7 @@ from typing import Any
 
 from tvm import relax
 
-from cl_validate.analysis.model import Kernel, KernelList, Transform
+from cl_validate.analysis.model import Kernel, KernelList, Shape, Transform
 from cl_validate.compile.build import Compiled
 from cl_validate.compile.reasons import Attribution
 from cl_validate.ir import (
@@ -24,9 +24,9 @@ from cl_validate.ir import (
     call_args,
     is_primitive,
     is_weight_derived,
-    known_shape,
     op_name,
     primfunc_transform,
+    shown_shape,
     weight_derived,
 )
 
@@ -44,7 +44,7 @@ class _Component:
     primfunc: str
     transform: str | None
     axes: tuple[int, ...] | None
-    in_shape: tuple[int, ...] | None
+    in_shape: Shape | None
     weight: bool
     attribution: Attribution | None = None
 
@@ -79,7 +79,7 @@ def fused_components(mod: Any) -> dict[str, list[_Component]]:
                 targs = call_args(inner)
                 weight = all_weight_derived(targs, derived)
                 comps.append(_Component(gv.name_hint, kind, axes,
-                                        known_shape(targs[0]) if targs else None, weight,
+                                        shown_shape(targs[0]) if targs else None, weight,
                                         _attribution(mod, gv) if kind else None))
         out[call.op.name_hint] = comps
     return out
@@ -128,7 +128,7 @@ def kernel_list(compiled: Compiled) -> KernelList:
                 if kind:
                     weight = all_weight_derived(args, derived)
                     transforms.append(Transform(kind, index, callee, weight,
-                                                known_shape(args[0]) if args else None, axes,
+                                                shown_shape(args[0]) if args else None, axes,
                                                 _attribution(mod, gv)))
-        kernels.append(Kernel(index, callee, ops, tuple(transforms), known_shape(b.var)))
+        kernels.append(Kernel(index, callee, ops, tuple(transforms), shown_shape(b.var)))
     return KernelList(kernels)

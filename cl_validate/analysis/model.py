@@ -13,6 +13,13 @@ from dataclasses import dataclass, field
 
 from cl_validate.compile.reasons import Attribution
 
+Shape = tuple[int | str, ...]  # a symbolic extent ([dynamic]) is its name: ("batch", 56, 56, 64)
+
+
+def shape_text(shape: Shape) -> str:
+    """``[batch, 56, 56, 64]``: no quotes around a symbolic extent."""
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
 
 @dataclass(frozen=True)
 class Transform:
@@ -22,13 +29,13 @@ class Transform:
     kernel: int  # index of the kernel it runs in
     primfunc: str
     weight: bool  # input derives only from parameters/constants
-    in_shape: tuple[int, ...] | None = None
+    in_shape: Shape | None = None
     axes: tuple[int, ...] | None = None
     attribution: Attribution | None = None
 
     def describe(self) -> str:
         what = f"{self.op}{list(self.axes) if self.axes else ''}"
-        shape = f" of {list(self.in_shape)}" if self.in_shape else ""
+        shape = f" of {shape_text(self.in_shape)}" if self.in_shape else ""
         kind = "weight transform" if self.weight else "runtime transform"
         why = f": {self.attribution.describe()}" if self.attribution else ""
         return f"{what}{shape} ({kind}{why})"
@@ -40,7 +47,7 @@ class Kernel:
     name: str
     ops: tuple[str, ...]  # the legalized PrimFuncs fused into it, in order
     transforms: tuple[Transform, ...] = ()
-    out_shape: tuple[int, ...] | None = None
+    out_shape: Shape | None = None
 
 
 @dataclass
@@ -75,7 +82,7 @@ class KernelList:
             mark = ">>" if k.transforms else "  "
             if only_marked and not k.transforms:
                 continue
-            shape = f" -> {list(k.out_shape)}" if k.out_shape else ""
+            shape = f" -> {shape_text(k.out_shape)}" if k.out_shape else ""
             line = f"{mark} {k.index:3d}  {k.name:<{width}}{shape}"
             if k.transforms:
                 line += "   " + "; ".join(t.describe() for t in k.transforms)

@@ -29,14 +29,13 @@ def _body(kernels: KernelList, counts: Sequence[StageCount]) -> str:
 
 def budget_source(case: CaseSpec, target: str, key: str) -> str:
     """Where the budget `key` that applies on `target` is declared, for reports:
-    ``targets_override.cuda, line 22``, ``budget, line 14``, or the default."""
-    over = case.overrides.get(target, {}).get("budget") or {}
-    if key in over:
-        line = case.line_of("targets_override", target, "budget", key)
-        return f"targets_override.{target}, line {line}"
-    if ("budget", key) in case.lines:
-        return f"budget, line {case.lines[('budget', key)]}"
-    return "default: no [budget] entry"
+    ``targets_override.cuda, line 22``, ``variants.b8, line 30``, ``budget, line 14``, or the
+    default."""
+    found = case.budget_source(target, key)
+    if found is None:
+        return "default: no [budget] entry"
+    table, line = found
+    return f"{table}, line {line}"
 
 
 def _budget_verdict(case: CaseSpec, target: str, key: str, measured_n: int, budget: int,

@@ -107,8 +107,12 @@ def _numerics(case: CaseSpec, m: Measurement) -> CheckResult:
     if m.numerics_error is not None:
         return CheckResult("numerics", Status.ERROR, m.numerics_error.message,
                            kind=m.numerics_error.kind, body=m.numerics_error.detail)
-    assert m.actual is not None and m.expected is not None
-    if len(m.actual) != len(m.expected):
-        return CheckResult("numerics", Status.FAILED, f"TVM returned {len(m.actual)} outputs, "
-                           f"PyTorch {len(m.expected)} ({m.target})", kind="OutputCountMismatch")
-    return check_numerics(case, m.target, compare_all(case, m.target, m.actual, m.expected))
+    stats = []
+    for s in m.samples:  # every sample, every output: the verdict is the worst
+        if len(s.actual) != len(s.expected):
+            at = f" at {s.label}" if s.label else ""
+            return CheckResult("numerics", Status.FAILED, f"TVM returned {len(s.actual)} "
+                               f"outputs, PyTorch {len(s.expected)}{at} ({m.target})",
+                               kind="OutputCountMismatch")
+        stats.extend(compare_all(case, m.target, s.actual, s.expected, s.label))
+    return check_numerics(case, m.target, stats)

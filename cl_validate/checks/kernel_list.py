@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from cl_validate.analysis.model import KernelList
+from cl_validate.analysis.model import KernelList, shape_text
 from cl_validate.checks.verdict import CheckResult, Measured, Status
 from cl_validate.errors import UsageError
 from cl_validate.paths import display_path, inside, safe_filename
@@ -67,7 +67,7 @@ def snapshot(kernels: KernelList) -> list[BaselineKernel]:
     for k in kernels:
         transforms = tuple(f"{t.op}({','.join(map(str, t.axes))})" if t.axes else t.op
                            for t in k.transforms)
-        note = f"out {list(k.out_shape)}" if k.out_shape else ""
+        note = f"out {shape_text(k.out_shape)}" if k.out_shape else ""
         out.append(BaselineKernel(normalize(k.name), tuple(normalize(o) for o in k.ops),
                                   transforms, note))
     return out
@@ -76,7 +76,8 @@ def snapshot(kernels: KernelList) -> list[BaselineKernel]:
 def baseline_path(case: CaseSpec, target: str) -> Path:
     """``baselines/<case>.<target>.txt`` next to the case file; the case name comes from a
     file a pull request may change, so it goes through `paths.safe_filename` and `inside`."""
-    name = f"{safe_filename(case.name)}.{safe_filename(target)}.txt"
+    variant = f"{safe_filename(case.variant.name)}." if case.variant else ""
+    name = f"{safe_filename(case.name)}.{variant}{safe_filename(target)}.txt"
     return inside(case.path.parent / BASELINE_DIR, name)
 
 
@@ -88,7 +89,7 @@ def render(case: CaseSpec, target: str, kernels: KernelList) -> str:
     except PackageNotFoundError:  # pragma: no cover - a source build of TVM
         tvm = "unknown"
     head = [
-        f"# Fused kernel list of case '{case.name}' on {target}; written by "
+        f"# Fused kernel list of case '{case.label}' on {target}; written by "
         "`cl-validate budget record`.",
         "# The kernel_list check fails when kernels are added, removed, split or merged:",
         "# re-record after an intended change. Numeric name suffixes are dropped (conv2d3 ->",

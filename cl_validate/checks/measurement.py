@@ -24,14 +24,22 @@ class Skip:
 
 
 @dataclass
+class Sample:
+    """One run of the compiled program and of PyTorch on the same inputs."""
+
+    label: str  # which inputs: "" for a case's only sample, "batch=16" at a dynamic size
+    actual: list[Any]  # TVM's outputs, in PyTorch's layout (numpy)
+    expected: list[Any]  # PyTorch's outputs (numpy)
+
+
+@dataclass
 class Measurement:
     target: str
     error: ErrorRecord | None = None  # nothing was measured: the case errored
     kernels: KernelList | None = None
     stage_counts: list[StageCount] = field(default_factory=list)
     op_layouts: list[OpLayout] = field(default_factory=list)
-    actual: list[Any] | None = None  # TVM outputs in PyTorch layout (numpy)
-    expected: list[Any] | None = None  # PyTorch outputs (numpy)
+    samples: list[Sample] = field(default_factory=list)  # numerics: every sample it ran
     numerics_skip: Skip | None = None
     numerics_error: ErrorRecord | None = None  # compiled, but running it failed
     compile_seconds: float = 0.0

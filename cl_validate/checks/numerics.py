@@ -33,16 +33,22 @@ class ErrorStats:
     nonfinite_torch: int
     worst_index: tuple[int, ...] | None
     shape_mismatch: str | None = None
+    sample: str = ""  # which inputs ("batch=16"); "" for a case's only sample
 
     def __bool__(self) -> bool:
         return (self.shape_mismatch is None and self.mismatched == 0
                 and self.nonfinite_tvm == 0 and self.nonfinite_torch == 0)
 
+    @property
+    def where(self) -> str:
+        """``output 0`` or ``output 0 at batch=16``."""
+        return f"output {self.output}" + (f" at {self.sample}" if self.sample else "")
+
     def summary(self) -> str:
         """One line a reviewer can read alone."""
         if self.shape_mismatch:
-            return f"output {self.output}: {self.shape_mismatch}"
-        parts = [f"output {self.output}: max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}"]
+            return f"{self.where}: {self.shape_mismatch}"
+        parts = [f"{self.where}: max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}"]
         if self.nonfinite_tvm or self.nonfinite_torch:
             parts.append(f"non-finite values: {self.nonfinite_tvm} in TVM, "
                          f"{self.nonfinite_torch} in PyTorch")
@@ -52,7 +58,7 @@ class ErrorStats:
         return "; ".join(parts)
 
     def detail(self) -> str:
-        return (f"output {self.output} shape {list(self.shape)}: max_abs={self.max_abs:.6g} "
+        return (f"{self.where} shape {list(self.shape)}: max_abs={self.max_abs:.6g} "
                 f"max_rel={self.max_rel:.6g} mean_abs={self.mean_abs:.6g} "
                 f"mismatched={self.mismatched}/{self.total} "
                 f"nonfinite(tvm/torch)={self.nonfinite_tvm}/{self.nonfinite_torch} "
@@ -60,14 +66,14 @@ class ErrorStats:
                 f"rtol={self.tolerance.rtol:g} atol={self.tolerance.atol:g}")
 
 
-def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance, output: int = 0
-            ) -> ErrorStats:
+def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance, output: int = 0,
+            sample: str = "") -> ErrorStats:
     """Error statistics of `actual` (TVM) against `expected` (PyTorch)."""
     if actual.shape != expected.shape:
         return ErrorStats(output, tuple(expected.shape), tol, float("inf"), float("inf"),
                           float("inf"), expected.size, expected.size, 0, 0, None,
                           f"shape {list(actual.shape)} from TVM, {list(expected.shape)} from "
-                          "PyTorch")
+                          "PyTorch", sample)
     a = actual.astype(np.float64)
     e = expected.astype(np.float64)
     fin_a, fin_e = np.isfinite(a), np.isfinite(e)
@@ -87,13 +93,13 @@ def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance, output: in
         mean_abs=float(diff.mean()) if diff.size else 0.0,
         mismatched=int(outside.sum()), total=int(e.size),
         nonfinite_tvm=int((~fin_a).sum()), nonfinite_torch=int((~fin_e).sum()),
-        worst_index=worst,
+        worst_index=worst, sample=sample,
     )
 
 
 def compare_all(case: CaseSpec, target: str, actual: Sequence[np.ndarray],
-                expected: Sequence[np.ndarray]) -> list[ErrorStats]:
-    return [compare(a, e, case.tolerance_for(target, i)[0], i)
+                expected: Sequence[np.ndarray], sample: str = "") -> list[ErrorStats]:
+    return [compare(a, e, case.tolerance_for(target, i)[0], i, sample)
             for i, (a, e) in enumerate(zip(actual, expected, strict=True))]
 
 
@@ -105,8 +111,9 @@ def check_numerics(case: CaseSpec, target: str, stats: Sequence[ErrorStats]) -> 
     worst = max(stats, key=lambda s: s.max_abs)
     measured = Measured(max_abs=worst.max_abs, max_rel=max(s.max_rel for s in stats))
     body = "\n".join(s.detail() for s in stats)
-    if bad:
-        s = bad[0]
+    samples = list(dict.fromkeys(s.sample for s in stats))
+    if bad:  # the worst failure: a NaN or Inf first, then the largest error
+        s = max(bad, key=lambda b: (bool(b.nonfinite_tvm or b.nonfinite_torch), b.max_abs))
         _, line = case.tolerance_for(target, s.output)
         nonfinite = s.nonfinite_tvm or s.nonfinite_torch
         kind = "ShapeMismatch" if s.shape_mismatch else "NonFinite" if nonfinite else \
@@ -114,6 +121,7 @@ def check_numerics(case: CaseSpec, target: str, stats: Sequence[ErrorStats]) -> 
         return CheckResult("numerics", Status.FAILED, f"numerics {s.summary()} ({target})",
                            kind=kind, line=line, body=body, measured=measured)
     _, line = case.tolerance_for(target, 0)
+    over = f" over {len(samples)} samples ({'; '.join(samples)})" if len(samples) > 1 else ""
     return CheckResult("numerics", Status.PASSED,
-                       f"max abs {worst.max_abs:.3g}, max rel {measured.max_rel:.3g}",
+                       f"max abs {worst.max_abs:.3g}, max rel {measured.max_rel:.3g}{over}",
                        line=line, body=body, measured=measured)

@@ -24,11 +24,22 @@ CHECKS: tuple[str, ...] = (COMPILE, "layout", "layout_transforms", "kernels", "k
 NOT_RUN_ERRORED = "not run: the case errored"
 
 
-def check_id(check: str, target: str) -> str:
-    """How every report names one check on one target, ``layout_transforms[llvm]``: the
-    pytest plugin's item name, the JUnit testcase name (publishers key tests on classname and
-    name, so the target must be in the name, not only in the suite)."""
-    return f"{check}[{target}]"
+def check_id(check: str, target: str, variant: str | None = None) -> str:
+    """How every report names one check on one target, ``layout_transforms[llvm]`` (or
+    ``layout_transforms[b8-llvm]`` for a case's variant ``b8``): the pytest plugin's item
+    name, the JUnit testcase name (publishers key tests on classname and name, so target and
+    variant must be in the name, not only in the suite)."""
+    return f"{check}[{variant}-{target}]" if variant else f"{check}[{target}]"
+
+
+def parse_check_id(name: str, target: str) -> tuple[str, str | None]:
+    """(check, variant) of a testcase name in the suite of `target` (`check_id` reversed);
+    a name without the target (a report from before names carried it) is the check."""
+    check, _, rest = name.partition("[")
+    rest = rest.removesuffix("]")
+    if rest == target or not rest:
+        return check, None
+    return check, rest.removesuffix(f"-{target}") if rest.endswith(f"-{target}") else rest
 
 
 class Status(enum.Enum):

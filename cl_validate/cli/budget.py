@@ -29,13 +29,13 @@ from collections.abc import Sequence
 from cl_validate.atomic import write_atomic
 from cl_validate.checks import kernel_list as baseline
 from cl_validate.checks.verdict import CaseResult
-from cl_validate.cli.common import DEFAULT_PATH, add_paths, add_target
+from cl_validate.cli.common import DEFAULT_PATH, add_paths, add_target, expand
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.paths import display_path
 from cl_validate.run.options import RunOptions, positive_int, selected_targets
 from cl_validate.run.suite import run_suite
 from cl_validate.spec import CaseSpec, load_cases
-from cl_validate.spec.budgets import plan, rewrite, verify
+from cl_validate.spec.budgets import Measured, plan, rewrite, verify
 from cl_validate.spec.config import StalePolicy
 
 HELP = "tighten budgets to the measured counts, or record kernel-list baselines"
@@ -114,14 +114,16 @@ def measure(cases: Sequence[CaseSpec], args: argparse.Namespace) -> list[CaseRes
     def on_result(r: CaseResult) -> None:
         results.append(r)
         if r.kernels is None:
-            print(f"  {r.case.name} [{r.target}]: not measured: {r.checks[0].message}",
+            print(f"  {r.case.label} [{r.target}]: not measured: {r.checks[0].message}",
                   flush=True)
         else:
-            print(f"  {r.case.name} [{r.target}]: {len(r.kernels.runtime_transforms)} layout "
+            print(f"  {r.case.label} [{r.target}]: {len(r.kernels.runtime_transforms)} layout "
                   f"transforms, {len(r.kernels)} kernels", flush=True)
 
-    print(f"measuring {len(cases)} case(s) (static checks only)", flush=True)
-    run_suite(cases, options, on_result)
+    runs = expand(cases)
+    print(f"measuring {len(cases)} case(s), {len(runs)} run(s) with their variants (static "
+          "checks only)", flush=True)
+    run_suite(runs, options, on_result)
     return results
 
 
@@ -156,13 +158,14 @@ def _record(results: Sequence[CaseResult]) -> ExitCode:
 
 def _tighten(cases: Sequence[CaseSpec], results: Sequence[CaseResult], *,
              allow_increase: bool, reason: str, dry_run: bool) -> ExitCode:
-    measured: dict[str, dict[str, dict[str, int]]] = {}
+    measured: dict[str, Measured] = {}  # case → variant → target → counts
     broken = []
     for r in results:
         if r.kernels is None:
-            broken.append(f"{r.case.name} [{r.target}]")
+            broken.append(f"{r.case.label} [{r.target}]")
             continue
-        measured.setdefault(r.case.name, {})[r.target] = {
+        variant = r.case.variant.name if r.case.variant else None
+        measured.setdefault(r.case.name, {}).setdefault(variant, {})[r.target] = {
             "layout_transforms": len(r.kernels.runtime_transforms), "kernels": len(r.kernels)}
     changed = exact = refused = 0
     print()

@@ -25,7 +25,7 @@ import tomlkit
 
 from cl_validate.atomic import write_atomic
 from cl_validate.checks.calibration import FLOOR, HEADROOM, Observed, observe, propose
-from cl_validate.cli.common import find_case
+from cl_validate.cli.common import find_case, pick_variant
 from cl_validate.errors import CompileStageError, ExitCode, UsageError
 from cl_validate.paths import display_path
 from cl_validate.run.options import RunOptions, positive_int
@@ -51,12 +51,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="target to run on (default llvm; cuda needs a GPU)")
     parser.add_argument("--headroom", type=float, default=HEADROOM, metavar="X",
                         help=f"multiply the observed error by X (default {HEADROOM:g})")
+    parser.add_argument("--variant", metavar="NAME",
+                        help="calibrate one of the case's [[variants]] (and write its "
+                        "tolerance); default: the case's own shapes")
     parser.add_argument("--write", action="store_true",
                         help="write the proposal into the case file's tolerance")
 
 
 def main(args: argparse.Namespace) -> ExitCode:
-    case = find_case(args.case)
+    case = pick_variant(find_case(args.case), args.variant)
     # lazy: torch and TVM (calibrate compiles and runs the case here, in this process)
     from cl_validate.compile.target import device_available
     from cl_validate.run.measure import validated_model
@@ -121,19 +124,21 @@ def _run(case: CaseSpec, target: str, seeds: int, weight_seeds: int
             raise _Failed(str(exc)) from exc
         unbound = [front.params[p.name] for p in weight_params(compiled.final["main"])]
         for s in range(case.seed, case.seed + seeds):
-            arrays = make_inputs(replace(case, seed=s))
-            expected = run_torch(model, torch_inputs(case, arrays))
-            actual = run_tvm(compiled.executable, case, arrays, device_for(target),
-                                      unbound)
-            if len(actual) != len(expected):
-                raise _Failed(f"TVM returned {len(actual)} outputs, PyTorch {len(expected)}")
-            pairs.extend((w, s, i, a, e) for i, (a, e) in enumerate(zip(actual, expected,
-                                                                        strict=True)))
+            for sizes in case.sample_sizes():  # every size of a dynamic dimension
+                arrays = make_inputs(replace(case, seed=s), sizes)
+                expected = run_torch(model, torch_inputs(case, arrays))
+                actual = run_tvm(compiled.executable, case, arrays, device_for(target),
+                                 unbound)
+                if len(actual) != len(expected):
+                    raise _Failed(f"TVM returned {len(actual)} outputs, PyTorch "
+                                  f"{len(expected)}")
+                pairs.extend((w, s, i, a, e) for i, (a, e) in enumerate(zip(
+                    actual, expected, strict=True)))
     return pairs
 
 
 def report(case: CaseSpec, target: str, obs: Observed, seeds: int, weight_seeds: int) -> str:
-    lines = [f"calibrate {case.name} [{target}]: {weight_seeds} compile(s) x {seeds} input "
+    lines = [f"calibrate {case.label} [{target}]: {weight_seeds} compile(s) x {seeds} input "
              "seed(s), inputs uniform in their declared range",
              f"{'weights':>7} {'inputs':>6} {'output':>6}  {'max_abs':>9} {'mean_abs':>9} "
              f"{'max_rel':>9} {'mean_rel':>9}"]
@@ -156,29 +161,33 @@ def write(case: CaseSpec, target: str, rtol: float, atol: float) -> None:
     """Write the tolerance where it applies to `target` (policy as for budgets): an existing
     ``[targets_override.<t>] tolerance`` in place; else ``[tolerance]`` when `target` is the
     case's first target, else a new override. Other targets that inherit ``[tolerance]`` are
-    pinned at their old value in their own override: what was not measured does not change."""
+    pinned at their old value in their own override: what was not measured does not change.
+    For a variant (`case.variant`), the same in its [[variants]] entry."""
     old_text = case.path.read_text(encoding="utf-8")
     doc = tomlkit.parse(old_text)
     values = {"rtol": toml_number(rtol), "atol": toml_number(atol)}
+    v = case.variant
+    overrides = v.overrides if v is not None else case.overrides
     writes: dict[str | None, dict[str, str]] = {}
-    if "tolerance" in case.overrides.get(target, {}):
+    if "tolerance" in overrides.get(target, {}):
         writes[target] = values
     elif target == case.targets[0]:
         writes[None] = values
         for t in case.targets[1:]:
-            if "tolerance" not in case.overrides.get(t, {}):
-                writes[t] = {"rtol": toml_number(case.tolerance.rtol),
-                             "atol": toml_number(case.tolerance.atol)}
+            if "tolerance" not in overrides.get(t, {}):
+                old, _ = case.tolerance_for(t, None)
+                writes[t] = {"rtol": toml_number(old.rtol), "atol": toml_number(old.atol)}
     else:
         writes[target] = values
     for table, vals in writes.items():
-        set_section(doc, "tolerance", table, vals)
+        set_section(doc, "tolerance", table, vals, variant=v.index if v else None)
     new_text = tidy(old_text, tomlkit.dumps(doc))
     shown = display_path(case.path)
     if new_text == old_text:
         print(f"{shown}: tolerance already as proposed; not written")
         return
-    got, _ = load_text_as_case(case.path, new_text).tolerance_for(target, 0)
+    again = pick_variant(load_text_as_case(case.path, new_text), v.name if v else None)
+    got, _ = again.tolerance_for(target, 0)
     if (got.rtol, got.atol) != (float(values["rtol"]), float(values["atol"])) and not any(
             o.tolerance for o in case.outputs):
         raise AssertionError(f"rewriting {shown} would give {got}, not rtol {rtol} atol {atol}")

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cl_validate.errors import UsageError
+from cl_validate.paths import display_path
 from cl_validate.spec import KNOWN_TARGETS, CaseSpec, load_case, load_cases
 
 DEFAULT_PATH = "model_cases"
@@ -23,15 +24,25 @@ def add_target(p: argparse.ArgumentParser, help: str, *, multi: bool) -> None:
                    action="append" if multi else "store", help=help)
 
 
+def expand(cases: Sequence[CaseSpec]) -> list[CaseSpec]:
+    """Every run of the cases: each case, then its [[variants]]."""
+    return [run for case in cases for run in case.expand()]
+
+
 def select(cases: list[CaseSpec], patterns: Sequence[str] | None) -> list[CaseSpec]:
-    """The cases whose name contains a pattern (or matches it, with glob wildcards)."""
+    """The runs whose name contains a pattern (or matches it, with glob wildcards): the case's
+    name selects all its variants, ``resnet50[b8]`` one of them."""
     if not patterns:
         return cases
 
-    def hit(name: str, pat: str) -> bool:
-        return fnmatch.fnmatchcase(name, pat) if any(ch in pat for ch in "*?[") else pat in name
+    def hit(case: CaseSpec, pat: str) -> bool:
+        if any(ch in pat for ch in "*?"):  # a glob, over the name and the run's label
+            return fnmatch.fnmatchcase(case.name, pat) or fnmatch.fnmatchcase(case.label, pat)
+        if "[" in pat:  # one variant: resnet50[b8]
+            return pat == case.label
+        return pat in case.name
 
-    chosen = [c for c in cases if any(hit(c.name, p) for p in patterns)]
+    chosen = [c for c in cases if any(hit(c, p) for p in patterns)]
     if not chosen:
         raise UsageError(f"-k {' '.join(patterns)} matches no case",
                          hint="cl-validate list shows the case names")
@@ -48,3 +59,16 @@ def find_case(ref: str) -> CaseSpec:
             return case
     raise UsageError(f"no case named '{ref}'", hint=f"pass a .toml path or a case name under "
                      f"{DEFAULT_PATH}/ (cl-validate list)")
+
+
+def pick_variant(case: CaseSpec, name: str | None) -> CaseSpec:
+    """The run of `case` a command works on: itself, or its variant `name`."""
+    if name is None:
+        return case
+    for run in case.expand()[1:]:
+        if run.variant is not None and run.variant.name == name:
+            return run
+    declared = ", ".join(v.name for v in case.variants) or "none"
+    raise UsageError(f"case '{case.name}' has no variant '{name}'",
+                     file=display_path(case.path), line=case.line_of("variants"),
+                     hint=f"its [[variants]]: {declared}")

@@ -22,6 +22,12 @@ def main(args: argparse.Namespace) -> ExitCode:
     for c in cases:
         b = c.budget
         kern = f" kernels<={b.kernels}" if b.kernels is not None else ""
+        extra = ""
+        if c.variants:
+            extra += "  variants: " + ", ".join(v.name for v in c.variants)
+        if c.dynamic:
+            extra += "  dynamic: " + ", ".join(f"{d.name} {d.min}..{d.max}"
+                                              for d in c.dynamic.values())
         print(f"{c.name:<{width}}  {','.join(c.targets):<9}  transforms<={b.layout_transforms}"
-              f"{kern}  {c.model}  ({display_path(c.path)})")
+              f"{kern}  {c.model}  ({display_path(c.path)}){extra}")
     return ExitCode.OK

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from cl_validate.checks.judge import declaring_line
 from cl_validate.checks.verdict import CHECKS, COMPILE, CaseResult, CheckResult, Status
-from cl_validate.cli.common import DEFAULT_PATH, add_paths, select
+from cl_validate.cli.common import DEFAULT_PATH, add_paths, expand, select
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.paths import display_path, report_file
 from cl_validate.report.annotations import emit_annotations
@@ -41,7 +41,7 @@ def main(args: argparse.Namespace) -> ExitCode:
         report_file(args.junit, "--junit")
     if args.markdown:
         report_file(args.markdown, "--markdown")
-    cases = select(load_cases(args.paths or [DEFAULT_PATH]), args.patterns)
+    cases = select(expand(load_cases(args.paths or [DEFAULT_PATH])), args.patterns)
     options = run_options(vars(args).get)
     if args.shard:  # this CI job's share; every shard job computes the same split
         cases = shard_cases(cases, args.shard, args.shard_timings, options.targets)
@@ -79,12 +79,12 @@ def main(args: argparse.Namespace) -> ExitCode:
             pool.shutdown()
     if interrupted:
         results.extend(_not_run(cases, options, results, interrupted))
-    order = {c.name: i for i, c in enumerate(cases)}
-    results.sort(key=lambda r: (order[r.case.name], selected_targets(
+    order = {c.label: i for i, c in enumerate(cases)}
+    results.sort(key=lambda r: (order[r.case.label], selected_targets(
         r.case, options).index(r.target)))
     for r in results:
         if r.target == "cuda" and r.kernels is not None:
-            print(f"\n{r.case.name} [cuda] kernel list ({len(r.kernels)} kernels, "
+            print(f"\n{r.case.label} [cuda] kernel list ({len(r.kernels)} kernels, "
                   f">> = layout transform):\n{r.kernels.render()}")
     print(summary_table(results))
     if stats.reused:
@@ -111,13 +111,13 @@ def main(args: argparse.Namespace) -> ExitCode:
 
 
 def _unusable(results: Sequence[CaseResult]) -> dict[str, str]:
-    """Case name → its one-line error, for cases whose model could not be used on any
-    target (the factory, its module, a [layout_overrides] path...: a `CaseFileError` found in
-    the worker)."""
+    """Case name → its one-line error, for cases whose model could not be used in any run
+    (the factory, its module, a [layout_overrides] path...: a `CaseFileError` found in the
+    worker)."""
     errors: dict[str, dict[str, str]] = {}
     for r in results:
         c = r.check(COMPILE)
-        errors.setdefault(r.case.name, {})[r.target] = (
+        errors.setdefault(r.case.name, {})[f"{r.case.label} {r.target}"] = (
             c.message if c.status is Status.ERROR and c.kind == "CaseFileError" else "")
     return {name: next(iter(by_target.values())) for name, by_target in errors.items()
             if all(by_target.values())}
@@ -141,11 +141,11 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 def _not_run(cases: Sequence[CaseSpec], options: RunOptions, done: Sequence[CaseResult],
              why: str) -> list[CaseResult]:
     """Placeholders for every case × target that did not finish, so the report is complete."""
-    finished = {(r.case.name, r.target) for r in done}
+    finished = {(r.case.label, r.target) for r in done}
     out: list[CaseResult] = []
     for c in cases:
         for t in selected_targets(c, options):
-            if (c.name, t) not in finished:
+            if (c.label, t) not in finished:
                 out.append(CaseResult(c, t, [
                     CheckResult(ch, Status.SKIPPED, f"not run: run interrupted ({why})",
                                 kind="NotRun", line=declaring_line(c, ch)) for ch in CHECKS]))

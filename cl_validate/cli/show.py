@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import difflib
 
-from cl_validate.cli.common import DEFAULT_PATH, add_target, find_case
+from cl_validate.cli.common import DEFAULT_PATH, add_target, find_case, pick_variant
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.paths import display_path
 from cl_validate.run.options import RunOptions
@@ -19,13 +19,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("case", metavar="CASE", help="a case file, or a case name under "
                         f"{DEFAULT_PATH}/")
     add_target(parser, "target to compile for (default: llvm)", multi=False)
+    parser.add_argument("--variant", metavar="NAME", help="one of the case's [[variants]] "
+                        "(default: the case's own shapes)")
     parser.add_argument("--stage", metavar="S", help="print the IR after stage S")
     parser.add_argument("--diff", nargs=2, metavar=("S1", "S2"),
                         help="print a unified diff of the IR after stage S1 and after stage S2")
 
 
 def main(args: argparse.Namespace) -> ExitCode:
-    case = find_case(args.case)
+    case = pick_variant(find_case(args.case), args.variant)
     # lazy: torch and TVM (compiling the case here, in this process)
     from cl_validate.analysis.kernels import kernel_list
     from cl_validate.analysis.stages import stage_counts
@@ -54,7 +56,7 @@ def main(args: argparse.Namespace) -> ExitCode:
     kernels = kernel_list(compiled)
     counts = stage_counts(compiled, kernels)
     budget = case.budget_for(target)
-    print(f"{case.name} [{target}]  pipeline {case.pipeline}  ({display_path(case.path)})")
+    print(f"{case.label} [{target}]  pipeline {case.pipeline}  ({display_path(case.path)})")
     print("\nstage            runtime  weight   seconds")
     for c, s in zip(counts, compiled.stages, strict=True):
         print(f"{c.stage:<16} {c.runtime:>7}  {c.weight:>6}   {s.seconds:7.2f}")

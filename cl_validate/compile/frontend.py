@@ -9,6 +9,7 @@ module and op that produced it (`cl_validate.compile.attribution`).
 from __future__ import annotations
 
 import ast
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,8 +22,9 @@ from tvm.relax.frontend.torch.exported_program_translator import ExportedProgram
 
 from cl_validate.compile.attribution import sources_by_binding
 from cl_validate.compile.converters import custom_convert_map
-from cl_validate.errors import ClValidateError, CompileStageError
-from cl_validate.ir import weight_params
+from cl_validate.errors import CaseFileError, ClValidateError, CompileStageError
+from cl_validate.ir import shape_exprs, weight_params
+from cl_validate.paths import display_path
 from cl_validate.spec import CaseSpec
 
 
@@ -80,8 +82,11 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
     t0 = time.perf_counter()
     try:
         with torch.no_grad():
-            exported = torch.export.export(wrapped, args)
+            exported = torch.export.export(wrapped, args,
+                                           dynamic_shapes=dynamic_shapes(case) or None)
     except Exception as exc:
+        if case.dynamic and _is_constraint_violation(exc):
+            raise _cannot_be_dynamic(case, exc) from None
         raise CompileStageError("export", exc) from exc
     t1 = time.perf_counter()
     try:
@@ -92,6 +97,7 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
                                              custom_convert_map())
         sources = sources_by_binding(mod, importer.env)
         mod, params = relax.frontend.detach_params(mod)
+        mod = _name_symbolic_dims(mod, case)
     except ClValidateError:
         raise
     except Exception as exc:
@@ -100,6 +106,71 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
     named = {p.name: v for p, v in zip(weight_params(mod["main"]), params.get("main", []),
                                          strict=True)}
     return Frontend(exported, mod, named, t1 - t0, t2 - t1, sources)
+
+
+def dynamic_shapes(case: CaseSpec) -> tuple[dict[int, Any] | None, ...] | None:
+    """torch.export's ``dynamic_shapes`` for the case's [dynamic] dimensions: per argument of
+    the exported program, axis → one ``Dim`` per name (shared where inputs share a name); an
+    input taken channels-last has its PyTorch axes moved as the wrapper permutes them."""
+    if not case.dynamic:
+        return None
+    dims = {name: torch.export.Dim(name, min=d.min, max=d.max)
+            for name, d in case.dynamic.items()}
+    specs: list[dict[int, Any] | None] = []
+    for spec in case.inputs:
+        order = _NHWC if spec.layout == "NHWC" else tuple(range(len(spec.shape)))
+        axes = {order.index(axis): dims[d] for axis, d in enumerate(spec.shape)
+                if isinstance(d, str)}
+        specs.append(axes or None)
+    return tuple(specs)
+
+
+def _name_symbolic_dims(mod: tvm.IRModule, case: CaseSpec) -> tvm.IRModule:
+    """Give each symbolic extent the case's name for it: torch.export calls the batch
+    ``s77``, the case file and every kernel list ``batch``."""
+    if not case.dynamic:
+        return mod
+    main = mod["main"]
+    renames: dict[Any, Any] = {}
+    for param, spec in zip(main.params, case.inputs, strict=False):
+        order = _NHWC if spec.layout == "NHWC" else tuple(range(len(spec.shape)))
+        declared_order = [spec.shape[axis] for axis in order]
+        for extent, declared in zip(shape_exprs(param) or [], declared_order, strict=False):
+            if (isinstance(declared, str) and isinstance(extent, tvm.tirx.Var)
+                    and extent not in renames and extent.name != declared):
+                renames[extent] = tvm.tirx.Var(declared, extent.ty)
+    if renames:
+        mod["main"] = main.bind_symbolic_vars(renames)
+    return mod
+
+
+_NHWC = (0, 2, 3, 1)  # the PyTorch (NCHW) axis each axis of a channels-last input holds
+
+
+def _is_constraint_violation(exc: BaseException) -> bool:
+    """torch.export refused a dynamic dimension (the model pins or guards its size)."""
+    names = {type(e).__name__ for e in (exc, exc.__cause__, exc.__context__) if e}
+    return bool(names & {"UserError", "ConstraintViolationError"}) or \
+        "Constraints violated" in str(exc)
+
+
+def _cannot_be_dynamic(case: CaseSpec, exc: BaseException) -> CaseFileError:
+    """torch.export's refusal as a case-file error at the [dynamic] line: the case declares a
+    dimension dynamic that the model's code does not let vary."""
+    text = str(exc)
+    named = [n for n in case.dynamic if f"({n})" in text or f" {n} " in text] or \
+        list(case.dynamic)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    why = next((ln.removeprefix("- ") for ln in lines if ln.startswith("- ")),
+               lines[0] if lines else type(exc).__name__)
+    fixed = re.search(r"specialized it to be a constant \((\d+)\)", why)
+    if fixed:
+        why = f"the model's code fixes it to {fixed.group(1)}"
+    return CaseFileError(
+        f"the model cannot be exported with {', '.join(repr(n) for n in named)} dynamic: "
+        f"{why[:200]}", file=display_path(case.path), line=case.line_of("dynamic", named[0]),
+        hint="find the reshape or check that fixes the size, or declare the sizes you need "
+        "as [[variants]] instead")
 
 
 def _unsupported_ops_summary(exc: BaseException) -> str | None:

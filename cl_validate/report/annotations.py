@@ -49,7 +49,7 @@ def _command(kind: str, result: CaseResult, check: CheckResult,
     if check.line:
         props.append(("line", str(check.line)))
     what = {Status.FAILED: "failed", Status.ERROR: "error"}.get(check.status, "warning")
-    props.append(("title", f"cl_validate {result.case.name} [{result.target}] "
+    props.append(("title", f"cl_validate {result.case.label} [{result.target}] "
                            f"{check.check} {what}"))
     head = ",".join(f"{k}={escape_property(v)}" for k, v in props)
     message = check.message

@@ -16,7 +16,7 @@ def progress_line(result: CaseResult, done: int, total: int) -> str:
     head = {Status.PASSED: "PASS", Status.SKIPPED: "SKIP", Status.FAILED: "FAIL",
             Status.ERROR: "ERROR"}[result.status]
     width = len(str(total))
-    return (f"[{done:>{width}}/{total}] {head:<5} {result.case.name}  {result.target}  "
+    return (f"[{done:>{width}}/{total}] {head:<5} {result.case.label}  {result.target}  "
             f"{verdicts}  {result.seconds:.1f}s")
 
 
@@ -48,7 +48,7 @@ def summary_table(results: Sequence[CaseResult]) -> str:
     out: list[str] = []
     headers = ["case", *CHECKS, "time", "peak MB"]
     for target in dict.fromkeys(r.target for r in results):
-        rows = [[r.case.name, *(_cell(r, c) for c in CHECKS), f"{r.seconds:.1f}s",
+        rows = [[r.case.label, *(_cell(r, c) for c in CHECKS), f"{r.seconds:.1f}s",
                  f"{r.peak_rss_mb:.0f}" if r.peak_rss_mb else "-"]
                 for r in results if r.target == target]
         widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
@@ -62,7 +62,7 @@ def summary_table(results: Sequence[CaseResult]) -> str:
         for r, c in bad:
             path = display_path(r.case.path)
             where = f"{path}:{c.line}" if c.line else path
-            out.append(f"{c.status.value.upper()} {r.case.name} [{r.target}] {c.check}: "
+            out.append(f"{c.status.value.upper()} {r.case.label} [{r.target}] {c.check}: "
                        f"{c.message}  ({where})")
     stale = [(r, c) for r in results for c in r.checks
              if c.status is Status.PASSED and c.measured.stale]
@@ -71,7 +71,7 @@ def summary_table(results: Sequence[CaseResult]) -> str:
         for r, c in stale:
             path = display_path(r.case.path)
             where = f"{path}:{c.line}" if c.line else path
-            out.append(f"WARNING {r.case.name} [{r.target}] {c.check}: {c.message}  ({where})")
+            out.append(f"WARNING {r.case.label} [{r.target}] {c.check}: {c.message}  ({where})")
     n = {s: sum(1 for r in results for c in r.checks if c.status is s) for s in Status}
     out.append(f"\n{n[Status.PASSED]} passed, {n[Status.FAILED]} failed, {n[Status.ERROR]} "
                f"errors, {n[Status.SKIPPED]} skipped ({len(results)} case x target runs)")

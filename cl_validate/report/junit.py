@@ -67,8 +67,9 @@ class CheckTestCase(_TestCase):
 
 def _testcase(result: CaseResult, index: int) -> CheckTestCase:
     check = result.checks[index]
-    tc = CheckTestCase(check_id(check.check, result.target), classname=result.case.name,
-                       time=round(check.seconds, 3))
+    variant = result.case.variant.name if result.case.variant else None
+    tc = CheckTestCase(check_id(check.check, result.target, variant),
+                       classname=result.case.name, time=round(check.seconds, 3))
     tc.file = repo_path(result.case.path)
     if check.line:
         tc.line = check.line

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cl_validate.analysis.model import Kernel, KernelList
+from cl_validate.analysis.model import Kernel, KernelList, shape_text
 from cl_validate.atomic import write_atomic
 from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status
 from cl_validate.paths import repo_path
@@ -98,7 +98,7 @@ def collapse(kernels: Sequence[Kernel], *, context: int = 1, min_run: int = 3
 def _kernel_label(k: Kernel) -> str:
     parts = [mermaid_text(f"#{k.index} {k.name}")]
     if k.out_shape is not None:
-        parts.append(mermaid_text(f"→ {list(k.out_shape)}"))
+        parts.append(mermaid_text(f"→ {shape_text(k.out_shape)}"))
     parts.extend(mermaid_text(t.describe(), 120) for t in k.transforms[:_MAX_TRANSFORMS])
     if len(k.transforms) > _MAX_TRANSFORMS:
         parts.append(f"+ {len(k.transforms) - _MAX_TRANSFORMS} more transforms")
@@ -240,7 +240,7 @@ def _table(results: Sequence[CaseResult], target: str) -> list[str]:
            "|" + "|".join([" --- "] + [" :---: "] * len(CHECKS) + [" ---: "]) + "|"]
     for r in results:
         if r.target == target:
-            cells = [f"`{_cell(r.case.name)}`", *(_check_cell(r, c) for c in CHECKS),
+            cells = [f"`{_cell(r.case.label)}`", *(_check_cell(r, c) for c in CHECKS),
                      f"{r.seconds:.1f} s"]
             out.append("| " + " | ".join(cells) + " |")
     return out
@@ -258,7 +258,7 @@ def _stages(result: CaseResult) -> str:
 
 def failure_section(result: CaseResult, *, chart: bool = True) -> str:
     """Why one case × target failed: messages, transforms per stage, the kernel chain."""
-    out = [f"### {MARK[result.status]} `{_cell(result.case.name)}` on {_cell(result.target)}",
+    out = [f"### {MARK[result.status]} `{_cell(result.case.label)}` on {_cell(result.target)}",
            "", f"Case file: {_code(repo_path(result.case.path))}", ""]
     for c in result.checks:
         if c.status.bad:

@@ -61,6 +61,8 @@ def key(case: CaseSpec, target: str, weights: str, numerics: bool, target_desc: 
         "pipeline_source": module_source(case.pipeline.partition(":")[0])
         if ":" in case.pipeline else "",
         "seed": case.seed,
+        # a symbolic dimension's range changes the exported program, its sizes the numerics
+        "dynamic": {n: [d.min, d.max, list(d.values)] for n, d in sorted(case.dynamic.items())},
         "model_source": module_source(case.model.partition(":")[0]),
         "weights": weights,
         "cl_validate": own_source(),

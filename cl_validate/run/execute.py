@@ -8,7 +8,7 @@ sees the same data; the compiled program gets them in the layout the case declar
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,21 +25,24 @@ _NP_DTYPES = {
 }
 
 
-def make_inputs(case: CaseSpec) -> list[np.ndarray]:
-    """Inputs in PyTorch's shape and layout, the same for every run of the same case."""
+def make_inputs(case: CaseSpec, sizes: Mapping[str, int] | None = None) -> list[np.ndarray]:
+    """Inputs in PyTorch's shape and layout, the same for every run of the same case; a
+    dynamic dimension at its size in `sizes` (default: the size export traces with)."""
     rng = np.random.default_rng(case.seed)
-    return [_one_input(rng, spec) for spec in case.inputs]
+    at = case.example_sizes() if sizes is None else sizes
+    return [_one_input(rng, spec, spec.concrete(at)) for spec in case.inputs]
 
 
-def _one_input(rng: np.random.Generator, spec: InputSpec) -> np.ndarray:
+def _one_input(rng: np.random.Generator, spec: InputSpec, shape: tuple[int, ...]
+               ) -> np.ndarray:
     if spec.dtype == "bool":
-        return rng.integers(0, 2, size=spec.shape).astype(np.bool_)
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
     if spec.dtype in ("int8", "uint8", "int32", "int64"):
         info = np.iinfo(_NP_DTYPES[spec.dtype])
         lo, hi = spec.range or (max(info.min, -128), min(info.max, 127))
-        return rng.integers(int(lo), int(hi) + 1, size=spec.shape).astype(_NP_DTYPES[spec.dtype])
+        return rng.integers(int(lo), int(hi) + 1, size=shape).astype(_NP_DTYPES[spec.dtype])
     lo, hi = spec.range or (-1.0, 1.0)
-    x = rng.uniform(lo, hi, size=spec.shape)
+    x = rng.uniform(lo, hi, size=shape)
     if spec.dtype == "bfloat16":
         return x.astype(np.float32)  # converted by torch; numpy has no bfloat16
     return x.astype(_NP_DTYPES[spec.dtype])

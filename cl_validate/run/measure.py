@@ -21,7 +21,7 @@ from cl_validate.analysis.kernels import kernel_list
 from cl_validate.analysis.layouts import op_layouts
 from cl_validate.analysis.stages import op_level_stage, stage_counts
 from cl_validate.checks.kernel_list import load_baseline
-from cl_validate.checks.measurement import Measurement, Skip
+from cl_validate.checks.measurement import Measurement, Sample, Skip
 from cl_validate.compile.build import compile_case
 from cl_validate.compile.factory import build_model, check_layout_overrides, weights_digest
 from cl_validate.compile.frontend import export_and_import
@@ -102,15 +102,22 @@ def measure_case(case: CaseSpec, model: Any, options: RunOptions,
             on_measurement(m)
 
     t_case = time.perf_counter()
-    arrays = make_inputs(case)
-    tensors = torch_inputs(case, arrays)
+    # One sample per set of dynamic sizes (just one for a static case), each with its
+    # PyTorch reference; export traces at the example sizes.
+    samples = [(_label(sizes), make_inputs(case, sizes)) for sizes in case.sample_sizes()]
     try:
-        expected = run_torch(model, tensors)
-        front = export_and_import(model, case, tensors)
+        expected = [run_torch(model, torch_inputs(case, arrays)) for _, arrays in samples]
+        example = samples[0][1] if not case.dynamic else make_inputs(case)
+        front = export_and_import(model, case, torch_inputs(case, example))
     except CompileStageError as exc:
         for t in targets:
             done(Measurement(t, ErrorRecord(str(exc), "CompileError", exc.detail,
                                              case.line_of("model")),
+                             seconds=time.perf_counter() - t_case))
+        return out
+    except UsageError as exc:  # the case says something the model cannot do
+        for t in targets:
+            done(Measurement(t, ErrorRecord(str(exc), "CaseFileError", "", exc.line),
                              seconds=time.perf_counter() - t_case))
         return out
     except Exception as exc:  # the model's own forward raised
@@ -125,7 +132,7 @@ def measure_case(case: CaseSpec, model: Any, options: RunOptions,
 
     for target in targets:
         t0 = time.perf_counter()
-        m = Measurement(target, model_outputs=len(expected))
+        m = Measurement(target, model_outputs=len(expected[0]))
         try:
             compiled = compile_case(front, case, target, build=not options.static_only)
         except CompileStageError as exc:
@@ -143,9 +150,10 @@ def measure_case(case: CaseSpec, model: Any, options: RunOptions,
         elif device_available(target):
             try:
                 unbound = [front.params[p.name] for p in weight_params(compiled.final["main"])]
-                m.actual = run_tvm(compiled.executable, case, arrays,
-                                            device_for(target), unbound)
-                m.expected = expected
+                m.samples = [Sample(label, run_tvm(compiled.executable, case, arrays,
+                                                   device_for(target), unbound), reference)
+                             for (label, arrays), reference in zip(samples, expected,
+                                                                   strict=True)]
             except Exception as exc:
                 first = (str(exc).strip().splitlines() or [""])[0][:300]
                 m.numerics_error = ErrorRecord(
@@ -158,3 +166,8 @@ def measure_case(case: CaseSpec, model: Any, options: RunOptions,
         m.seconds = shared + time.perf_counter() - t0
         done(m)
     return out
+
+
+def _label(sizes: dict[str, int]) -> str:
+    """How a sample is named in reports: ``batch=16``; "" for a static case's only one."""
+    return ", ".join(f"{name}={size}" for name, size in sizes.items())

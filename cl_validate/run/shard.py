@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from cl_validate.checks.verdict import parse_check_id
 from cl_validate.errors import UsageError
 from cl_validate.paths import display_path
 from cl_validate.spec import CaseSpec
@@ -48,7 +49,7 @@ def split(cases: Sequence[CaseSpec], n: int,
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     weights = _weights(cases, timings or {})
-    order = sorted(range(len(cases)), key=lambda i: (-weights[i], cases[i].name, i))
+    order = sorted(range(len(cases)), key=lambda i: (-weights[i], cases[i].label, i))
     loads = [0.0] * n
     members: list[list[int]] = [[] for _ in range(n)]
     for i in order:
@@ -59,9 +60,9 @@ def split(cases: Sequence[CaseSpec], n: int,
 
 
 def _weights(cases: Sequence[CaseSpec], timings: Mapping[str, float]) -> list[float]:
-    known = [float(timings[c.name]) for c in cases if c.name in timings]
+    known = [float(timings[c.label]) for c in cases if c.label in timings]
     default = statistics.median(known) if known else 1.0
-    return [max(float(timings.get(c.name, default)), 0.0) for c in cases]
+    return [max(float(timings.get(c.label, default)), 0.0) for c in cases]
 
 
 def select(cases: Sequence[CaseSpec], shard: tuple[int, int],
@@ -74,8 +75,9 @@ def select(cases: Sequence[CaseSpec], shard: tuple[int, int],
 def load_timings(path: str | Path, targets: Iterable[str] | None = None) -> dict[str, float]:
     """Seconds per case name from a previous run's JUnit report (a shard's, or a merged one).
 
-    A case's weight is the sum of its testcase times over the suites of the selected
-    `targets` (all suites when None): the time each target spent compiling and running it.
+    A case's weight (a variant's, keyed ``case[variant]``) is the sum of its testcase times
+    over the suites of the selected `targets` (all suites when None): the time each target
+    spent compiling and running it.
     An unreadable file is a one-line usage error: a stale path must not silently turn into
     an unbalanced split.
     """
@@ -102,8 +104,8 @@ def _junit_timings(text: str, shown: str, targets: set[str] | None) -> dict[str,
     out: dict[str, float] = {}
     for suite in suites:
         name = suite.get("name", "")
-        if targets is not None and name.startswith("cl_validate.") and \
-                name.removeprefix("cl_validate.") not in targets:
+        target = name.removeprefix("cl_validate.") if name.startswith("cl_validate.") else ""
+        if targets is not None and target and target not in targets:
             continue
         for tc in suite.iter("testcase"):
             case = tc.get("classname")
@@ -111,8 +113,10 @@ def _junit_timings(text: str, shown: str, targets: set[str] | None) -> dict[str,
                 seconds = float(tc.get("time") or 0.0)
             except ValueError:
                 seconds = 0.0
-            if case:
-                out[case] = out.get(case, 0.0) + max(seconds, 0.0)
+            if case:  # a variant's run weighs on its own: `resnet50[b8]`
+                _, variant = parse_check_id(tc.get("name", ""), target)
+                label = f"{case}[{variant}]" if variant and target else case
+                out[label] = out.get(label, 0.0) + max(seconds, 0.0)
     return out
 
 

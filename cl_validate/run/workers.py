@@ -92,7 +92,7 @@ def _worker_main(conn: Connection, log_path: str, threads: int, token: str) -> N
             conn.close()
             os._exit(0)
         assert isinstance(msg, RunCase)
-        print(f"=== {msg.case.name}", flush=True)
+        print(f"=== {msg.case.label}", flush=True)
 
         def emit(m: Measurement, key: str | None, cached: bool) -> None:
             if not cached:

@@ -11,6 +11,9 @@ planned budgets before anything is written:
   added only where a target's value differs from the case-level one — including a target not
   measured in this run (``--target``) whose budget would otherwise change with the case-level
   value: it is pinned at its old value;
+- a ``[[variants]]`` entry gets a ``budget`` of its own only where its counts differ from
+  what it inherits (one value for every target, else per target in its
+  ``targets_override``); the ones it declares are updated in place;
 - a budget the case does not declare (``kernels`` is optional) is not added;
 - a budget is never raised unless ``allow_increase``, and then with its ``reason`` recorded.
 """
@@ -24,9 +27,13 @@ from typing import Any
 import tomlkit
 
 from cl_validate.spec.casefile import load_text_as_case, set_section, tidy
-from cl_validate.spec.model import CaseSpec
+from cl_validate.spec.model import CaseSpec, Variant
 
 KEYS = ("layout_transforms", "kernels")
+#: Where a value is written: (variant index or None for the case, target or None for all).
+Where = tuple[int | None, str | None]
+#: measured counts: variant name (None: the case's own shapes) → target → key → count
+Measured = dict[str | None, dict[str, dict[str, int]]]
 
 
 @dataclass
@@ -34,13 +41,14 @@ class Plan:
     """What tighten changes in one case file: table → key → value, and what it refused."""
 
     case: CaseSpec
-    writes: dict[str | None, dict[str, Any]] = field(default_factory=dict)  # None: [budget]
+    writes: dict[Where, dict[str, Any]] = field(default_factory=dict)
     effective: list[str] = field(default_factory=list)  # "llvm  kernels 58 -> 57 (...)"
     refused: list[str] = field(default_factory=list)
-    expected: dict[str, dict[str, int | None]] = field(default_factory=dict)  # target → budget
+    #: the budget every run × target must have after the rewrite: (variant, target) → values
+    expected: dict[tuple[str | None, str], dict[str, int | None]] = field(default_factory=dict)
 
-    def set(self, table: str | None, key: str, value: Any) -> None:
-        self.writes.setdefault(table, {})[key] = value
+    def set(self, where: Where, key: str, value: Any) -> None:
+        self.writes.setdefault(where, {})[key] = value
 
 
 def _has_override(case: CaseSpec, target: str, key: str) -> bool:
@@ -51,68 +59,130 @@ def _above(new: int | None, old: int | None) -> bool:
     return new is not None and (old is None or new > old)
 
 
-def plan(case: CaseSpec, measured: dict[str, dict[str, int]], *, allow_increase: bool,
-         reason: str) -> Plan:
-    """Budgets after tightening `case` to `measured` (target → key → count); see the module
-    docstring for where each value goes."""
+def _desired(p: Plan, run: CaseSpec, measured: dict[str, dict[str, int]], key: str, *,
+             allow_increase: bool, reason: str) -> dict[str, int | None]:
+    """Target → the budget `run` should have: the measured count, unless that would raise
+    it without ``allow_increase`` (refused: it stays), or nothing was measured."""
+    new: dict[str, int | None] = {}
+    who = f"[{run.variant.name}] " if run.variant else ""
+    for t in run.targets:
+        cur: int | None = getattr(run.budget_for(t), key)
+        m = measured.get(t, {}).get(key)
+        new[t] = cur
+        if cur is None or m is None or m == cur:
+            continue
+        if m > cur and not allow_increase:
+            p.refused.append(f"{who}{t}: {key} {m} > budget {cur} — not raised (pass "
+                             "--allow-increase --reason TEXT to raise it)")
+            continue
+        new[t] = m
+        how = f"raised: {reason}" if m > cur else "lowered"
+        p.effective.append(f"{who}{t:<5} {key} {cur} -> {m} ({how})")
+    return new
+
+
+def plan(case: CaseSpec, runs: Measured, *, allow_increase: bool, reason: str) -> Plan:
+    """Budgets after tightening `case` to the counts measured in `runs` (variant → target →
+    key → count; None: the case's own shapes); see the module docstring for where each value
+    goes."""
     p = Plan(case)
-    primary = case.targets[0]
+    base_new: dict[str, dict[str, int | None]] = {}
     for key in KEYS:
-        case_old: int | None = getattr(case.budget, key)
-        new: dict[str, int | None] = {}
-        for t in case.targets:
-            cur: int | None = getattr(case.budget_for(t), key)
-            m = measured.get(t, {}).get(key)
-            new[t] = cur
-            if cur is None or m is None or m == cur:
-                continue
-            if m > cur and not allow_increase:
-                p.refused.append(f"{t}: {key} {m} > budget {cur} — not raised (pass "
-                                 "--allow-increase --reason TEXT to raise it)")
-                continue
-            new[t] = m
-            how = f"raised: {reason}" if m > cur else "lowered"
-            p.effective.append(f"{t:<5} {key} {cur} -> {m} ({how})")
-        new_case = new[primary] if primary in measured and not _has_override(
-            case, primary, key) else case_old
-        if new_case != case_old:
-            p.set(None, key, new_case)
-            if _above(new_case, case_old):
-                p.set(None, "reason", reason)
-        for t in case.targets:
-            cur = getattr(case.budget_for(t), key)
-            if not _has_override(case, t, key) and new[t] == new_case:
-                continue  # inherits the case-level value, which is right for it
-            if new[t] is None or (new[t] == cur and _has_override(case, t, key)):
-                continue
-            p.set(t, key, new[t])
-            if _above(new[t], cur):
-                p.set(t, "reason", reason)
-            if new[t] == cur:
-                why = "not measured" if t not in measured else "measured"
-                p.effective.append(f"{t:<5} {key} stays {cur} ({why}; differs from "
-                                   f"{primary}: pinned in [targets_override.{t}])")
-        for t in case.targets:
-            p.expected.setdefault(t, {})[key] = new[t]
+        base_new[key] = _plan_case(p, case, runs.get(None, {}), key,
+                                   allow_increase=allow_increase, reason=reason)
+    for run in case.expand()[1:]:
+        assert run.variant is not None
+        for key in KEYS:
+            _plan_variant(p, run, run.variant, runs.get(run.variant.name, {}), key,
+                          base_new[key], allow_increase=allow_increase, reason=reason)
     return p
+
+
+def _plan_case(p: Plan, case: CaseSpec, measured: dict[str, dict[str, int]], key: str, *,
+               allow_increase: bool, reason: str) -> dict[str, int | None]:
+    """[budget] and [targets_override.<t>] for the case's own shapes; its new budgets."""
+    primary = case.targets[0]
+    case_old: int | None = getattr(case.budget, key)
+    new = _desired(p, case, measured, key, allow_increase=allow_increase, reason=reason)
+    new_case = new[primary] if primary in measured and not _has_override(
+        case, primary, key) else case_old
+    if new_case != case_old:
+        p.set((None, None), key, new_case)
+        if _above(new_case, case_old):
+            p.set((None, None), "reason", reason)
+    for t in case.targets:
+        cur = getattr(case.budget_for(t), key)
+        if not _has_override(case, t, key) and new[t] == new_case:
+            continue  # inherits the case-level value, which is right for it
+        if new[t] is None or (new[t] == cur and _has_override(case, t, key)):
+            continue
+        p.set((None, t), key, new[t])
+        if _above(new[t], cur):
+            p.set((None, t), "reason", reason)
+        if new[t] == cur:
+            why = "not measured" if t not in measured else "measured"
+            p.effective.append(f"{t:<5} {key} stays {cur} ({why}; differs from "
+                               f"{primary}: pinned in [targets_override.{t}])")
+    for t in case.targets:
+        p.expected.setdefault((None, t), {})[key] = new[t]
+    return new
+
+
+def _plan_variant(p: Plan, run: CaseSpec, v: Variant, measured: dict[str, dict[str, int]],
+                  key: str, inherited: dict[str, int | None], *, allow_increase: bool,
+                  reason: str) -> None:
+    """A variant's own budget: kept where it declares one, added only where its counts
+    differ from what it inherits from the case (after the case's own rewrite)."""
+    new = _desired(p, run, measured, key, allow_increase=allow_increase, reason=reason)
+    per_target = {t for t in run.targets
+                  if key in (v.overrides.get(t, {}).get("budget") or {})}
+    rest = [t for t in run.targets if t not in per_target]
+    if key in v.budget and rest:  # its own budget for every target: keep it in step
+        value = new[rest[0]]
+        if value != v.budget[key]:
+            p.set((v.index, None), key, value)
+            if _above(value, v.budget[key]):
+                p.set((v.index, None), "reason", reason)
+        gets: dict[str, int | None] = dict.fromkeys(rest, value)
+    else:  # inherits: a budget of its own only where it differs
+        differ = [t for t in rest if new[t] != inherited[t] and new[t] is not None]
+        if differ and len(differ) == len(rest) and len({new[t] for t in differ}) == 1:
+            p.set((v.index, None), key, new[differ[0]])
+            if _above(new[differ[0]], getattr(run.budget_for(differ[0]), key)):
+                p.set((v.index, None), "reason", reason)
+            gets = dict.fromkeys(rest, new[differ[0]])
+        else:
+            for t in differ:
+                per_target.add(t)
+            gets = {t: inherited[t] for t in rest if t not in differ}
+    for t in per_target:
+        if new[t] != (v.overrides.get(t, {}).get("budget") or {}).get(key):
+            p.set((v.index, t), key, new[t])
+            if _above(new[t], getattr(run.budget_for(t), key)):
+                p.set((v.index, t), "reason", reason)
+        gets[t] = new[t]
+    for t in run.targets:
+        p.expected.setdefault((v.name, t), {})[key] = gets[t]
 
 
 def rewrite(text: str, p: Plan) -> str:
     """The case file's text with `p` applied; comments and formatting elsewhere untouched."""
     doc = tomlkit.parse(text)
-    for table, values in p.writes.items():
+    for (variant, target), values in p.writes.items():
         literals = {k: tomlkit.item(v).as_string() for k, v in values.items()}
-        set_section(doc, "budget", table, literals)
+        set_section(doc, "budget", target, literals, variant=variant)
     return tidy(text, tomlkit.dumps(doc))
 
 
 def verify(path: Path, text: str, p: Plan) -> None:
     """A rewrite that would declare other budgets than planned is a bug: the file is left
     alone (internal error, exit 3)."""
-    case = load_text_as_case(path, text)
-    for t, want in p.expected.items():
-        got = case.budget_for(t)
+    runs = {run.variant.name if run.variant else None: run
+            for run in load_text_as_case(path, text).expand()}
+    for (variant, t), want in p.expected.items():
+        got = runs[variant].budget_for(t)
         for key, value in want.items():
             if getattr(got, key) != value:
-                raise AssertionError(f"rewriting {path} would give {t} {key} "
+                where = f"[{variant}] " if variant else ""
+                raise AssertionError(f"rewriting {path} would give {where}{t} {key} "
                                      f"{getattr(got, key)}, not {value}")

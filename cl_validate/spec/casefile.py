@@ -37,30 +37,41 @@ def _new_table(key: str, value: Any) -> Any:
     return table
 
 
-def set_section(doc: Any, section: str, target: str | None, values: dict[str, str]) -> None:
+def set_section(doc: Any, section: str, target: str | None, values: dict[str, str], *,
+                variant: int | None = None) -> None:
     """Set `values` (TOML literals) in `section` at case level (`target` None) or in
-    ``[targets_override.<target>]``, updating an inline table or a sub-table in place."""
+    ``[targets_override.<target>]`` — of the case, or of its `variant`-th ``[[variants]]``
+    entry — updating an inline table or a sub-table in place."""
+    container: Any = doc if variant is None else doc["variants"][variant]
     if target is None:
-        if section not in doc:
-            doc[section] = tomlkit.table()
-        for k, v in values.items():
-            doc[section][k] = _value(v)
+        cur = container.get(section)
+        if cur is None and variant is None:
+            container[section] = cur = tomlkit.table()
+        if cur is None or isinstance(cur, InlineTable):  # a variant's: one line of its own
+            _merge_inline(container, section, cur, values)
+        else:
+            for k, v in values.items():
+                cur[k] = _value(v)
         return
-    if "targets_override" not in doc:
-        doc["targets_override"] = tomlkit.table(is_super_table=True)
-    over: Any = doc["targets_override"]
+    if "targets_override" not in container:
+        container["targets_override"] = tomlkit.table(is_super_table=True)
+    over: Any = container["targets_override"]
     if target not in over:
         over[target] = _new_table(section, _inline(section, values))
         return
     cur = over[target].get(section)
-    if cur is None:
-        over[target][section] = _inline(section, values)
-    elif isinstance(cur, InlineTable):  # merged, keeping the line's trailing comment
-        merged = {k: tomlkit.item(v).as_string() for k, v in cur.unwrap().items()}
-        over[target][section] = _inline(section, {**merged, **values})
+    if cur is None or isinstance(cur, InlineTable):
+        _merge_inline(over[target], section, cur, values)
     else:  # a [targets_override.<t>.<section>] table
         for k, v in values.items():
             cur[k] = _value(v)
+
+
+def _merge_inline(container: Any, section: str, cur: Any, values: dict[str, str]) -> None:
+    """`section` as an inline table holding its old keys and `values` (the line's trailing
+    comment kept)."""
+    merged = {k: tomlkit.item(v).as_string() for k, v in cur.unwrap().items()} if cur else {}
+    container[section] = _inline(section, {**merged, **values})
 
 
 def tidy(old: str, new: str) -> str:

@@ -46,7 +46,7 @@ def locate_lines(text: str) -> dict[tuple[str, ...], int]:
         if depth == 0:
             m = _HEADER_RE.match(line)
             if m:
-                path = tuple(_split_key(m.group(2)))
+                path = _in_elements(tuple(_split_key(m.group(2))), counters)
                 if m.group(1) == "[[":
                     idx = counters.get(path, 0)
                     counters[path] = idx + 1
@@ -68,6 +68,19 @@ def locate_lines(text: str) -> dict[tuple[str, ...], int]:
         else:
             depth += _bracket_delta(line)
     return lines
+
+
+def _in_elements(path: tuple[str, ...], counters: dict[tuple[str, ...], int]
+                 ) -> tuple[str, ...]:
+    """A table header inside the last element of an array of tables, with that element's
+    index: ``[variants.budget]`` after a second ``[[variants]]`` is ``variants.1.budget``."""
+    out: list[str] = []
+    for key in path:
+        out.append(key)
+        prefix = tuple(out)
+        if prefix in counters and prefix != path:
+            out.append(str(counters[prefix] - 1))
+    return tuple(out)
 
 
 def _bracket_delta(s: str) -> int:

@@ -8,7 +8,7 @@ safe to pickle to a worker process. Imports nothing heavy.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +44,60 @@ class Tolerance:
         )
 
 
+#: A dimension: a size, or the name of a dynamic dimension declared in ``[dynamic]``.
+Dim = int | str
+
+
 @dataclass(frozen=True)
 class InputSpec:
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]
     dtype: str
     layout: str | None  # None: passed as PyTorch holds it; "NHWC": program takes channels-last
     range: tuple[float, float] | None
     line: int | None = None
+
+    def concrete(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        """The shape with each dynamic dimension at its size in `sizes`."""
+        return tuple(d if isinstance(d, int) else sizes[d] for d in self.shape)
+
+
+@dataclass(frozen=True)
+class DynamicDim:
+    """A dimension the program is compiled for symbolically (``[dynamic]``): exported once
+    with a symbolic size in [min, max], its numerics run at each of `values`."""
+
+    name: str
+    min: int
+    max: int
+    values: tuple[int, ...]
+    line: int | None = None
+
+    @property
+    def example(self) -> int:
+        """The size torch.export traces with: the middle one of `values`, or another that is
+        at least 2 (torch specializes a traced size of 0 or 1)."""
+        middle = self.values[len(self.values) // 2]
+        return middle if middle >= 2 else next((v for v in self.values if v >= 2),
+                                               max(self.values))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One more shape a case runs at (``[[variants]]``): its own compile and verdicts, named
+    ``check[<variant>-<target>]``; its budget and tolerance override the case's."""
+
+    name: str
+    index: int  # its position among the [[variants]] tables
+    shapes: dict[str, tuple[Dim, ...]]  # input name → shape, for the inputs it changes
+    budget: dict[str, Any] = field(default_factory=dict)
+    tolerance: dict[str, float] = field(default_factory=dict)
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # target → budget, tol
+    line: int | None = None
+
+    def path(self, *keys: str) -> tuple[str, ...]:
+        """Where one of its keys is in the case file, for `CaseSpec.line_of`."""
+        return ("variants", str(self.index), *keys)
 
 
 @dataclass(frozen=True)
@@ -97,33 +143,106 @@ class CaseSpec:
     max_memory_mb: int = DEFAULT_MAX_MEMORY_MB
     #: nn.Module path → layouts for that module's op, overriding [layout] (mixed layouts)
     layout_overrides: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: dynamic dimension name → its range ([dynamic])
+    dynamic: dict[str, DynamicDim] = field(default_factory=dict)
+    #: the other shapes the case runs at ([[variants]]), each a run of its own (`expand`)
+    variants: tuple[Variant, ...] = ()
+    #: the variant this spec runs (from `expand`); None: the case as its [[inputs]] declare
+    variant: Variant | None = None
+
+    # -- variants ---------------------------------------------------------------------------
+    def expand(self) -> list[CaseSpec]:
+        """One spec per shape the case runs at: itself, then each [[variants]] entry with its
+        shapes in place of the [[inputs]] ones."""
+        return [self, *(replace(self, variant=v, inputs=tuple(
+            replace(i, shape=v.shapes.get(i.name, i.shape)) for i in self.inputs))
+            for v in self.variants)]
+
+    @property
+    def label(self) -> str:
+        """The run's name in reports: ``resnet50``, or ``resnet50[b8]`` for a variant."""
+        return self.name if self.variant is None else f"{self.name}[{self.variant.name}]"
+
+    # -- dynamic dimensions -----------------------------------------------------------------
+    def sample_sizes(self) -> list[dict[str, int]]:
+        """The sizes numerics run at: one sample with no dynamic dimension; else the i-th
+        value of every dimension together (all at their minimum, all at their maximum, …)."""
+        if not self.dynamic:
+            return [{}]
+        n = max(len(d.values) for d in self.dynamic.values())
+        return [{name: d.values[min(i, len(d.values) - 1)] for name, d in self.dynamic.items()}
+                for i in range(n)]
+
+    def example_sizes(self) -> dict[str, int]:
+        """The sizes torch.export traces the model with."""
+        return {name: d.example for name, d in self.dynamic.items()}
 
     # -- per-target views -------------------------------------------------------------------
-    def budget_for(self, target: str) -> Budget:
-        """The case budget with ``[targets_override.<target>.budget]`` applied."""
-        over = self.overrides.get(target, {}).get("budget") or {}
-        b = self.budget
-        lt, kn = b.layout_transforms, b.kernels
-        lt_line, kn_line = b.layout_transforms_line, b.kernels_line
-        if "layout_transforms" in over:
-            lt = over["layout_transforms"]
-            lt_line = self.line_of("targets_override", target, "budget", "layout_transforms")
-        if "kernels" in over:
-            kn = over["kernels"]
-            kn_line = self.line_of("targets_override", target, "budget", "kernels")
-        return Budget(lt, kn, lt_line, kn_line, over.get("reason", b.reason))
+    def _budget_layers(self, target: str) -> list[tuple[dict[str, Any], tuple[str, ...]]]:
+        """The budget tables that apply on `target`, least specific first, with their path:
+        [targets_override.<t>], then the variant's budget and its targets_override.<t>."""
+        layers: list[tuple[dict[str, Any], tuple[str, ...]]] = [
+            (self.overrides.get(target, {}).get("budget") or {},
+             ("targets_override", target, "budget"))]
+        v = self.variant
+        if v is not None:
+            layers.append((v.budget, v.path("budget")))
+            layers.append((v.overrides.get(target, {}).get("budget") or {},
+                           v.path("targets_override", target, "budget")))
+        return layers
 
-    def tolerance_for(self, target: str, output: int = 0) -> tuple[Tolerance, int | None]:
+    def budget_for(self, target: str) -> Budget:
+        """The budget that applies on `target`: ``[budget]``, then
+        ``[targets_override.<target>] budget``, then the variant's ``budget`` and its
+        ``targets_override.<target>`` (most specific wins, key by key)."""
+        b = self.budget
+        lt, kn, reason = b.layout_transforms, b.kernels, b.reason
+        lt_line, kn_line = b.layout_transforms_line, b.kernels_line
+        for table, path in self._budget_layers(target):
+            if "layout_transforms" in table:
+                lt = table["layout_transforms"]
+                lt_line = self.line_of(*path, "layout_transforms")
+            if "kernels" in table:
+                kn = table["kernels"]
+                kn_line = self.line_of(*path, "kernels")
+            reason = table.get("reason", reason)
+        return Budget(lt, kn, lt_line, kn_line, reason)
+
+    def budget_source(self, target: str, key: str) -> tuple[str, int | None] | None:
+        """Which table declares the budget `key` that applies on `target` (``budget``,
+        ``targets_override.cuda``, ``variants.b8``, ``variants.b8.targets_override.cuda``)
+        and its line; None when no table does (the default)."""
+        found = (("budget", self.line_of("budget", key))
+                 if ("budget", key) in self.lines else None)
+        for table, path in self._budget_layers(target):
+            if key in table:
+                where = ".".join(path[:-1]) if path[0] == "targets_override" else \
+                    f"variants.{self.variant.name}" + (  # type: ignore[union-attr]
+                        f".targets_override.{target}" if "targets_override" in path else "")
+                found = (where, self.line_of(*path, key))
+        return found
+
+    def tolerance_for(self, target: str, output: int | None = 0
+                      ) -> tuple[Tolerance, int | None]:
         """Effective tolerance for one output on one target, and the line that declared it.
 
-        Precedence, most specific first: output × target, output, target, case.
+        Precedence, most specific first: output × target, output, the variant's × target,
+        the variant's, target, case (`output` None: without the [[outputs]] layers).
         """
         tol = self.tolerance
         line = self.line_of("tolerance")
         tgt = self.overrides.get(target, {}).get("tolerance")
         if tgt:
             tol, line = tol.merged(tgt), self.line_of("targets_override", target, "tolerance")
-        out = self.outputs[output] if output < len(self.outputs) else None
+        v = self.variant
+        if v is not None and v.tolerance:
+            tol, line = tol.merged(v.tolerance), self.line_of(*v.path("tolerance"))
+        vt = v.overrides.get(target, {}).get("tolerance") if v is not None else None
+        if v is not None and vt:
+            tol = tol.merged(vt)
+            line = self.line_of(*v.path("targets_override", target, "tolerance"))
+        out = self.outputs[output] if output is not None and output < len(self.outputs) \
+            else None
         if out is not None and out.tolerance:
             tol, line = tol.merged(out.tolerance), self.line_of("outputs", str(output), "tolerance")
         if out is not None and target in out.target_tolerance:

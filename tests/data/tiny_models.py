@@ -104,3 +104,37 @@ def relu6_net() -> nn.Module:
 
 def own_permute() -> nn.Module:
     return OwnPermute()
+
+
+class SequenceFirst(nn.Module):
+    """Conv features as a sequence, the way nn.MultiheadAttention(batch_first=False) wants
+    them: (H·W, N, C). At batch 1 moving the batch axis moves nothing (a free reshape); at
+    batch 8 it is a real transpose: a layout transform that only some shapes have."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.mix = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        seq = self.conv(x).flatten(2).permute(2, 0, 1)  # (H·W, N, C)
+        return torch.relu(self.mix(seq))
+
+
+def sequence_first() -> nn.Module:
+    return SequenceFirst()
+
+
+class FixedBatch(nn.Module):
+    """Reshapes with a constant batch size: it cannot be exported with a dynamic batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x).view(4, -1)
+
+
+def fixed_batch() -> nn.Module:
+    return FixedBatch()

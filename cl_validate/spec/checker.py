@@ -1,0 +1,144 @@
+"""The checks every part of a case file shares: types, ranges, unknown keys with a
+did-you-mean, tolerance and budget tables — each complaint a `CaseFileError` with the file and
+the line of the key (found with `cl_validate.spec.lines`)."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from cl_validate.errors import CaseFileError
+from cl_validate.spec.lines import locate_lines
+from cl_validate.spec.model import IO_LAYOUTS, KNOWN_TARGETS, nearest_line
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TOL_KEYS = ("rtol", "atol")
+_BUDGET_KEYS = ("layout_transforms", "kernels", "reason")
+_OVERRIDE_KEYS = ("budget", "tolerance")
+
+
+class Checker:
+    """Walks one parsed case file; every complaint carries the file and line."""
+
+    def __init__(self, path: Path, text: str, display: str) -> None:
+        self.path = path
+        self.display = display
+        self.lines = locate_lines(text)
+
+    def line(self, *path: str) -> int | None:
+        return nearest_line(self.lines, path)
+
+    def fail(self, path: Iterable[str], message: str, hint: str | None = None) -> CaseFileError:
+        return CaseFileError(message, file=self.display, line=self.line(*path), hint=hint)
+
+    def table(self, value: Any, path: tuple[str, ...], what: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(path, f"{what} must be a table, got {_kind(value)}")
+        return value
+
+    def keys(self, table: Mapping[str, Any], allowed: Iterable[str], path: tuple[str, ...],
+             where: str) -> None:
+        allowed = tuple(allowed)
+        for key in table:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+                hint = f"did you mean '{close[0]}'?" if close else "allowed: " + ", ".join(allowed)
+                raise self.fail((*path, key), f"unknown key '{key}' in {where}", hint)
+
+    def string(self, value: Any, path: tuple[str, ...], what: str) -> str:
+        if not isinstance(value, str):
+            raise self.fail(path, f"{what} must be a string, got {_kind(value)}")
+        return value
+
+    def integer(self, value: Any, path: tuple[str, ...], what: str, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(path, f"{what} must be an integer, got {_kind(value)} {value!r}")
+        if value < minimum:
+            raise self.fail(path, f"{what} must be >= {minimum}, got {value}")
+        return value
+
+    def number(self, value: Any, path: tuple[str, ...], what: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(path, f"{what} must be a number, got {_kind(value)} {value!r}")
+        if not math.isfinite(value):
+            raise self.fail(path, f"{what} must be finite, got {value}")
+        return float(value)
+
+    def tolerance(self, value: Any, path: tuple[str, ...]) -> dict[str, float]:
+        tab = self.table(value, path, "tolerance")
+        self.keys(tab, _TOL_KEYS, path, "[" + ".".join(p for p in path if not p.isdigit()) + "]")
+        out: dict[str, float] = {}
+        for key in _TOL_KEYS:
+            if key in tab:
+                v = self.number(tab[key], (*path, key), key)
+                if v < 0:
+                    raise self.fail((*path, key), f"{key} must be >= 0, got {v:g}")
+                out[key] = v
+        return out
+
+    def budget(self, value: Any, path: tuple[str, ...]) -> dict[str, Any]:
+        tab = self.table(value, path, "budget")
+        self.keys(tab, _BUDGET_KEYS, path, "[" + ".".join(path) + "]")
+        out: dict[str, Any] = {}
+        if "reason" in tab:  # written by `budget tighten --allow-increase --reason TEXT`
+            out["reason"] = self.string(tab["reason"], (*path, "reason"), "reason")
+        if "layout_transforms" in tab:
+            out["layout_transforms"] = self.integer(
+                tab["layout_transforms"], (*path, "layout_transforms"), "layout_transforms", 0)
+        if "kernels" in tab:
+            out["kernels"] = self.integer(tab["kernels"], (*path, "kernels"), "kernels", 1)
+        return out
+
+    def io_layout(self, value: Any, path: tuple[str, ...]) -> str:
+        s = self.string(value, path, "layout")
+        if s not in IO_LAYOUTS:
+            close = difflib.get_close_matches(s.upper(), IO_LAYOUTS, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "use one of " + ", ".join(IO_LAYOUTS)
+            raise self.fail(path, f"unsupported layout '{s}'", hint)
+        return s
+
+
+    def file_name(self, value: Any, path: tuple[str, ...], what: str) -> str:
+        """A name that becomes part of file names in reports (a case's, a variant's)."""
+        name = self.string(value, path, f"{what} name")
+        if not NAME_RE.match(name):
+            raise self.fail(path, f"{what} name '{name}' may only use letters, digits, '_', "
+                            "'.', '-'", "names become file names in reports")
+        if name.startswith("."):  # ".", "..", ".bashrc": a parent reference or a hidden file
+            raise self.fail(path, f"{what} name '{name}' must not start with '.'",
+                            "names become file names in reports; set name = \"...\"")
+        return name
+
+    def target_overrides(self, raw: Any, path: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+        """A ``targets_override`` table: target → its ``budget`` and ``tolerance``."""
+        where = "[" + ".".join(p for p in path if not p.isdigit()) + "]"
+        overrides: dict[str, dict[str, Any]] = {}
+        for tgt, over in self.table(raw, path, where).items():
+            p = (*path, tgt)
+            if tgt not in KNOWN_TARGETS:
+                close = difflib.get_close_matches(tgt, KNOWN_TARGETS, n=1)
+                raise self.fail(p, f"unknown target '{tgt}' in {where}",
+                                f"did you mean '{close[0]}'?" if close else "use llvm or cuda")
+            over = self.table(over, p, f"{where[:-1]}.{tgt}]")
+            self.keys(over, _OVERRIDE_KEYS, p, f"{where[:-1]}.{tgt}]")
+            entry: dict[str, Any] = {}
+            if "budget" in over:
+                entry["budget"] = self.budget(over["budget"], (*p, "budget"))
+            if "tolerance" in over:
+                entry["tolerance"] = self.tolerance(over["tolerance"], (*p, "tolerance"))
+            overrides[tgt] = entry
+        return overrides
+
+
+
+
+def _kind(value: Any) -> str:
+    return {
+        str: "a string", int: "an integer", float: "a number", bool: "a boolean",
+        list: "an array", dict: "a table",
+    }.get(type(value), type(value).__name__)
