@@ -38,6 +38,8 @@ from cl_validate.run import cache as cache_mod
 from cl_validate.run import sources
 from cl_validate.run.cache import Cache, cacheable, key, resolve_dir
 from cl_validate.run.measure import target_description
+from cl_validate.run.options import RunOptions
+from cl_validate.run.rpc import RpcSettings
 from cl_validate.spec import CaseSpec, load_case
 
 REPO = Path(__file__).resolve().parents[1]
@@ -163,9 +165,18 @@ def test_key_changes_with_target_weights_and_run_mode(arg, value, tmp_path, tiny
     assert _key(case, **{arg: value}) != _key(case)
 
 
-def test_target_description_feeds_the_numerics_flag():
-    assert target_description("llvm", static_only=False) == (True, "llvm")
-    assert target_description("llvm", static_only=True) == (False, "llvm")
+def test_target_description_feeds_the_numerics_flag(tmp_path):
+    case = _load(tmp_path, BASE)
+    numerics, desc = target_description(case, "llvm", RunOptions())
+    assert numerics and '"kind":"llvm"' in desc and desc.endswith(" on local")
+    assert target_description(case, "llvm", RunOptions(static_only=True)) == (False, desc)
+    # Run through a tracker, the same target is another measurement: where is in the key.
+    remote = RunOptions(rpc=RpcSettings(("127.0.0.1", 9190), keys=(("llvm", "farm"),)))
+    assert target_description(case, "llvm", remote) == (True, desc[:-len("local")] +
+                                                           "rpc:farm")
+    # Without a tracker a target with a key of its own cannot run anywhere: no numerics.
+    lost = RunOptions(rpc=RpcSettings(None, keys=(("llvm", "farm"),)))
+    assert target_description(case, "llvm", lost) == (False, desc[:-len("local")] + "none")
 
 
 def test_key_is_the_same_in_another_process(tmp_path, src_dir):

@@ -48,7 +48,10 @@ def test_usage_errors(tmp_path):
     code, _, err = run_cli(["run", str(tmp_path / "missing")])
     assert code == ExitCode.USAGE_ERROR and "no such case file or folder" in err
     code, _, err = run_cli(["run", "--target", "tpu", str(DATA)])
-    assert code == ExitCode.USAGE_ERROR and "invalid choice: 'tpu'" in err
+    assert code == ExitCode.USAGE_ERROR and err == (
+        "cl-validate: error: unknown target 'tpu' (hint: targets: llvm, cuda)\n")
+    code, _, err = run_cli(["run", "--target", "cdua", str(DATA)])
+    assert "unknown target 'cdua' (hint: did you mean 'cuda'?)" in err
     code, _, err = run_cli(["run", str(DATA), "-k", "zzz"])
     assert code == ExitCode.USAGE_ERROR and "matches no case" in err
 

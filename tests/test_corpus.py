@@ -66,7 +66,8 @@ USAGE: dict[str, Usage] = {
     # wrong types
     "type_string_budget.toml": Usage(10, "layout_transforms must be an integer, got a string"),
     "type_float_dim.toml": Usage(7, "each dimension of 'x' must be an integer, got a number 3.0"),
-    "type_table_for_array.toml": Usage(3, "targets must be a non-empty array of strings (hint:"),
+    "type_table_for_array.toml": Usage(3, "targets must be a non-empty array of strings or "
+                                          "[targets.<name>] tables (hint:"),
     "type_inputs_table.toml": Usage(5, "inputs must be a non-empty array of tables ([[inputs]])"),
     "type_model_integer.toml": Usage(2, "model must be a string, got an integer"),
     "type_budget_array.toml": Usage(4, "budget must be a table, got an array"),
@@ -85,8 +86,10 @@ USAGE: dict[str, Usage] = {
     "layout_op_name.toml": Usage(10, "[layout] key 'conv2d' is not a Relax op name"),
     "tolerance_negative.toml": Usage(11, "atol must be >= 0, got -1e-05"),
     "tolerance_nan.toml": Usage(10, "rtol must be finite, got nan"),
-    "targets_empty.toml": Usage(3, "targets must be a non-empty array of strings (hint: e.g."),
-    "target_unknown.toml": Usage(3, "unknown target 'cpu' (hint: use llvm or cuda)"),
+    "targets_empty.toml": Usage(3, "targets must be a non-empty array of strings or "
+                                   "[targets.<name>] tables (hint: e.g."),
+    "target_unknown.toml": Usage(3, "unknown target 'cpu' (hint: targets: llvm, cuda; declare "
+                                    "others as [targets.<name>]"),
     "pipeline_unknown.toml": Usage(4, "unknown pipeline 'nchw' (hint: registered: nhwc"),
     # names that would become hostile file names
     "name_path_separator.toml": Usage(2, "case name '../evil' may only use letters, digits"),

@@ -71,8 +71,9 @@ def judge(case: CaseSpec, m: Measurement, stale: StalePolicy = StalePolicy.FAIL,
     assert m.kernels is not None
     target = m.target
     result.kernels, result.stage_counts = m.kernels, m.stage_counts
+    built = f" (IR only: {m.build_skipped})" if m.build_skipped else ""
     compiled = CheckResult(COMPILE, Status.PASSED, f"compiled for {target} in "
-                           f"{m.compile_seconds:.1f} s", line=case.line_of("model"))
+                           f"{m.compile_seconds:.1f} s{built}", line=case.line_of("model"))
     if m.stray_processes:  # the measurement stands; the leak is the model's bug to fix
         n = len(m.stray_processes)
         compiled = CheckResult(
@@ -115,4 +116,8 @@ def _numerics(case: CaseSpec, m: Measurement) -> CheckResult:
                                f"outputs, PyTorch {len(s.expected)}{at} ({m.target})",
                                kind="OutputCountMismatch")
         stats.extend(compare_all(case, m.target, s.actual, s.expected, s.label))
-    return check_numerics(case, m.target, stats)
+    result = check_numerics(case, m.target, stats)
+    if m.ran_on:  # a reviewer must see that the figures come from the device, not the runner
+        result = replace(result, message=f"{result.message} (on {m.ran_on})",
+                         body=f"ran on {m.ran_on}\n{result.body}")
+    return result

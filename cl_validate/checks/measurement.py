@@ -49,3 +49,7 @@ class Measurement:
     model_outputs: int | None = None  # how many outputs the PyTorch model returns
     #: processes the model's code started and left running (killed by the worker)
     stray_processes: list[str] = field(default_factory=list)
+    #: why the program was not built (the static checks come from the IR alone)
+    build_skipped: str | None = None
+    #: where the numerics ran when not on this machine ("RPC key 'rk3588' at host:9190")
+    ran_on: str | None = None

@@ -32,7 +32,12 @@ from cl_validate.checks.verdict import CaseResult
 from cl_validate.cli.common import DEFAULT_PATH, add_paths, add_target, expand
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.paths import display_path
-from cl_validate.run.options import RunOptions, positive_int, selected_targets
+from cl_validate.run.options import (
+    RunOptions,
+    check_target_names,
+    positive_int,
+    selected_targets,
+)
 from cl_validate.run.suite import run_suite
 from cl_validate.spec import CaseSpec, load_cases
 from cl_validate.spec.budgets import Measured, plan, rewrite, verify
@@ -106,6 +111,7 @@ def measure(cases: Sequence[CaseSpec], args: argparse.Namespace) -> list[CaseRes
     options = RunOptions(targets=tuple(args.targets) if args.targets else None,
                          jobs=args.jobs or os.cpu_count() or 1, isolate=not args.no_isolation,
                          stale_budget=StalePolicy.WARN, static_only=True)
+    check_target_names(cases, options)
     if not any(selected_targets(c, options) for c in cases):
         raise UsageError("no case runs on the selected targets",
                          hint="check the cases' targets = [...] against --target")

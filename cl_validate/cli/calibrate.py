@@ -29,7 +29,7 @@ from cl_validate.cli.common import find_case, pick_variant
 from cl_validate.errors import CompileStageError, ExitCode, UsageError
 from cl_validate.paths import display_path
 from cl_validate.run.options import RunOptions, positive_int
-from cl_validate.spec import KNOWN_TARGETS, CaseSpec
+from cl_validate.spec import CaseSpec
 from cl_validate.spec.casefile import load_text_as_case, set_section, tidy, toml_number
 
 HELP = "measure numerical error over several seeds and propose rtol/atol"
@@ -47,8 +47,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="input seeds per compile (default 5)")
     parser.add_argument("--weight-seeds", type=positive_int, default=1, metavar="M",
                         help="weight seeds, one compile each (default 1: the case's seed)")
-    parser.add_argument("--target", choices=KNOWN_TARGETS, default="llvm",
-                        help="target to run on (default llvm; cuda needs a GPU)")
+    parser.add_argument("--target", default="llvm", metavar="TARGET",
+                        help="target to run on (default llvm; its device must be on this "
+                        "machine: cuda needs a GPU)")
     parser.add_argument("--headroom", type=float, default=HEADROOM, metavar="X",
                         help=f"multiply the observed error by X (default {HEADROOM:g})")
     parser.add_argument("--variant", metavar="NAME",
@@ -69,9 +70,11 @@ def main(args: argparse.Namespace) -> ExitCode:
                          file=display_path(case.path), line=case.line_of("targets"))
     if not args.headroom >= 1:
         raise UsageError(f"--headroom must be >= 1, got {args.headroom:g}")
-    if not device_available(args.target):
-        raise UsageError(f"calibrate runs the numerics: no {args.target} device on this machine",
-                         hint="calibrate on llvm, or on a machine with an NVIDIA GPU")
+    tdef = case.target_def(args.target)
+    if tdef.foreign() or not device_available(tdef.device):
+        raise UsageError(f"calibrate runs the numerics on this machine: no {args.target} "
+                         "device here", hint="calibrate on llvm, or on a machine with the "
+                         "target's device (calibrate does not run through RPC)")
     validated_model(case, RunOptions(targets=(args.target,)))  # a bad factory: exit 2
     try:
         pairs = _run(case, args.target, args.seeds, args.weight_seeds)
@@ -127,8 +130,8 @@ def _run(case: CaseSpec, target: str, seeds: int, weight_seeds: int
             for sizes in case.sample_sizes():  # every size of a dynamic dimension
                 arrays = make_inputs(replace(case, seed=s), sizes)
                 expected = run_torch(model, torch_inputs(case, arrays))
-                actual = run_tvm(compiled.executable, case, arrays, device_for(target),
-                                 unbound)
+                actual = run_tvm(compiled.executable, case, arrays,
+                                 device_for(case.target_def(target).device), unbound)
                 if len(actual) != len(expected):
                     raise _Failed(f"TVM returned {len(actual)} outputs, PyTorch "
                                   f"{len(expected)}")

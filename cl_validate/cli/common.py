@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cl_validate.errors import UsageError
 from cl_validate.paths import display_path
-from cl_validate.spec import KNOWN_TARGETS, CaseSpec, load_case, load_cases
+from cl_validate.spec import CaseSpec, load_case, load_cases
 
 DEFAULT_PATH = "model_cases"
 
@@ -20,7 +20,8 @@ def add_paths(p: argparse.ArgumentParser) -> None:
 
 
 def add_target(p: argparse.ArgumentParser, help: str, *, multi: bool) -> None:
-    p.add_argument("--target", dest="targets" if multi else "target", choices=KNOWN_TARGETS,
+    """``--target``: llvm, cuda or a declared target (checked against the cases)."""
+    p.add_argument("--target", dest="targets" if multi else "target", metavar="TARGET",
                    action="append" if multi else "store", help=help)
 
 
@@ -47,6 +48,18 @@ def select(cases: list[CaseSpec], patterns: Sequence[str] | None) -> list[CaseSp
         raise UsageError(f"-k {' '.join(patterns)} matches no case",
                          hint="cl-validate list shows the case names")
     return chosen
+
+
+def case_target(case: CaseSpec, target: str | None) -> str:
+    """The one target a single-case command works on: `target` (a target of the case, or
+    built in), default llvm."""
+    target = target or "llvm"
+    try:
+        case.target_def(target)
+    except KeyError:
+        raise UsageError(f"case '{case.name}' has no target '{target}'",
+                         hint="its targets: " + ", ".join(case.targets)) from None
+    return target
 
 
 def find_case(ref: str) -> CaseSpec:

@@ -16,7 +16,13 @@ from cl_validate.report.annotations import emit_annotations
 from cl_validate.report.console import progress_line, summary_table
 from cl_validate.report.junit import write_junit
 from cl_validate.report.markdown import append_step_summary, write_markdown
-from cl_validate.run.options import RunOptions, add_to_argparse, run_options, selected_targets
+from cl_validate.run.options import (
+    RunOptions,
+    add_to_argparse,
+    check_target_names,
+    run_options,
+    selected_targets,
+)
 from cl_validate.run.shard import shard_cases
 from cl_validate.run.suite import SuiteStats, run_suite
 from cl_validate.run.workers import WorkerPool
@@ -43,6 +49,7 @@ def main(args: argparse.Namespace) -> ExitCode:
         report_file(args.markdown, "--markdown")
     cases = select(expand(load_cases(args.paths or [DEFAULT_PATH])), args.patterns)
     options = run_options(vars(args).get)
+    check_target_names(cases, options)
     if args.shard:  # this CI job's share; every shard job computes the same split
         cases = shard_cases(cases, args.shard, args.shard_timings, options.targets)
         if not cases:  # more shards than cases: still a (empty) report for `merge`
@@ -82,9 +89,9 @@ def main(args: argparse.Namespace) -> ExitCode:
     order = {c.label: i for i, c in enumerate(cases)}
     results.sort(key=lambda r: (order[r.case.label], selected_targets(
         r.case, options).index(r.target)))
-    for r in results:
-        if r.target == "cuda" and r.kernels is not None:
-            print(f"\n{r.case.label} [cuda] kernel list ({len(r.kernels)} kernels, "
+    for r in results:  # what a device target compiled to, read where it cannot run
+        if r.target != "llvm" and r.kernels is not None:
+            print(f"\n{r.case.label} [{r.target}] kernel list ({len(r.kernels)} kernels, "
                   f">> = layout transform):\n{r.kernels.render()}")
     print(summary_table(results))
     if stats.reused:

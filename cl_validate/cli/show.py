@@ -7,7 +7,13 @@ from __future__ import annotations
 import argparse
 import difflib
 
-from cl_validate.cli.common import DEFAULT_PATH, add_target, find_case, pick_variant
+from cl_validate.cli.common import (
+    DEFAULT_PATH,
+    add_target,
+    case_target,
+    find_case,
+    pick_variant,
+)
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.paths import display_path
 from cl_validate.run.options import RunOptions
@@ -28,6 +34,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> ExitCode:
     case = pick_variant(find_case(args.case), args.variant)
+    target = case_target(case, args.target)
     # lazy: torch and TVM (compiling the case here, in this process)
     from cl_validate.analysis.kernels import kernel_list
     from cl_validate.analysis.stages import stage_counts
@@ -36,7 +43,6 @@ def main(args: argparse.Namespace) -> ExitCode:
     from cl_validate.run.execute import make_inputs, torch_inputs
     from cl_validate.run.measure import validated_model
 
-    target = args.target or "llvm"
     model = validated_model(case, RunOptions(targets=(target,)))
     front = export_and_import(model, case, torch_inputs(case, make_inputs(case)))
     compiled = compile_case(front, case, target, build=False)

@@ -7,14 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tvm
-from tvm.relax.backend.cpu_generic import pipeline as cpu_backend
-from tvm.relax.backend.cuda import pipeline as cuda_backend
 
 from cl_validate.compile.attribution import own_permute_names
 from cl_validate.compile.context import PipelineContext
 from cl_validate.compile.frontend import Frontend
 from cl_validate.compile.pipeline import resolve_pipeline
-from cl_validate.compile.target import make_target
+from cl_validate.compile.target import backend, build_unavailable, make_target
 from cl_validate.errors import CompileStageError
 from cl_validate.spec import CaseSpec
 
@@ -32,6 +30,10 @@ class Compiled:
     stages: list[StageIR] = field(default_factory=list)
     executable: Any = None
     build_seconds: float = 0.0
+    target: Any = None  # the tvm.target.Target it was compiled for
+    #: why the build was not run although asked for (this TVM or machine cannot build for
+    #: the target); the IR stages, and so the static checks, are all there
+    build_skipped: str | None = None
 
     def stage(self, name: str) -> StageIR:
         for s in self.stages:
@@ -46,12 +48,13 @@ class Compiled:
 
 def compile_case(front: Frontend, case: CaseSpec, target_name: str, *,
                  build: bool = True) -> Compiled:
-    """Run the case's pipeline for one target, keeping the IR after every stage."""
-    target = make_target(target_name)
+    """Run the case's pipeline for one target, keeping the IR after every stage. A target TVM
+    refuses raises `CaseFileError` (at its declaration)."""
+    target = make_target(case.target_def(target_name))
     ctx = PipelineContext(case, target_name, target, front.params, front.sources,
                           own_permute_names(front.mod))
     factory = resolve_pipeline(case)
-    compiled = Compiled(target_name)
+    compiled = Compiled(target_name, target=target)
     compiled.stages.append(StageIR("import", front.mod, front.import_seconds))
     try:
         stages = list(factory(ctx))
@@ -66,9 +69,11 @@ def compile_case(front: Frontend, case: CaseSpec, target_name: str, *,
             raise CompileStageError(stage.name, exc) from exc
         compiled.stages.append(StageIR(stage.name, mod, time.perf_counter() - t0))
     if build:
-        backend = cuda_backend if target_name == "cuda" else cpu_backend
+        compiled.build_skipped = build_unavailable(target)
+    if build and compiled.build_skipped is None:
+        lowering = backend(target)
         lower = tvm.transform.Sequential(
-            backend.dataflow_lower_passes(target) + backend.finalize_passes(target))
+            lowering.dataflow_lower_passes(target) + lowering.finalize_passes(target))
         t0 = time.perf_counter()
         try:
             compiled.executable = tvm.compile(mod, target=target, relax_pipeline=lower)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -26,12 +27,19 @@ from cl_validate.compile.build import compile_case
 from cl_validate.compile.factory import build_model, check_layout_overrides, weights_digest
 from cl_validate.compile.frontend import export_and_import
 from cl_validate.compile.pipeline import resolve_pipeline
-from cl_validate.compile.target import device_available, device_for, make_target
+from cl_validate.compile.target import (
+    build_unavailable,
+    device_available,
+    device_for,
+    make_target,
+)
 from cl_validate.errors import CompileStageError, ErrorRecord, UsageError
 from cl_validate.ir import weight_params
 from cl_validate.run.cache import Cache, key
 from cl_validate.run.execute import make_inputs, run_torch, run_tvm, torch_inputs
 from cl_validate.run.options import RunOptions, selected_targets
+from cl_validate.run.remote import RpcError, run_remote
+from cl_validate.run.rpc import placement
 from cl_validate.spec import CaseSpec
 
 #: What a measurement is handed to: (measurement, its cache key or None, came from the cache)
@@ -49,12 +57,32 @@ def validated_model(case: CaseSpec, options: RunOptions) -> torch.nn.Module:
     return model
 
 
-def target_description(target: str, static_only: bool) -> tuple[bool, str]:
-    """Whether numerics will run on `target` here, and the compile target in words (both are
-    part of the cache key: a cuda measurement without a GPU has no numerics)."""
-    if target == "llvm":
-        return (not static_only), "llvm"
-    return (not static_only and device_available(target)), str(make_target(target))
+def target_description(case: CaseSpec, target: str, options: RunOptions) -> tuple[bool, str]:
+    """Whether numerics will run on `target` in this run, and the compile target and where
+    it runs in words (both are part of the cache key: a cuda measurement without a GPU has no
+    numerics, one from a board under RPC key 'rk3588' is not one from this machine)."""
+    tdef = case.target_def(target)
+    tvm_target = make_target(tdef)
+    place = placement(tdef, options.rpc, device_available)
+    unbuildable = build_unavailable(tvm_target)
+    numerics = not options.static_only and place.runs and unbuildable is None
+    desc = f"{tvm_target} on {place.describe()}"
+    return numerics, desc + (f" (not built: {unbuildable})" if unbuildable else "")
+
+
+def _usable_targets(case: CaseSpec, options: RunOptions, emit: Emit) -> RunOptions:
+    """`options` narrowed to the targets TVM accepts; each one it refuses gets its
+    `CaseFileError` measurement now (one line at the declaration), the others run."""
+    usable = []
+    for t in selected_targets(case, options):
+        try:
+            make_target(case.target_def(t))
+        except UsageError as exc:
+            emit(Measurement(t, ErrorRecord(str(exc), "CaseFileError", "",
+                                            case.line_of("targets", t, "target"))), None, False)
+        else:
+            usable.append(t)
+    return replace(options, targets=tuple(usable))
 
 
 def measure_or_reuse(case: CaseSpec, options: RunOptions, emit: Emit) -> None:
@@ -71,12 +99,16 @@ def measure_or_reuse(case: CaseSpec, options: RunOptions, emit: Emit) -> None:
             emit(Measurement(t, ErrorRecord(str(exc), "CaseFileError", "", exc.line),
                              seconds=time.perf_counter() - t0), None, False)
         return
+    options = _usable_targets(case, options, emit)
+    targets = selected_targets(case, options)
+    if not targets:
+        return
     keys: dict[str, str] = {}
     if options.cache_dir:
         cache = Cache(options.cache_dir)
         digest = weights_digest(model)
         for t in targets:
-            numerics, desc = target_description(t, options.static_only)
+            numerics, desc = target_description(case, t, options)
             keys[t] = key(case, t, digest, numerics, desc, options.static_only)
         hits = {t: cache.get(k) for t, k in keys.items()}
         # The export is shared by the targets: a partial hit is measured again, whole.
@@ -145,23 +177,8 @@ def measure_case(case: CaseSpec, model: Any, options: RunOptions,
         m.op_layouts = op_layouts(compiled.stage(op_level_stage(compiled)).mod, front.sources)
         m.compile_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
-        if options.static_only:
-            m.numerics_skip = Skip("static checks only: numerics not run", "StaticOnly")
-        elif device_available(target):
-            try:
-                unbound = [front.params[p.name] for p in weight_params(compiled.final["main"])]
-                m.samples = [Sample(label, run_tvm(compiled.executable, case, arrays,
-                                                   device_for(target), unbound), reference)
-                             for (label, arrays), reference in zip(samples, expected,
-                                                                   strict=True)]
-            except Exception as exc:
-                first = (str(exc).strip().splitlines() or [""])[0][:300]
-                m.numerics_error = ErrorRecord(
-                    f"running the compiled program failed ({target}): "
-                    f"{type(exc).__name__}: {first}", "RuntimeError", str(exc))
-        else:
-            m.numerics_skip = Skip(f"no {target} device on this machine: static checks only",
-                                   "DeviceUnavailable")
+        m.build_skipped = compiled.build_skipped
+        _numerics(m, case, options, compiled, front.params, samples, expected)
         m.numerics_seconds = time.perf_counter() - t1
         m.seconds = shared + time.perf_counter() - t0
         done(m)
@@ -171,3 +188,45 @@ def measure_case(case: CaseSpec, model: Any, options: RunOptions,
 def _label(sizes: dict[str, int]) -> str:
     """How a sample is named in reports: ``batch=16``; "" for a static case's only one."""
     return ", ".join(f"{name}={size}" for name, size in sizes.items())
+
+
+def _numerics(m: Measurement, case: CaseSpec, options: RunOptions, compiled: Any,
+              params: dict[str, Any], samples: list[tuple[str, Any]],
+              expected: list[list[Any]]) -> None:
+    """Run the compiled program on every sample where the target's numerics run (this
+    machine, or a device of the RPC tracker, all samples in one session), or say why they
+    are skipped; the outputs go into `m`."""
+    target = m.target
+    tdef = case.target_def(target)
+    place = placement(tdef, options.rpc, device_available)
+    if options.static_only:
+        m.numerics_skip = Skip("static checks only: numerics not run", "StaticOnly")
+        return
+    if not place.runs:
+        unbuilt = f"; not built here: {compiled.build_skipped}" if compiled.build_skipped else ""
+        m.numerics_skip = Skip(f"{place.missing}{unbuilt}: static checks only",
+                               "DeviceUnavailable")
+        return
+    if compiled.build_skipped:
+        m.numerics_error = ErrorRecord(f"cannot build for {target} here: "
+                                       f"{compiled.build_skipped}", "BuildUnavailable")
+        return
+    unbound = [params[p.name] for p in weight_params(compiled.final["main"])]
+    inputs = [arrays for _, arrays in samples]
+    try:
+        if place.where == "local":
+            actual = [run_tvm(compiled.executable, case, arrays, device_for(tdef.device),
+                              unbound) for arrays in inputs]
+        else:
+            actual = run_remote(compiled.executable, case, inputs, tdef, place, options.rpc,
+                                unbound, options.timeout or case.timeout)
+            m.ran_on = place.remote()
+        m.samples = [Sample(label, outs, reference) for (label, _), outs, reference
+                     in zip(samples, actual, expected, strict=True)]
+    except RpcError as exc:
+        m.numerics_error = ErrorRecord(f"{exc} ({target})", exc.kind, exc.detail)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        m.numerics_error = ErrorRecord(
+            f"running the compiled program failed ({target}): "
+            f"{type(exc).__name__}: {first}", "RuntimeError", str(exc))

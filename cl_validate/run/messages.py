@@ -28,7 +28,8 @@ class Stop:
 
 @dataclass(frozen=True)
 class Ready:
-    #: target name → whether this machine has its device (answers --require-device)
+    #: device type (``cpu``, ``cuda``, ``opencl``...) → whether this machine has one
+    #: (answers --require-device)
     devices: dict[str, bool] = field(default_factory=dict)
 
 

@@ -8,13 +8,15 @@ Each `Option` knows its command-line flags, its help, and the `RunOptions` field
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from cl_validate.errors import DeviceUnavailableError
+from cl_validate.errors import DeviceUnavailableError, UsageError
 from cl_validate.run.cache import resolve_dir
+from cl_validate.run.rpc import RpcSettings, parse_rpc_key, parse_tracker, placement, rpc_settings
 from cl_validate.run.shard import parse_shard
 from cl_validate.spec import KNOWN_TARGETS, CaseSpec
 from cl_validate.spec.config import StalePolicy, load_config
@@ -33,19 +35,38 @@ class RunOptions:
     stale_budget: StalePolicy = StalePolicy.FAIL  # a budget above the measured count
     static_only: bool = False  # no build, no numerics: counts only (`budget tighten|record`)
     cache_dir: str | None = None  # measurements cache (cl_validate.run.cache); None: no cache
+    rpc: RpcSettings = field(default_factory=RpcSettings)  # the tracker and keys, if any
 
 
 def require_devices(cases: Sequence[CaseSpec], options: RunOptions,
-                    available: Callable[[str], bool]) -> None:
-    """``--require-device``: a one-line usage error (exit 2) before any case runs when the
-    device of a selected target other than llvm is missing (`available` says)."""
-    wanted = {t for c in cases for t in selected_targets(c, options)} - {"llvm"}
-    for t in sorted(wanted):
-        if not available(t):
-            raise DeviceUnavailableError(
-                f"--require-device: no {t} device on this machine",
-                hint="run on a machine with an NVIDIA GPU, or drop --require-device to run "
-                "the static checks only")
+                    have_device: Callable[[str], bool]) -> None:
+    """``--require-device``: a one-line usage error (exit 2) before any case runs when a
+    selected target's numerics could run nowhere: no device here (`have_device` says, by
+    device type) and no RPC tracker and key for it."""
+    missing: dict[str, str] = {}
+    for c in cases:
+        for t in selected_targets(c, options):
+            place = placement(c.target_def(t), options.rpc, have_device)
+            if not place.runs:
+                missing.setdefault(t, place.missing)
+    for t, why in sorted(missing.items()):
+        hint = ("run on a machine with an NVIDIA GPU" if t == "cuda" else
+                "configure an RPC tracker (--rpc-tracker HOST:PORT --rpc-key KEY, or "
+                "TVM_TRACKER_HOST, TVM_TRACKER_PORT and TVM_TRACKER_KEY)")
+        raise DeviceUnavailableError(f"--require-device: {why}", hint=hint + ", or drop "
+                                     "--require-device to run the static checks only")
+
+
+def check_target_names(cases: Iterable[CaseSpec], options: RunOptions) -> None:
+    """Every ``--target`` names a target some case, the project or cl_validate knows: a typo
+    is a one-line usage error, not a run of nothing."""
+    known = list(dict.fromkeys([*KNOWN_TARGETS, *load_config().targets,
+                                *(t for c in cases for t in c.targets)]))
+    for t in options.targets or ():
+        if t not in known:
+            close = difflib.get_close_matches(t, known, n=1)
+            raise UsageError(f"unknown target '{t}'", hint=f"did you mean '{close[0]}'?"
+                             if close else "targets: " + ", ".join(known))
 
 
 def selected_targets(case: CaseSpec, options: RunOptions) -> list[str]:
@@ -98,11 +119,20 @@ class Option:
 
 
 RUN_OPTIONS: tuple[Option, ...] = (
-    Option("targets", ("--target",), "targets to run (repeatable; default: each case's own)",
-           pytest_flag="--cl-target", action="append", choices=KNOWN_TARGETS),
+    Option("targets", ("--target",), "targets to run (repeatable; default: each case's own): "
+           "llvm, cuda, or a target the case or [tool.cl_validate.targets] declares",
+           pytest_flag="--cl-target", action="append", metavar="TARGET"),
     Option("require_device", ("--require-device",),
            "fail (exit 2) instead of skipping numerics when a target's device is missing",
            pytest_flag="--cl-require-device", action="store_true"),
+    Option("rpc_tracker", ("--rpc-tracker",), "TVM RPC tracker whose devices run the numerics "
+           "of remote targets (default: $TVM_TRACKER_HOST:$TVM_TRACKER_PORT)",
+           pytest_flag="--cl-rpc-tracker", type=parse_tracker, metavar="HOST:PORT"),
+    Option("rpc_keys", ("--rpc-key",), "tracker key of the devices: KEY for every target "
+           "without a device here, TARGET=KEY for one (repeatable; default: "
+           "$TVM_TRACKER_KEY, else $RPC_DEVICE_KEY)",
+           pytest_flag="--cl-rpc-key", action="append", type=parse_rpc_key,
+           metavar="[TARGET=]KEY"),
     Option("jobs", ("-j", "--jobs"), "worker processes (default: the number of cores)",
            type=positive_int, metavar="N"),
     Option("timeout", ("--timeout",), "seconds per case, overriding each case's timeout",
@@ -155,4 +185,5 @@ def run_options(get: Callable[[str], Any], *, in_process_default: bool = False) 
         max_memory_mb=get("max_memory_mb"),
         stale_budget=config.stale_budget,
         cache_dir=resolve_dir(get("cache_dir"), bool(get("no_cache"))),
+        rpc=rpc_settings(get("rpc_tracker"), get("rpc_keys")),
     )

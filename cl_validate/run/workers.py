@@ -44,7 +44,7 @@ from cl_validate.run.messages import (
     TargetMeasured,
 )
 from cl_validate.run.options import RunOptions, require_devices, selected_targets
-from cl_validate.spec import KNOWN_TARGETS, CaseSpec
+from cl_validate.spec import CaseSpec
 
 _POLL_S = 0.1
 _TAIL_BYTES = 4000
@@ -77,11 +77,11 @@ def _worker_main(conn: Connection, log_path: str, threads: int, token: str) -> N
     # lazy: torch and TVM are imported here, in the worker, once, before the first case
     import torch
 
-    from cl_validate.compile.target import device_available
+    from cl_validate.compile.target import local_devices
     from cl_validate.run.measure import measure_or_reuse
 
     torch.set_num_threads(threads)
-    conn.send(Ready({t: device_available(t) for t in KNOWN_TARGETS}))
+    conn.send(Ready(local_devices()))
     while True:
         msg = conn.recv()
         if isinstance(msg, Stop):
@@ -246,8 +246,9 @@ class WorkerPool:
         self._logdir.cleanup()
 
     def devices(self) -> dict[str, bool]:
-        """Which targets' devices exist on this machine, as a worker sees them (the parent
-        never loads TVM to ask). Starts a worker if none is running, and waits for it."""
+        """Which device types (``cuda``, ``opencl``...) this machine has, as a worker sees
+        them (the parent never loads TVM to ask). Starts a worker if none is running, and
+        waits for it."""
         deadline = time.monotonic() + _READY_TIMEOUT_S
         while self._devices is None:
             if not self._workers:
@@ -264,9 +265,8 @@ class WorkerPool:
 
     def require_devices(self, cases: Sequence[CaseSpec]) -> None:
         """``--require-device``, answered by a worker (see `devices`)."""
-        if any(t != "llvm" for c in cases for t in selected_targets(c, self.options)):
-            have = self.devices()
-            require_devices(cases, self.options, lambda t: have.get(t, False))
+        have = self.devices()
+        require_devices(cases, self.options, lambda d: have.get(d, False))
 
     def _poll_ready(self, timeout: float) -> None:
         wait([w.conn for w in self._workers] + [w.process.sentinel for w in self._workers],

@@ -14,8 +14,10 @@ from typing import Any
 from cl_validate.errors import CaseFileError
 from cl_validate.spec.lines import locate_lines
 from cl_validate.spec.model import IO_LAYOUTS, KNOWN_TARGETS, nearest_line
+from cl_validate.spec.targets import NAME_RE
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+__all__ = ["IDENT_RE", "NAME_RE", "Checker"]
+
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOL_KEYS = ("rtol", "atol")
 _BUDGET_KEYS = ("layout_transforms", "kernels", "reason")
@@ -29,6 +31,9 @@ class Checker:
         self.path = path
         self.display = display
         self.lines = locate_lines(text)
+        #: the targets a ``targets_override`` may name: built in until the case's own
+        #: targets and the project's are known (`cl_validate.spec.targets.override_names`)
+        self.targets: tuple[str, ...] = KNOWN_TARGETS
 
     def line(self, *path: str) -> int | None:
         return nearest_line(self.lines, path)
@@ -120,10 +125,11 @@ class Checker:
         overrides: dict[str, dict[str, Any]] = {}
         for tgt, over in self.table(raw, path, where).items():
             p = (*path, tgt)
-            if tgt not in KNOWN_TARGETS:
-                close = difflib.get_close_matches(tgt, KNOWN_TARGETS, n=1)
+            if tgt not in self.targets:
+                close = difflib.get_close_matches(tgt, self.targets, n=1)
                 raise self.fail(p, f"unknown target '{tgt}' in {where}",
-                                f"did you mean '{close[0]}'?" if close else "use llvm or cuda")
+                                f"did you mean '{close[0]}'?" if close else "targets: " +
+                                ", ".join(self.targets))
             over = self.table(over, p, f"{where[:-1]}.{tgt}]")
             self.keys(over, _OVERRIDE_KEYS, p, f"{where[:-1]}.{tgt}]")
             entry: dict[str, Any] = {}

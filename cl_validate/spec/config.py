@@ -1,20 +1,26 @@
 """Project settings from ``[tool.cl_validate]`` in the nearest pyproject.toml.
 
-Only policy lives here (how strict the gate is); what a case expects lives in its case file.
+Policy lives here (how strict the gate is) and the targets every case may name
+(``[tool.cl_validate.targets.<name>]``: the boards a team deploys to are the same for all its
+models); what a case expects lives in its case file.
 """
 
 from __future__ import annotations
 
 import difflib
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cl_validate.errors import UsageError
 from cl_validate.paths import display_path
 from cl_validate.spec.lines import locate_lines, tomllib
+from cl_validate.spec.model import nearest_line
+from cl_validate.spec.targets import TargetDef, parse_decl
 
-_KEYS = ("stale_budget",)
+_KEYS = ("stale_budget", "targets")
+_SECTION = ("tool", "cl_validate")
 
 
 class StalePolicy(enum.Enum):
@@ -33,6 +39,8 @@ STALE_POLICIES = tuple(p.value for p in StalePolicy)
 class Config:
     stale_budget: StalePolicy = StalePolicy.FAIL
     path: Path | None = None
+    #: ``[tool.cl_validate.targets.<name>]``: targets any case may list by name
+    targets: dict[str, TargetDef] = field(default_factory=dict)
 
 
 def find_pyproject(start: Path | None = None) -> Path | None:
@@ -68,4 +76,20 @@ def load_config(start: Path | None = None) -> Config:
         raise UsageError(f"stale_budget must be one of {', '.join(STALE_POLICIES)}, got "
                          f"{stale!r}", line=lines.get(("tool", "cl_validate", "stale_budget")),
                          **where)
-    return Config(stale_budget=StalePolicy(stale), path=path)
+    targets = _targets(section.get("targets", {}), lines, display_path(path))
+    return Config(stale_budget=StalePolicy(stale), path=path, targets=targets)
+
+
+def _targets(raw: Any, lines: dict[tuple[str, ...], int], file: str) -> dict[str, TargetDef]:
+    """``[tool.cl_validate.targets.<name>]`` tables, each a target declaration."""
+    def fail(path: tuple[str, ...], message: str, hint: str | None = None) -> UsageError:
+        return UsageError(message, file=file, line=nearest_line(lines, (*_SECTION, *path)),
+                          hint=hint)
+
+    if not isinstance(raw, dict):
+        raise fail(("targets",), "[tool.cl_validate.targets] must be a table of targets",
+                   "[tool.cl_validate.targets.arm64] with target = { kind = \"llvm\", ... }")
+    return {name: parse_decl(name, decl, ("targets", name), fail, file=file,
+                             line=nearest_line(lines, (*_SECTION, "targets", name, "target")),
+                             where="tool.cl_validate.targets")
+            for name, decl in raw.items()}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from cl_validate.errors import CaseFileError, UsageError
 from cl_validate.paths import display_path
+from cl_validate.spec.config import load_config
 from cl_validate.spec.model import CaseSpec
 from cl_validate.spec.validate import load_case
 
@@ -44,7 +45,8 @@ def load_cases(paths: Iterable[str | Path]) -> list[CaseSpec]:
     if not files:
         raise UsageError("no case files found in " + ", ".join(str(p) for p in paths),
                          hint="case files are *.toml under model_cases/")
-    cases = [load_case(f) for f in files]
+    project = load_config().targets  # once for every case
+    cases = [load_case(f, project) for f in files]
     by_name: dict[str, CaseSpec] = {}
     for c in cases:
         if c.name in by_name:

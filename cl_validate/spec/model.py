@@ -12,7 +12,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-KNOWN_TARGETS: tuple[str, ...] = ("llvm", "cuda")
+from cl_validate.spec.targets import BUILTIN, BUILTIN_TARGETS, TargetDef
+
+#: The targets every case may name without declaring them; others are declared
+#: (`cl_validate.spec.targets`).
+KNOWN_TARGETS: tuple[str, ...] = BUILTIN_TARGETS
 DTYPES: tuple[str, ...] = (
     "float32", "float16", "float64", "bfloat16", "int8", "uint8", "int32", "int64", "bool",
 )
@@ -149,6 +153,9 @@ class CaseSpec:
     variants: tuple[Variant, ...] = ()
     #: the variant this spec runs (from `expand`); None: the case as its [[inputs]] declare
     variant: Variant | None = None
+    #: every target in `targets` by name: built in, from [tool.cl_validate.targets] or the
+    #: case's own [targets.<name>]
+    target_defs: dict[str, TargetDef] = field(default_factory=dict)
 
     # -- variants ---------------------------------------------------------------------------
     def expand(self) -> list[CaseSpec]:
@@ -178,6 +185,13 @@ class CaseSpec:
         return {name: d.example for name, d in self.dynamic.items()}
 
     # -- per-target views -------------------------------------------------------------------
+    def target_def(self, name: str) -> TargetDef:
+        """What `name` means for this case (a built-in name needs no declaration)."""
+        found = self.target_defs.get(name) or BUILTIN.get(name)
+        if found is None:
+            raise KeyError(f"case '{self.name}' declares no target '{name}'")
+        return found
+
     def _budget_layers(self, target: str) -> list[tuple[dict[str, Any], tuple[str, ...]]]:
         """The budget tables that apply on `target`, least specific first, with their path:
         [targets_override.<t>], then the variant's budget and its targets_override.<t>."""

@@ -16,7 +16,8 @@ from typing import Any
 
 from cl_validate.errors import CaseFileError
 from cl_validate.paths import display_path
-from cl_validate.spec.checker import IDENT_RE, NAME_RE, Checker
+from cl_validate.spec.checker import IDENT_RE, Checker
+from cl_validate.spec.config import load_config
 from cl_validate.spec.lines import syntax_error, tomllib
 from cl_validate.spec.model import (
     BUILTIN_PIPELINES,
@@ -25,7 +26,6 @@ from cl_validate.spec.model import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_TOLERANCE,
     DTYPES,
-    KNOWN_TARGETS,
     Budget,
     CaseSpec,
     DynamicDim,
@@ -35,6 +35,7 @@ from cl_validate.spec.model import (
 )
 from cl_validate.spec.shapes import check_dynamic_used, dynamic_dims, parse_shape
 from cl_validate.spec.shapes import variants as parse_variants
+from cl_validate.spec.targets import NAME_RE, TargetDef, case_targets, override_names
 
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 _FACTORY_RE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
@@ -50,9 +51,14 @@ _INPUT_KEYS = ("name", "shape", "dtype", "layout", "range")
 _OUTPUT_KEYS = ("name", "layout", "tolerance", "targets_override")
 
 
-def load_case(path: str | Path) -> CaseSpec:
-    """Parse and validate one case file. Raises `CaseFileError` with file and line."""
+def load_case(path: str | Path, project: Mapping[str, TargetDef] | None = None) -> CaseSpec:
+    """Parse and validate one case file. Raises `CaseFileError` with file and line.
+
+    `project`: the targets of ``[tool.cl_validate.targets]`` (default: read from the nearest
+    pyproject.toml, as the rest of ``[tool.cl_validate]``)."""
     path = Path(path)
+    if project is None:
+        project = load_config().targets
     display = display_path(path)
     try:
         raw = path.read_bytes()
@@ -79,10 +85,11 @@ def load_case(path: str | Path) -> CaseSpec:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise syntax_error(str(exc), text, display) from None
-    return _validate(path, text, display, data)
+    return _validate(path, text, display, data, project)
 
 
-def _validate(path: Path, text: str, display: str, data: dict[str, Any]) -> CaseSpec:
+def _validate(path: Path, text: str, display: str, data: dict[str, Any],
+              project: Mapping[str, TargetDef]) -> CaseSpec:
     v = Checker(path, text, display)
     v.keys(data, _TOP_KEYS, (), "[case]")
 
@@ -96,21 +103,9 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any]) -> Case
                      "e.g. model = \"zoo.resnet:resnet50\"")
     description = v.string(data.get("description", ""), ("description",), "description")
 
-    targets_raw = data.get("targets", list(KNOWN_TARGETS))
-    if not isinstance(targets_raw, list) or not targets_raw:
-        raise v.fail(("targets",), "targets must be a non-empty array of strings",
-                     "e.g. targets = [\"llvm\"]; omit targets for both llvm and cuda")
-    targets: list[str] = []
-    for t in targets_raw:
-        t = v.string(t, ("targets",), "a target")
-        if t not in KNOWN_TARGETS:
-            close = difflib.get_close_matches(t, KNOWN_TARGETS, n=1)
-            raise v.fail(("targets",), f"unknown target '{t}'",
-                         f"did you mean '{close[0]}'?" if close else "use llvm or cuda")
-        if t in targets:
-            raise v.fail(("targets",), f"target '{t}' listed twice")
-        targets.append(t)
-
+    target_defs = case_targets(data.get("targets"), project, v.fail, file=display,
+                               line=lambda p: v.line(*p))
+    v.targets = override_names(target_defs, project)  # what a targets_override may name
     pipeline = v.string(data.get("pipeline", DEFAULT_PIPELINE), ("pipeline",), "pipeline")
     if not _PIPELINE_RE.match(pipeline):
         raise v.fail(("pipeline",),
@@ -150,7 +145,8 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any]) -> Case
     overrides = v.target_overrides(data.get("targets_override", {}), ("targets_override",))
 
     return CaseSpec(
-        name=name, path=path, model=model, description=description, targets=tuple(targets),
+        name=name, path=path, model=model, description=description,
+        targets=tuple(target_defs), target_defs=target_defs,
         inputs=inputs, outputs=outputs, layout=layout, pipeline=pipeline, seed=seed,
         budget=budget, tolerance=tolerance, overrides=overrides, lines=v.lines,
         timeout=timeout, max_memory_mb=max_memory_mb, layout_overrides=layout_overrides,
@@ -246,8 +242,9 @@ def _outputs(v: Checker, raw: Any) -> tuple[OutputSpec, ...]:
         over = v.table(item.get("targets_override", {}), (*p, "targets_override"),
                        "targets_override")
         for tgt, entry in over.items():
-            if tgt not in KNOWN_TARGETS:
-                raise v.fail((*p, "targets_override"), f"unknown target '{tgt}'", "llvm or cuda")
+            if tgt not in v.targets:
+                raise v.fail((*p, "targets_override"), f"unknown target '{tgt}'",
+                             "targets: " + ", ".join(v.targets))
             entry = v.table(entry, (*p, "targets_override"), "targets_override entry")
             v.keys(entry, ("tolerance",), (*p, "targets_override"), "[[outputs]] override")
             if "tolerance" in entry:
