@@ -25,9 +25,14 @@ os.environ["CL_VALIDATE_NO_CACHE"] = "1"
 @pytest.fixture(autouse=True, scope="session")
 def _outside_github_actions():
     """The suite runs the CLI on failing tiny cases; under GitHub Actions that would append
-    their reports to the real job summary. Tests of those outputs set the variables."""
+    their reports to the real job summary. Tests of those outputs set the variables. The
+    same for TVM's RPC tracker variables: tests that use one start their own."""
     with pytest.MonkeyPatch.context() as mp:
         for name in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE"):
+            mp.delenv(name, raising=False)
+        # A developer's RPC tracker must not turn the suite's skips into remote runs.
+        for name in ("TVM_TRACKER_HOST", "TVM_TRACKER_PORT", "TVM_TRACKER_KEY",
+                     "RPC_DEVICE_KEY"):
             mp.delenv(name, raising=False)
         yield
 
@@ -117,4 +122,29 @@ def by_case(xml: Any) -> dict[str, dict[str, Any]]:
     for suite in xml:
         for tc in suite:
             out.setdefault(tc.classname, {})[tc.name.split("[")[0]] = tc
+    return out
+
+
+#: The parent of a real run, as the CLI runs it, in a process of its own; afterwards it says
+#: which heavy modules it holds (it must hold none).
+PARENT = ("import sys; from cl_validate.cli import main; code = main(sys.argv[1:]); "
+          "print('PARENT-MODULES', sorted({m.split('.')[0] for m in sys.modules} & "
+          "{'torch', 'tvm'})); sys.exit(code)")
+#: Set to a fresh token in a run's environment: everything the run starts inherits it.
+TOKEN_ENV = "CL_VALIDATE_TEST_RUN"
+
+
+def left_behind(token: str) -> list[str]:
+    """Processes of the run started with `token` still alive (`TOKEN_ENV`)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if f"{TOKEN_ENV}={token}".encode() in env.split(b"\0"):
+            out.append(f"{pid}: {cmd.decode(errors='replace')}")
     return out

@@ -22,12 +22,11 @@ from junitparser import Error, JUnitXml
 
 from cl_validate.checks.verdict import CHECKS, COMPILE, NOT_RUN_ERRORED
 from cl_validate.errors import ExitCode
-from tests.conftest import by_case, tiny_case
+from tests.conftest import PARENT, TOKEN_ENV, by_case, left_behind, tiny_case
 
 pytestmark = pytest.mark.compile
 DATA = Path(__file__).parent / "data"
 SCHEMA = DATA / "junit-cl_validate.xsd"
-TOKEN_ENV = "CL_VALIDATE_TEST_RUN"
 
 
 def _suite(root: Path, cases: dict[str, tuple[str, str]]) -> Path:
@@ -40,33 +39,11 @@ def _suite(root: Path, cases: dict[str, tuple[str, str]]) -> Path:
     return d
 
 
-#: The parent's own code, run as the CLI runs: afterwards it says which heavy modules it holds.
-_PARENT = ("import sys; from cl_validate.cli import main; code = main(sys.argv[1:]); "
-           "print('PARENT-MODULES', sorted({m.split('.')[0] for m in sys.modules} & "
-           "{'torch', 'tvm'})); sys.exit(code)")
-
-
 def _run_parent(args: list[str], token: str, timeout: float = 300
                 ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-c", _PARENT, *args], capture_output=True,
+    return subprocess.run([sys.executable, "-c", PARENT, *args], capture_output=True,
                           text=True, timeout=timeout, env=env)
-
-
-def _left_behind(token: str) -> list[str]:
-    """Processes of that run still alive: everything it started inherited the token."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes()
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if f"{TOKEN_ENV}={token}".encode() in env.split(b"\0"):
-            out.append(f"{pid}: {cmd.decode(errors='replace')}")
-    return out
 
 
 def _compile_error(checks: dict[str, object]) -> Error:
@@ -113,7 +90,7 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     proc = _run_parent(["run", str(cases), "-j", "2", "--junit", str(junit)], token)
     elapsed = time.monotonic() - t0
     time.sleep(0.5)  # anything still dying gets a moment
-    return {"proc": proc, "junit": junit, "left": _left_behind(token), "elapsed": elapsed}
+    return {"proc": proc, "junit": junit, "left": left_behind(token), "elapsed": elapsed}
 
 
 def test_every_fault_is_its_cases_error_and_the_report_is_complete(faults):

@@ -138,3 +138,19 @@ class FixedBatch(nn.Module):
 
 def fixed_batch() -> nn.Module:
     return FixedBatch()
+
+
+class SlowConvs(nn.Module):
+    """Four 64-channel 3×3 convolutions at 128×128: quick to compile, seconds to run untuned
+    on one thread (the RPC tests stop a device server while it runs this)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = nn.Sequential(*(nn.Conv2d(64, 64, 3, padding=1) for _ in range(4)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.convs(x)
+
+
+def slow_convs() -> nn.Module:
+    return SlowConvs()
