@@ -314,3 +314,21 @@ def test_an_aarch64_module_is_cross_linked_for_upload(project, tmp_path):
     lib = export(compiled.executable, arm, tmp_path / "arm64.so")  # default: <mtriple>-gcc
     head = lib.read_bytes()[:20]
     assert head[:4] == b"\x7fELF" and int.from_bytes(head[18:20], "little") == 0xB7  # AArch64
+
+
+def test_the_readmes_target_examples_are_valid(project):
+    """What a user copies from the README's "Targets beyond llvm and cuda" must load."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Targets beyond llvm and cuda")[1].split("\n## ")[0]
+    blocks = section.split("```toml\n")[1:]
+    pyproject = next(b.split("```")[0] for b in blocks if b.startswith("# pyproject.toml"))
+    case_part = next(b.split("```")[0] for b in blocks if b.startswith("# a case file"))
+    (project / "pyproject.toml").write_text(pyproject)
+    targets = load_config().targets
+    assert targets["arm64"].triple == "aarch64-linux-gnu" and targets["arm64"].rpc_key is None
+    assert targets["mali"].kind == "opencl" and targets["mali"].foreign("x86_64")
+    model, rest = tiny_case(targets=None).split("\n", 1)
+    case = load_case(_case(project, f"{model}\n{case_part}{rest}"))
+    assert case.targets == ("llvm", "arm64", "sve")
+    assert case.target_def("sve").config["mattr"] == ["+sve"]
+    assert case.tolerance_for("sve")[0].rtol == 1e-4

@@ -180,7 +180,7 @@ def test_cpu_validation_runs_in_shards_and_uploads_each_report():
     shards = job["strategy"]["matrix"]["shard"]
     assert shards == list(range(1, len(shards) + 1))  # 1-based, no gap: every case runs
     run = " ".join(_runs(job).split())
-    assert ("cl-validate run model_cases --target llvm --target cuda "
+    assert ("cl-validate run model_cases --target llvm --target cuda --target arm64 "
             "--shard ${{ matrix.shard }}/${{ strategy.job-total }} "
             "--junit reports/shard-${{ matrix.shard }}.xml") in run
     upload = [s for s in _steps(job) if s.get("uses", "").startswith("actions/upload-artifact@")]
@@ -241,6 +241,46 @@ def test_gpu_verdicts_are_published_as_their_own_check_from_a_hosted_runner():
     assert publish[0]["with"]["check_name"] != cpu[0]["with"]["check_name"]
     gpu_perms = jobs["gpu"].get("permissions", {})
     assert "write" not in gpu_perms.values()  # the self-hosted runner never writes
+
+
+def test_self_hosted_runners_run_only_trusted_code_and_never_write():
+    """Every self-hosted job (the GPU, the device farm): pushes and same-repository pull
+    requests only, no write permission, a label actionlint knows."""
+    labels = yaml.safe_load((ROOT / ".github" / "actionlint.yaml").read_text())[
+        "self-hosted-runner"]["labels"]
+    hosted = {name: job for name, job in _ci()["jobs"].items()
+              if "self-hosted" in job["runs-on"]}
+    assert set(hosted) == {"gpu", "device-farm"}
+    for name, job in hosted.items():
+        condition = " ".join(job["if"].split())
+        assert f"github.event_name == 'push' || {SAME_REPO}" in condition, name
+        assert "write" not in job.get("permissions", {}).values(), name
+        assert set(job["runs-on"]) - {"self-hosted"} <= set(labels), name
+
+
+def test_device_farm_job_is_opt_in_and_runs_tox_device_against_the_runners_tracker():
+    jobs = _ci()["jobs"]
+    job = jobs["device-farm"]
+    assert job["runs-on"] == ["self-hosted", "device-farm"]
+    # Off by default: a job for a runner that does not exist would wait for one.
+    assert job["if"].startswith("vars.CL_VALIDATE_DEVICE_FARM == 'true' && (")
+    runs = _runs(job)
+    assert "bash tools/setup-cross.sh" in runs and "tox -e device" in runs
+    # The tracker is the runner's own (its environment), never spelled in the workflow.
+    assert "TVM_TRACKER" not in str(job.get("env", {})) + runs
+    tox = (ROOT / "tox.ini").read_text()
+    device = tox.split("[testenv:device]")[1].split("\n[")[0]
+    assert "--target arm64 --require-device --junit {toxinidir}/reports/device.xml" in device
+    for name in ("TVM_TRACKER_HOST", "TVM_TRACKER_PORT", "TVM_TRACKER_KEY"):
+        assert name in device
+    report = jobs["report-device"]
+    assert report["needs"] == "device-farm" and report["runs-on"] == "ubuntu-latest"
+    assert "needs.device-farm.result != 'skipped'" in report["if"]
+    publish = [s for s in _steps(report) if s.get("uses", "").split("@")[0] in PUBLISHERS]
+    assert publish and publish[0]["with"]["files"] == "reports/device.xml"
+    names = {s["with"]["check_name"] for j in jobs.values() for s in _steps(j)
+             if s.get("uses", "").split("@")[0] in PUBLISHERS}
+    assert len(names) == 3  # CPU, GPU and device farm: three checks, never merged into one
 
 
 # --------------------------------------------------------------------------------------------
