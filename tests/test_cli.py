@@ -44,7 +44,8 @@ def test_bad_factories_exit_2_with_model_line(write_case, model, fragment):
     assert "ERROR case [llvm] compile: " in out and "Traceback" not in out + err
 
 
-def test_usage_errors(tmp_path):
+def test_usage_errors(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no project targets: the built-in ones only
     code, _, err = run_cli(["run", str(tmp_path / "missing")])
     assert code == ExitCode.USAGE_ERROR and "no such case file or folder" in err
     code, _, err = run_cli(["run", "--target", "tpu", str(DATA)])

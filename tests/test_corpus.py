@@ -88,8 +88,7 @@ USAGE: dict[str, Usage] = {
     "tolerance_nan.toml": Usage(10, "rtol must be finite, got nan"),
     "targets_empty.toml": Usage(3, "targets must be a non-empty array of strings or "
                                    "[targets.<name>] tables (hint: e.g."),
-    "target_unknown.toml": Usage(3, "unknown target 'cpu' (hint: targets: llvm, cuda; declare "
-                                    "others as [targets.<name>]"),
+    "target_unknown.toml": Usage(3, "unknown target 'cpu' (hint: targets: llvm, cuda"),
     "pipeline_unknown.toml": Usage(4, "unknown pipeline 'nchw' (hint: registered: nhwc"),
     # names that would become hostile file names
     "name_path_separator.toml": Usage(2, "case name '../evil' may only use letters, digits"),

@@ -52,15 +52,13 @@ def run_remote(executable: Any, case: CaseSpec, inputs: Sequence[Sequence[np.nda
     assert settings.tracker is not None and place.key is not None
     host, port = settings.tracker
     where = place.remote()
-    with tempfile.TemporaryDirectory(prefix="cl_validate-rpc-") as tmp:
-        lib = export(executable, tdef, Path(tmp) / f"{case.name}.{tdef.name}.so")
-        tracker = _connect(host, port)
-        try:
-            servers = _servers(tracker, place.key)
-            if not servers:
-                raise RpcError(f"no RPC server is registered under key '{place.key}' at "
-                               f"tracker {host}:{port}", "RPCUnavailable",
-                               _registered(tracker))
+    tracker = _connect(host, port)  # first: a farm that is not there costs no link
+    try:
+        if not _servers(tracker, place.key):
+            raise RpcError(f"no RPC server is registered under key '{place.key}' at "
+                           f"tracker {host}:{port}", "RPCUnavailable", _registered(tracker))
+        with tempfile.TemporaryDirectory(prefix="cl_validate-rpc-") as tmp:
+            lib = export(executable, tdef, Path(tmp) / f"{case.name}.{tdef.name}.so")
             try:
                 sess = tracker.request(place.key, priority=1,
                                        session_timeout=max(1, int(session_timeout)))
@@ -72,8 +70,8 @@ def run_remote(executable: Any, case: CaseSpec, inputs: Sequence[Sequence[np.nda
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
                 raise RpcError(f"running on {where} failed: {type(exc).__name__}: {first}",
                                detail=str(exc)) from exc
-        finally:
-            tracker.close()
+    finally:
+        tracker.close()
 
 
 def export(executable: Any, tdef: TargetDef, path: Path) -> Path:
