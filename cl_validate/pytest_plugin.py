@@ -42,7 +42,13 @@ import pytest
 from cl_validate.checks.judge import declaring_line
 from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status, check_id
 from cl_validate.errors import UsageError
-from cl_validate.run.options import RunOptions, add_to_pytest, run_options, selected_targets
+from cl_validate.run.options import (
+    RunOptions,
+    add_to_pytest,
+    check_target_names,
+    run_options,
+    selected_targets,
+)
 from cl_validate.run.suite import run_suite
 from cl_validate.run.workers import WorkerPool
 from cl_validate.spec import CaseSpec, load_case, tomllib
@@ -50,6 +56,7 @@ from cl_validate.spec import CaseSpec, load_case, tomllib
 CASE_DIRS_INI = "cl_validate_case_dirs"
 _options_key = pytest.StashKey["RunOptions"]()
 _pool_key = pytest.StashKey["WorkerPool"]()
+_cases_key = pytest.StashKey[list[CaseSpec]]()  # every case collected (--cl-target's check)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -79,6 +86,16 @@ def _looks_like_case(path: Path) -> bool:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return True
     return "model" in data
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A ``--cl-target`` that no collected case, the project or cl_validate knows is a usage
+    error, as under ``cl-validate run`` — not a session that quietly runs nothing of it."""
+    try:
+        cases: list[CaseSpec] = session.config.stash.get(_cases_key, [])
+        check_target_names(cases, _run_options(session.config))
+    except UsageError as exc:
+        raise pytest.UsageError(f"--cl-target: {exc}") from None
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -115,6 +132,7 @@ class CaseFile(pytest.File):
     def collect(self) -> Iterator[CaseNode]:
         case = load_case(self.path)
         _run_options(self.config)  # a bad [tool.cl_validate] is this file's one-line error
+        self.config.stash.setdefault(_cases_key, []).append(case)
         yield CaseNode.from_parent(self, name=case.name, case=case)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],

@@ -202,3 +202,10 @@ def test_case_toml_outside_case_folders_is_not_collected_and_nothing_heavy_loads
     # Named on the command line, the same file is a case.
     proc = _pytest(tmp_path, "tests/data/case.toml", "--co", "-q")
     assert "tests/data/case.toml::case::layout[llvm]" in proc.stdout
+
+
+def test_an_unknown_cl_target_is_a_usage_error_not_an_empty_session(tmp_path):
+    project = _project(tmp_path)
+    proc = _pytest(project, "model_cases", "--cl-target", "lvm", "--collect-only", "-q")
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
+    assert "--cl-target: unknown target 'lvm' (hint: did you mean 'llvm'?)" in proc.stderr

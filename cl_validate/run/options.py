@@ -60,6 +60,8 @@ def require_devices(cases: Sequence[CaseSpec], options: RunOptions,
 def check_target_names(cases: Iterable[CaseSpec], options: RunOptions) -> None:
     """Every ``--target`` names a target some case, the project or cl_validate knows: a typo
     is a one-line usage error, not a run of nothing."""
+    if not options.targets:
+        return
     known = list(dict.fromkeys([*KNOWN_TARGETS, *load_config().targets,
                                 *(t for c in cases for t in c.targets)]))
     for t in options.targets or ():
