@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.ir.expr import Constant
 
@@ -159,6 +160,11 @@ def shown_shape(expr: object) -> tuple[int | str, ...] | None:
     if dims is None:
         return None
     return tuple(int(d.value) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in dims)
+
+
+def same_ir(a: object, b: object) -> bool:
+    """Structurally equal, constants' values included."""
+    return bool(tvm_ffi.structural_equal(a, b))
 
 
 def known_shape(expr: object) -> tuple[int, ...] | None:

@@ -9,7 +9,7 @@ from cl_validate.checks.budget import check_kernels, check_layout_transforms
 from cl_validate.checks.kernel_list import check_kernel_list
 from cl_validate.checks.layout import check_layout
 from cl_validate.checks.measurement import Measurement
-from cl_validate.checks.numerics import check_numerics, compare_all
+from cl_validate.checks.numerics import check_numerics, sample_stats
 from cl_validate.checks.verdict import (
     CHECKS,
     COMPILE,
@@ -72,6 +72,7 @@ def judge(case: CaseSpec, m: Measurement, stale: StalePolicy = StalePolicy.FAIL,
     target = m.target
     result.kernels, result.stage_counts = m.kernels, m.stage_counts
     built = f" (IR only: {m.build_skipped})" if m.build_skipped else ""
+    result.bisection = m.bisection
     compiled = CheckResult(COMPILE, Status.PASSED, f"compiled for {target} in "
                            f"{m.compile_seconds:.1f} s{built}", line=case.line_of("model"))
     if m.stray_processes:  # the measurement stands; the leak is the model's bug to fix
@@ -107,7 +108,8 @@ def _numerics(case: CaseSpec, m: Measurement) -> CheckResult:
                            kind=m.numerics_skip.kind)
     if m.numerics_error is not None:
         return CheckResult("numerics", Status.ERROR, m.numerics_error.message,
-                           kind=m.numerics_error.kind, body=m.numerics_error.detail)
+                           kind=m.numerics_error.kind, body=m.numerics_error.detail,
+                           line=m.numerics_error.line)
     stats = []
     for s in m.samples:  # every sample, every output: the verdict is the worst
         if len(s.actual) != len(s.expected):
@@ -115,8 +117,14 @@ def _numerics(case: CaseSpec, m: Measurement) -> CheckResult:
             return CheckResult("numerics", Status.FAILED, f"TVM returned {len(s.actual)} "
                                f"outputs, PyTorch {len(s.expected)}{at} ({m.target})",
                                kind="OutputCountMismatch")
-        stats.extend(compare_all(case, m.target, s.actual, s.expected, s.label))
-    result = check_numerics(case, m.target, stats)
+        if s.reference64 is None and any(case.tolerance_for(m.target, i)[0].float64
+                                         for i in range(len(s.expected))):
+            return CheckResult("numerics", Status.ERROR, "this measurement has no float64 "
+                               "reference run, which the tolerance now asks for",
+                               kind="Float64ReferenceMissing",
+                               line=case.tolerance_for(m.target, None)[1])
+        stats.extend(sample_stats(case, m.target, s))
+    result = check_numerics(case, m.target, stats, m.bisection)
     if m.ran_on:  # a reviewer must see that the figures come from the device, not the runner
         result = replace(result, message=f"{result.message} (on {m.ran_on})",
                          body=f"ran on {m.ran_on}\n{result.body}")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cl_validate.analysis.model import KernelList, OpLayout, StageCount
+from cl_validate.checks.bisection import Bisection
 from cl_validate.errors import ErrorRecord
 
 
@@ -30,6 +31,7 @@ class Sample:
     label: str  # which inputs: "" for a case's only sample, "batch=16" at a dynamic size
     actual: list[Any]  # TVM's outputs, in PyTorch's layout (numpy)
     expected: list[Any]  # PyTorch's outputs (numpy)
+    reference64: list[Any] | None = None  # eager float64's, where a tolerance asks for them
 
 
 @dataclass
@@ -42,6 +44,8 @@ class Measurement:
     samples: list[Sample] = field(default_factory=list)  # numerics: every sample it ran
     numerics_skip: Skip | None = None
     numerics_error: ErrorRecord | None = None  # compiled, but running it failed
+    #: the stages run one by one on the worst failing sample (only when numerics failed)
+    bisection: Bisection | None = None
     compile_seconds: float = 0.0
     numerics_seconds: float = 0.0
     seconds: float = 0.0

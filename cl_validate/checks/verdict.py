@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass, field, fields
 
 from cl_validate.analysis.model import KernelList, StageCount
+from cl_validate.checks.bisection import Bisection
 from cl_validate.spec import CaseSpec
 
 #: Every case × target gets one verdict per check. ``compile`` is the case itself: it passes
@@ -66,9 +67,19 @@ class Measured:
     layout_sensitive_ops: int | None = None
     max_abs: float | None = None
     max_rel: float | None = None
+    rmse: float | None = None  # root-mean-square error against the reference
+    float64_ratio: float | None = None  # TVM's RMSE / eager float32's, both against float64
+    first_break: str | None = None  # the first pipeline stage that broke the numerics
     baseline: str | None = None  # kernel-list baseline file
     baseline_kernels: int | None = None
     kernel_changes: tuple[tuple[str, int], ...] = ()  # ("split", 2), ("added", 1), …
+
+    def numerics_figure(self) -> str | None:
+        """The numerics figure a table shows: ``1.0e-04`` (max abs error), or ``1.3x f64``
+        (TVM's error over eager float32's, against float64)."""
+        if self.float64_ratio is not None:
+            return f"{self.float64_ratio:.2g}x f64"
+        return f"{self.max_abs:.1e}" if self.max_abs is not None else None
 
     def properties(self) -> list[tuple[str, str]]:
         """The figures that are set, as (name, text) pairs: JUnit ``<properties>``, pytest's
@@ -112,6 +123,7 @@ class CaseResult:
     kernels: KernelList | None = None
     stage_counts: list[StageCount] = field(default_factory=list)
     peak_rss_mb: float | None = None  # of the worker process that ran it
+    bisection: Bisection | None = None  # where the numerics broke, when they did
 
     @property
     def status(self) -> Status:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+from typing import Any
 
 from cl_validate.cli.common import (
     DEFAULT_PATH,
@@ -17,6 +18,7 @@ from cl_validate.cli.common import (
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.paths import display_path
 from cl_validate.run.options import RunOptions
+from cl_validate.spec import CaseSpec
 
 HELP = "stages, transform counts and kernel list of one case"
 
@@ -30,6 +32,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stage", metavar="S", help="print the IR after stage S")
     parser.add_argument("--diff", nargs=2, metavar=("S1", "S2"),
                         help="print a unified diff of the IR after stage S1 and after stage S2")
+    parser.add_argument("--bisect", action="store_true",
+                        help="build the IR after every stage for this machine's CPU, run it on "
+                        "the case's inputs and print each stage's error against PyTorch, "
+                        "by the case's tolerance")
 
 
 def main(args: argparse.Namespace) -> ExitCode:
@@ -53,6 +59,8 @@ def main(args: argparse.Namespace) -> ExitCode:
     if args.stage:
         print(compiled.stage(args.stage).mod.script(show_meta=False))
         return ExitCode.OK
+    if args.bisect:
+        return _bisect(case, target, model, front, compiled)
     if args.diff:
         a, b = (compiled.stage(n).mod.script(show_meta=False).splitlines() for n in args.diff)
         diff = difflib.unified_diff(a, b, fromfile=args.diff[0], tofile=args.diff[1],
@@ -70,4 +78,26 @@ def main(args: argparse.Namespace) -> ExitCode:
           f"layout transforms (budget {budget.layout_transforms}), "
           f"{len(kernels.weight_transforms)} weight transforms; >> marks a transform")
     print(kernels.render())
+    return ExitCode.OK
+
+
+def _bisect(case: CaseSpec, target: str, model: Any, front: Any, compiled: Any) -> ExitCode:
+    """Every stage of `target`'s pipeline run on this machine's CPU on the case's first
+    sample, judged by `target`'s tolerance."""
+    # lazy: torch and TVM (running the stages here, in this process)
+    from cl_validate.run.bisect import bisect
+    from cl_validate.run.execute import make_inputs, run_torch, run_torch64, torch_inputs
+
+    sample = case.samples()[0]
+    arrays = make_inputs(case, sample.sizes, sample.seed)
+    expected = run_torch(model, torch_inputs(case, arrays))
+    ref64 = run_torch64(model, torch_inputs(case, arrays)) if case.needs_float64(target) \
+        else None
+    result = bisect(case, target, compiled, front, inputs=arrays, expected=expected,
+                    reference64=ref64, label=sample.label, stop_at_break=False)
+    print(f"{case.label} [{target}]  pipeline {case.pipeline}  ({display_path(case.path)})\n")
+    print(result.render())
+    skipped = any(not r.ran for r in result.stages)
+    print("\n" + (result.summary() if result.first_break else
+                  f"every stage's IR{' that ran' if skipped else ''} is within tolerance"))
     return ExitCode.OK

@@ -32,8 +32,8 @@ def _cell(result: CaseResult, check: str) -> str:
             s += f" +{m.weight_transforms}w"
     elif check == "kernels" and m.kernels is not None:
         s = f"{m.kernels}" + (f"/{m.budget}" if m.budget is not None else "")
-    elif check == "numerics" and m.max_abs is not None:
-        s = f"{m.max_abs:.1e}"
+    elif check == "numerics" and m.numerics_figure() is not None:
+        s = m.numerics_figure() or ""
     else:
         s = ""
     if m.stale:

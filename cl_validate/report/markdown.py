@@ -22,6 +22,7 @@ from pathlib import Path
 
 from cl_validate.analysis.model import Kernel, KernelList, shape_text
 from cl_validate.atomic import write_atomic
+from cl_validate.checks.bisection import Bisection
 from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status
 from cl_validate.paths import repo_path
 
@@ -203,8 +204,8 @@ def _check_cell(result: CaseResult, name: str) -> str:
             value += f" +{m.weight_transforms} weight"
         if m.stale:
             value += " (stale)"
-    elif name == "numerics" and m.max_abs is not None:
-        value = f"{m.max_abs:.1e}"
+    elif name == "numerics" and m.numerics_figure() is not None:
+        value = m.numerics_figure() or ""
     else:
         value = {Status.PASSED: "ok", Status.FAILED: "failed", Status.ERROR: "error",
                  Status.SKIPPED: "skipped"}[c.status]
@@ -231,7 +232,7 @@ def _heading(results: Sequence[CaseResult]) -> list[str]:
 
 
 _HEADERS = {"layout_transforms": "transforms / budget", "kernels": "kernels / budget",
-            "numerics": "numerics max abs err"}
+            "numerics": "numerics: max abs err (or TVM × eager vs float64)"}
 
 
 def _table(results: Sequence[CaseResult], target: str) -> list[str]:
@@ -256,6 +257,23 @@ def _stages(result: CaseResult) -> str:
                       for c in result.stage_counts)
 
 
+def _bisection_table(b: Bisection) -> list[str]:
+    """Each pipeline stage's program run on the failing inputs: where the numerics broke."""
+    at = f" on inputs {_code(b.sample)}" if b.sample else ""
+    out = [f"Numerics after each pipeline stage (built and run on {b.target}{at}):", "",
+           "| stage | error | |", "|---|---|---|"]
+    first = b.first_break
+    for run in b.stages:
+        if not run.ran:
+            out.append(f"| {_code(run.stage)} | {_cell(run.note)} | ⏭️ |")
+            continue
+        mark = "✅" if run.ok else ("❌ first break" if run.stage == first else "❌")
+        out.append(f"| {_code(run.stage)} | {_cell(run.worst().figure())} | {mark} |")
+    if b.stopped:
+        out.append(f"\n_Stopped: {_cell(b.stopped)}_")
+    return [*out, ""]
+
+
 def failure_section(result: CaseResult, *, chart: bool = True) -> str:
     """Why one case × target failed: messages, transforms per stage, the kernel chain."""
     out = [f"### {MARK[result.status]} `{_cell(result.case.label)}` on {_cell(result.target)}",
@@ -265,6 +283,8 @@ def failure_section(result: CaseResult, *, chart: bool = True) -> str:
             out.append(f"- {MARK[c.status]} **{c.check}**: {_code(c.message)} "
                        f"at {_code(_where(result, c))}")
     out.append("")
+    if result.bisection is not None and result.bisection.stages:
+        out += _bisection_table(result.bisection)
     if result.stage_counts:
         out += ["Runtime layout transforms after each stage (`+Nw`: weight transforms): "
                 + _code(_stages(result)), ""]

@@ -61,6 +61,9 @@ def key(case: CaseSpec, target: str, weights: str, numerics: bool, target_desc: 
         "pipeline_source": module_source(case.pipeline.partition(":")[0])
         if ":" in case.pipeline else "",
         "seed": case.seed,
+        "seeds": case.seeds,  # more input draws: more samples
+        # a float64 reference run is measured only where a tolerance asks for it
+        "float64": case.needs_float64(target) and numerics,
         # a symbolic dimension's range changes the exported program, its sizes the numerics
         "dynamic": {n: [d.min, d.max, list(d.values)] for n, d in sorted(case.dynamic.items())},
         "model_source": module_source(case.model.partition(":")[0]),

@@ -8,6 +8,7 @@ sees the same data; the compiled program gets them in the layout the case declar
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,10 +26,12 @@ _NP_DTYPES = {
 }
 
 
-def make_inputs(case: CaseSpec, sizes: Mapping[str, int] | None = None) -> list[np.ndarray]:
+def make_inputs(case: CaseSpec, sizes: Mapping[str, int] | None = None,
+                seed: int | None = None) -> list[np.ndarray]:
     """Inputs in PyTorch's shape and layout, the same for every run of the same case; a
-    dynamic dimension at its size in `sizes` (default: the size export traces with)."""
-    rng = np.random.default_rng(case.seed)
+    dynamic dimension at its size in `sizes` (default: the size export traces with), drawn
+    from `seed` (default: the case's seed)."""
+    rng = np.random.default_rng(case.seed if seed is None else seed)
     at = case.example_sizes() if sizes is None else sizes
     return [_one_input(rng, spec, spec.concrete(at)) for spec in case.inputs]
 
@@ -82,6 +85,16 @@ def run_torch(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np
     """PyTorch eager reference outputs."""
     with torch.no_grad():
         out = model(*inputs)
+    return [_to_numpy(o) for o in flatten_outputs(out)]
+
+
+def run_torch64(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
+    """The float64 reference: a float64 copy of the model on the same inputs in float64
+    (integer inputs stay integers). The model itself is left as it is."""
+    model64 = copy.deepcopy(model).double()
+    args = [t.double() if t.is_floating_point() else t for t in inputs]
+    with torch.no_grad():
+        out = model64(*args)
     return [_to_numpy(o) for o in flatten_outputs(out)]
 
 

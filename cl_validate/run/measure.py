@@ -35,8 +35,9 @@ from cl_validate.compile.target import (
 )
 from cl_validate.errors import CompileStageError, ErrorRecord, UsageError
 from cl_validate.ir import weight_params
+from cl_validate.run.bisect import bisect_failure, wants_bisection
 from cl_validate.run.cache import Cache, key
-from cl_validate.run.execute import make_inputs, run_torch, run_tvm, torch_inputs
+from cl_validate.run.execute import make_inputs, run_torch, run_torch64, run_tvm, torch_inputs
 from cl_validate.run.options import RunOptions, selected_targets
 from cl_validate.run.remote import RpcError, run_remote
 from cl_validate.run.rpc import placement
@@ -112,7 +113,9 @@ def measure_or_reuse(case: CaseSpec, options: RunOptions, emit: Emit) -> None:
             keys[t] = key(case, t, digest, numerics, desc, options.static_only)
         hits = {t: cache.get(k) for t, k in keys.items()}
         # The export is shared by the targets: a partial hit is measured again, whole.
-        if all(m is not None for m in hits.values()):
+        # A hit that fails numerics now with no bisection for it is measured again, to say
+        # which stage broke them.
+        if all(m is not None and not wants_bisection(case, m) for m in hits.values()):
             for t in targets:
                 hit = hits[t]
                 assert hit is not None
@@ -134,9 +137,11 @@ def measure_case(case: CaseSpec, model: Any, options: RunOptions,
             on_measurement(m)
 
     t_case = time.perf_counter()
-    # One sample per set of dynamic sizes (just one for a static case), each with its
-    # PyTorch reference; export traces at the example sizes.
-    samples = [(_label(sizes), make_inputs(case, sizes)) for sizes in case.sample_sizes()]
+    # Bisection stops here, leaving the rest of the case's time to finish the case.
+    deadline = t_case + _BISECT_SHARE * (options.timeout or case.timeout)
+    # One sample per input seed at each set of dynamic sizes (just one for a static case
+    # with one seed), each with its PyTorch reference; export traces at the example sizes.
+    samples = [(s.label, make_inputs(case, s.sizes, s.seed)) for s in case.samples()]
     try:
         expected = [run_torch(model, torch_inputs(case, arrays)) for _, arrays in samples]
         example = samples[0][1] if not case.dynamic else make_inputs(case)
@@ -160,6 +165,7 @@ def measure_case(case: CaseSpec, model: Any, options: RunOptions,
         return out
     # Too many [[outputs]] is judged (`judge`), not measured: the measurement stays valid, so
     # fixing the case file is answered from the cache.
+    reference64, reference64_error = _float64_reference(case, model, targets, samples, options)
     shared = time.perf_counter() - t_case
 
     for target in targets:
@@ -178,24 +184,26 @@ def measure_case(case: CaseSpec, model: Any, options: RunOptions,
         m.compile_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
         m.build_skipped = compiled.build_skipped
-        _numerics(m, case, options, compiled, front.params, samples, expected)
+        _numerics(m, case, options, compiled, front.params, samples, expected,
+                  reference64 if case.needs_float64(target) else [None] * len(samples),
+                  reference64_error if case.needs_float64(target) else None)
+        if m.samples:  # where the numerics broke, if they did (the stages run here)
+            m.bisection = bisect_failure(case, target, compiled, front, m.samples,
+                                         [arrays for _, arrays in samples], deadline)
         m.numerics_seconds = time.perf_counter() - t1
         m.seconds = shared + time.perf_counter() - t0
         done(m)
     return out
 
 
-def _label(sizes: dict[str, int]) -> str:
-    """How a sample is named in reports: ``batch=16``; "" for a static case's only one."""
-    return ", ".join(f"{name}={size}" for name, size in sizes.items())
-
-
 def _numerics(m: Measurement, case: CaseSpec, options: RunOptions, compiled: Any,
               params: dict[str, Any], samples: list[tuple[str, Any]],
-              expected: list[list[Any]]) -> None:
+              expected: list[list[Any]], reference64: list[Any],
+              reference64_error: ErrorRecord | None) -> None:
     """Run the compiled program on every sample where the target's numerics run (this
     machine, or a device of the RPC tracker, all samples in one session), or say why they
-    are skipped; the outputs go into `m`."""
+    are skipped; the outputs go into `m`, with the float64 reference where it is wanted
+    (`reference64_error`: why the model could not give it)."""
     target = m.target
     tdef = case.target_def(target)
     place = placement(tdef, options.rpc, device_available)
@@ -206,6 +214,9 @@ def _numerics(m: Measurement, case: CaseSpec, options: RunOptions, compiled: Any
         unbuilt = f"; not built here: {compiled.build_skipped}" if compiled.build_skipped else ""
         m.numerics_skip = Skip(f"{place.missing}{unbuilt}: static checks only",
                                "DeviceUnavailable")
+        return
+    if reference64_error is not None:
+        m.numerics_error = reference64_error
         return
     if compiled.build_skipped:
         m.numerics_error = ErrorRecord(f"cannot build for {target} here: "
@@ -221,8 +232,8 @@ def _numerics(m: Measurement, case: CaseSpec, options: RunOptions, compiled: Any
             actual = run_remote(compiled.executable, case, inputs, tdef, place, options.rpc,
                                 unbound, options.timeout or case.timeout)
             m.ran_on = place.remote()
-        m.samples = [Sample(label, outs, reference) for (label, _), outs, reference
-                     in zip(samples, actual, expected, strict=True)]
+        m.samples = [Sample(label, outs, reference, r64) for (label, _), outs, reference, r64
+                     in zip(samples, actual, expected, reference64, strict=True)]
     except RpcError as exc:
         m.numerics_error = ErrorRecord(f"{exc} ({target})", exc.kind, exc.detail)
     except Exception as exc:
@@ -230,3 +241,25 @@ def _numerics(m: Measurement, case: CaseSpec, options: RunOptions, compiled: Any
         m.numerics_error = ErrorRecord(
             f"running the compiled program failed ({target}): "
             f"{type(exc).__name__}: {first}", "RuntimeError", str(exc))
+
+
+#: The share of a case's timeout after which a bisection stops (the rest finishes the case).
+_BISECT_SHARE = 0.75
+
+
+def _float64_reference(case: CaseSpec, model: Any, targets: list[str],
+                       samples: list[tuple[str, list[Any]]], options: RunOptions
+                       ) -> tuple[list[Any], ErrorRecord | None]:
+    """Eager float64 outputs of every sample, where a target's tolerance asks for them; or
+    why the model cannot give them (an error of those targets' numerics)."""
+    if options.static_only or not any(case.needs_float64(t) for t in targets):
+        return [None] * len(samples), None
+    try:
+        return [run_torch64(model, torch_inputs(case, arrays)) for _, arrays in samples], None
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        line = next(case.tolerance_for(t, None)[1] for t in targets if case.needs_float64(t))
+        return [None] * len(samples), ErrorRecord(
+            f"the model cannot run in float64 for the reference: {type(exc).__name__}: "
+            f"{first} (hint: judge it against float32 with rtol/atol instead)",
+            "Float64ReferenceError", str(exc), line)

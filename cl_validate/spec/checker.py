@@ -13,13 +13,13 @@ from typing import Any
 
 from cl_validate.errors import CaseFileError
 from cl_validate.spec.lines import locate_lines
-from cl_validate.spec.model import IO_LAYOUTS, KNOWN_TARGETS, nearest_line
+from cl_validate.spec.model import IO_LAYOUTS, KNOWN_TARGETS, REFERENCES, nearest_line
 from cl_validate.spec.targets import NAME_RE
 
 __all__ = ["IDENT_RE", "NAME_RE", "Checker"]
 
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TOL_KEYS = ("rtol", "atol")
+_TOL_KEYS = ("rtol", "atol", "reference", "multiplier", "floor")
 _BUDGET_KEYS = ("layout_transforms", "kernels", "reason")
 _OVERRIDE_KEYS = ("budget", "tolerance")
 
@@ -74,17 +74,34 @@ class Checker:
             raise self.fail(path, f"{what} must be finite, got {value}")
         return float(value)
 
-    def tolerance(self, value: Any, path: tuple[str, ...]) -> dict[str, float]:
+    def tolerance(self, value: Any, path: tuple[str, ...]) -> dict[str, float | str]:
         tab = self.table(value, path, "tolerance")
         self.keys(tab, _TOL_KEYS, path, "[" + ".".join(p for p in path if not p.isdigit()) + "]")
-        out: dict[str, float] = {}
+        out: dict[str, float | str] = {}
         for key in _TOL_KEYS:
-            if key in tab:
-                v = self.number(tab[key], (*path, key), key)
-                if v < 0:
-                    raise self.fail((*path, key), f"{key} must be >= 0, got {v:g}")
-                out[key] = v
+            if key not in tab:
+                continue
+            if key == "reference":
+                out[key] = self.choice(tab[key], (*path, key), key, REFERENCES)
+                continue
+            v = self.number(tab[key], (*path, key), key)
+            if v < 0:
+                raise self.fail((*path, key), f"{key} must be >= 0, got {v:g}")
+            if key == "multiplier" and v < 1:
+                raise self.fail((*path, key), f"multiplier must be >= 1, got {v:g}",
+                                "TVM may be as far from float64 as eager float32 (1) or "
+                                "some times farther; the default is 3")
+            out[key] = v
         return out
+
+    def choice(self, value: Any, path: tuple[str, ...], what: str,
+               allowed: tuple[str, ...]) -> str:
+        s = self.string(value, path, what)
+        if s not in allowed:
+            close = difflib.get_close_matches(s, allowed, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "use " + " or ".join(allowed)
+            raise self.fail(path, f"unknown {what} '{s}'", hint)
+        return s
 
     def budget(self, value: Any, path: tuple[str, ...]) -> dict[str, Any]:
         tab = self.table(value, path, "budget")

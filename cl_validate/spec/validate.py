@@ -45,8 +45,9 @@ _PIPELINE_RE = re.compile(rf"^(?:[A-Za-z0-9_.-]+|{_DOTTED}:{_DOTTED})$")
 _TOP_KEYS = (
     "name", "model", "description", "targets", "pipeline", "seed", "inputs", "outputs",
     "layout", "budget", "tolerance", "targets_override", "timeout", "max_memory_mb",
-    "layout_overrides", "dynamic", "variants",
+    "layout_overrides", "dynamic", "variants", "seeds",
 )
+MAX_SEEDS = 32
 _INPUT_KEYS = ("name", "shape", "dtype", "layout", "range")
 _OUTPUT_KEYS = ("name", "layout", "tolerance", "targets_override")
 
@@ -114,6 +115,10 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any],
         raise v.fail(("pipeline",), f"unknown pipeline '{pipeline}'",
                      "registered: " + ", ".join(BUILTIN_PIPELINES))
     seed = v.integer(data.get("seed", 0), ("seed",), "seed", 0)
+    seeds = v.integer(data.get("seeds", 1), ("seeds",), "seeds", 1)
+    if seeds > MAX_SEEDS:
+        raise v.fail(("seeds",), f"seeds = {seeds} runs the model {seeds} times per shape",
+                     f"at most {MAX_SEEDS}; a handful of draws catches an unlucky input")
     timeout = v.number(data.get("timeout", DEFAULT_TIMEOUT_S), ("timeout",), "timeout")
     if timeout <= 0:
         raise v.fail(("timeout",), f"timeout must be > 0 seconds, got {timeout:g}")
@@ -139,8 +144,7 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any],
         reason=b.get("reason"),
     )
     t = v.tolerance(data.get("tolerance", {}), ("tolerance",))
-    tolerance = Tolerance(rtol=t.get("rtol", DEFAULT_TOLERANCE[0]),
-                          atol=t.get("atol", DEFAULT_TOLERANCE[1]))
+    tolerance = Tolerance(DEFAULT_TOLERANCE[0], DEFAULT_TOLERANCE[1]).merged(t)
 
     overrides = v.target_overrides(data.get("targets_override", {}), ("targets_override",))
 
@@ -150,7 +154,7 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any],
         inputs=inputs, outputs=outputs, layout=layout, pipeline=pipeline, seed=seed,
         budget=budget, tolerance=tolerance, overrides=overrides, lines=v.lines,
         timeout=timeout, max_memory_mb=max_memory_mb, layout_overrides=layout_overrides,
-        dynamic=dynamic, variants=variants,
+        dynamic=dynamic, variants=variants, seeds=seeds,
     )
 
 
@@ -237,8 +241,9 @@ def _outputs(v: Checker, raw: Any) -> tuple[OutputSpec, ...]:
         layout = v.io_layout(item["layout"], (*p, "layout")) if "layout" in item else None
         if layout == "NCHW":
             layout = None
-        tol = v.tolerance(item["tolerance"], (*p, "tolerance")) if "tolerance" in item else {}
-        tgt_tol: dict[str, dict[str, float]] = {}
+        tol: dict[str, float | str] = (v.tolerance(item["tolerance"], (*p, "tolerance"))
+                                         if "tolerance" in item else {})
+        tgt_tol: dict[str, dict[str, float | str]] = {}
         over = v.table(item.get("targets_override", {}), (*p, "targets_override"),
                        "targets_override")
         for tgt, entry in over.items():

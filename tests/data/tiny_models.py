@@ -140,17 +140,40 @@ def fixed_batch() -> nn.Module:
     return FixedBatch()
 
 
-class SlowConvs(nn.Module):
-    """Four 64-channel 3×3 convolutions at 128×128: quick to compile, seconds to run untuned
-    on one thread (the RPC tests stop a device server while it runs this)."""
+class Cancelling(nn.Module):
+    """Two large convolutions whose difference is small: float32 rounding in each is large
+    next to the result, in whatever order a backend sums. TVM is as far from a float64 run as
+    eager float32 is, and both are far from each other by a tight rtol."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.convs = nn.Sequential(*(nn.Conv2d(64, 64, 3, padding=1) for _ in range(4)))
+        g = torch.Generator().manual_seed(0)
+        self.a = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.b = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        w = torch.randn(8, 3, 3, 3, generator=g) * 1000.0
+        with torch.no_grad():
+            self.a.weight.copy_(w)
+            self.b.weight.copy_(w + torch.randn(8, 3, 3, 3, generator=g) * 0.01)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.convs(x)
+        return self.a(x) - self.b(x)
 
 
-def slow_convs() -> nn.Module:
-    return SlowConvs()
+def cancelling() -> nn.Module:
+    return Cancelling()
+
+
+class Float32Only(nn.Module):
+    """Multiplies by a float32 matrix made in forward(): cannot run as a float64 copy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x).flatten(1)
+        return torch.mm(y, torch.ones(y.shape[1], 2, dtype=torch.float32))
+
+
+def float32_only() -> nn.Module:
+    return Float32Only()
