@@ -173,3 +173,20 @@ def test_sigterm_leaves_a_valid_report_with_unfinished_cases_marked_not_run(tmp_
     assert not any("not run" in r.message for tc in by_case["a_fine"] for r in tc.result)
     assert all(tc.is_skipped and "not run" in tc.result[0].message for tc in by_case["b_hang"])
     assert not list(junit.parent.glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_peak_memory_is_each_cases_own_not_the_workers_high_water_mark(tmp_path):
+    """One worker runs a case whose factory held 512 MB, then a plain one: the plain case's
+    peak is its own, not the first case's left in the worker's high-water mark."""
+    folder = _suite(tmp_path, {"a_ballast": ("tiny_models:ballast", ""),
+                               "b_plain": ("tiny_models:conv_relu", "")})
+    proc = _run_parent(["run", str(folder), "-j", "1", "--no-cache"], uuid.uuid4().hex)
+    assert proc.returncode == ExitCode.OK, proc.stdout + proc.stderr
+    peak = {}
+    for line in proc.stdout.splitlines():
+        cells = line.split()
+        if cells and cells[0] in ("a_ballast", "b_plain") and len(cells) > 5:
+            peak[cells[0]] = float(cells[-1])
+    assert set(peak) == {"a_ballast", "b_plain"}, proc.stdout
+    assert peak["a_ballast"] > 512, proc.stdout
+    assert peak["b_plain"] < peak["a_ballast"] - 300, proc.stdout

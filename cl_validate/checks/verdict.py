@@ -122,7 +122,7 @@ class CaseResult:
     seconds: float = 0.0
     kernels: KernelList | None = None
     stage_counts: list[StageCount] = field(default_factory=list)
-    peak_rss_mb: float | None = None  # of the worker process that ran it
+    peak_rss_mb: float | None = None  # the worker's peak while it measured this case × target
     bisection: Bisection | None = None  # where the numerics broke, when they did
 
     @property

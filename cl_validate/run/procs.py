@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import resource
 import signal
 import sys
 import time
@@ -184,3 +185,28 @@ def rss_mb(pids: list[int]) -> float | None:
         except (OSError, ValueError):
             continue
     return total if seen else None
+
+
+def reset_peak_rss() -> bool:
+    """Start this process's peak resident memory afresh from what it holds now (Linux's
+    ``clear_refs`` 5), so one worker's peak is measured per case, not since it started; False
+    where the kernel does not offer it."""
+    try:
+        with open(_PROC / "self" / "clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory since `reset_peak_rss` (``VmHWM``), or since it
+    started where that cannot be read."""
+    try:
+        with open(_PROC / "self" / "status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

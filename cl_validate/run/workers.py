@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
-import resource
 import signal
 import sys
 import tempfile
@@ -96,9 +95,12 @@ def _worker_main(conn: Connection, log_path: str, threads: int, token: str) -> N
 
         def emit(m: Measurement, key: str | None, cached: bool) -> None:
             if not cached:
-                m.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+                m.peak_rss_mb = procs.peak_rss_mb()
                 m.stray_processes = procs.end_descendants(os.getpid())
             conn.send(TargetMeasured(m, key, cached))
+            procs.reset_peak_rss()  # the next target's peak is its own
+
+        procs.reset_peak_rss()  # not the high-water mark of the cases before
 
         try:
             measure_or_reuse(msg.case, msg.options, emit)

@@ -177,3 +177,13 @@ class Float32Only(nn.Module):
 
 def float32_only() -> nn.Module:
     return Float32Only()
+
+
+def ballast() -> nn.Module:
+    """conv_relu, from a factory that holds 512 MB for a moment (touched, then freed): a case
+    whose worker peaks high, for the per-case peak memory."""
+    block = bytearray(512 << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    del block
+    return ConvReLU()
