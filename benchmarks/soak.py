@@ -34,7 +34,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 TOKEN_ENV = "CL_VALIDATE_SOAK"
-CHECKS = 6  # compile, layout, layout_transforms, kernels, kernel_list, numerics
+sys.path.insert(0, str(ROOT))
+from cl_validate.checks.verdict import CHECKS as _ALL  # noqa: E402
+
+CHECKS = len(_ALL)  # one testcase per check for every case
 
 CASE = """model = "{model}"
 targets = ["llvm"]

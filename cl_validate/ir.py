@@ -19,13 +19,14 @@ import this one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import tvm
 import tvm_ffi
 from tvm import relax
 from tvm.ir.expr import Constant
+from tvm.sym import Analyzer
 
 #: Ops that permute or re-tile a tensor's axes: a layout transform when not the identity.
 TRANSFORM_OPS: tuple[str, ...] = ("relax.permute_dims", "relax.layout_transform")
@@ -34,6 +35,8 @@ PERMUTE_OP = "relax.permute_dims"
 TRANSFORM_ATTR = "cl_validate.transform"  # "permute_dims" | "layout_transform"
 AXES_ATTR = "cl_validate.axes"  # permute_dims axes
 SOURCE_ATTR = "cl_validate.source"  # the attribution, as JSON
+#: PrimFunc attribute our GPU scheduling writes: the dlight rule that scheduled it
+SCHEDULE_ATTR = "cl_validate.schedule_rule"
 #: Calls that move arguments into a PrimFunc or packed function: bookkeeping, not an op.
 LOWERED_CALL_OPS: tuple[str, ...] = (
     "relax.call_tir", "relax.call_dps_packed", "relax.call_pure_packed",
@@ -173,6 +176,37 @@ def known_shape(expr: object) -> tuple[int, ...] | None:
     if shape is None or any(d is None for d in shape):
         return None
     return tuple(int(d) for d in shape if d is not None)
+
+
+def tensor_bytes(expr: object, sizes: Mapping[str, int]) -> int | None:
+    """Bytes a tensor-typed expression occupies (a tuple: all its tensors), each symbolic
+    extent at its size in `sizes` (by name); None when a shape, a dtype or a size is unknown."""
+    ty = getattr(expr, "ty", None)
+    if isinstance(ty, relax.TupleType):
+        parts = [_type_bytes(f, sizes) for f in ty.fields]
+        return None if None in parts else sum(p for p in parts if p is not None)
+    return _type_bytes(ty, sizes)
+
+
+def _type_bytes(ty: object, sizes: Mapping[str, int]) -> int | None:
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr) \
+            or not ty.dtype:
+        return None
+    dtype = tvm.DataType(ty.dtype)
+    elements = 1
+    analyzer = Analyzer()
+    for dim in ty.shape.values:
+        if not isinstance(dim, tvm.tirx.IntImm):
+            free = tvm.tirx.analysis.undefined_vars(dim)
+            if any(v.name not in sizes for v in free):
+                return None
+            for v in free:
+                analyzer.bind(v, tvm.tirx.IntImm(str(v.ty.dtype), sizes[v.name]))
+            dim = analyzer.simplify(dim)
+            if not isinstance(dim, tvm.tirx.IntImm):
+                return None
+        elements *= int(dim.value)
+    return (elements * dtype.bits * dtype.lanes + 7) // 8  # sub-byte types come packed
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,15 +9,24 @@ survived to run time. The *fused kernel list* is the PrimFuncs ``main`` calls, i
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tvm import relax
 
-from cl_validate.analysis.model import Kernel, KernelList, Shape, Transform
+from cl_validate.analysis.model import (
+    UNRECORDED,
+    Kernel,
+    KernelList,
+    Shape,
+    Transform,
+    total,
+)
 from cl_validate.compile.build import Compiled
 from cl_validate.compile.reasons import Attribution
 from cl_validate.ir import (
+    SCHEDULE_ATTR,
     SOURCE_ATTR,
     all_weight_derived,
     bindings,
@@ -27,8 +36,28 @@ from cl_validate.ir import (
     op_name,
     primfunc_transform,
     shown_shape,
+    tensor_bytes,
     weight_derived,
 )
+
+#: TVM's mark on a PrimFunc a schedule was applied to (dlight sets it on every one it scheduled)
+_SCHEDULED = "tirx.is_scheduled"
+
+
+def _schedule(mod: Any, gvar: Any) -> str | None:
+    """The dlight rule that scheduled a kernel's PrimFunc (`cl_validate.compile.schedule`);
+    None where nothing was scheduled (a CPU target)."""
+    attrs = mod[gvar].attrs
+    if attrs is None:
+        return None
+    if SCHEDULE_ATTR in attrs:
+        return str(attrs[SCHEDULE_ATTR])
+    return UNRECORDED if _SCHEDULED in attrs and bool(attrs[_SCHEDULED]) else None
+
+
+def _sum_bytes(exprs: Iterable[Any], sizes: Mapping[str, int]) -> int | None:
+    """Bytes of all `exprs` together; None when one is unknown."""
+    return total(tensor_bytes(e, sizes) for e in exprs)
 
 
 def _attribution(mod: Any, gvar: Any) -> Attribution | None:
@@ -47,15 +76,20 @@ class _Component:
     in_shape: Shape | None
     weight: bool
     attribution: Attribution | None = None
+    bytes_read: int | None = None
+    bytes_written: int | None = None
 
 
-def fused_components(mod: Any) -> dict[str, list[_Component]]:
+def fused_components(mod: Any, sizes: Mapping[str, int] | None = None
+                     ) -> dict[str, list[_Component]]:
     """For each fused (Primitive) Relax function called from main: its components, in order.
 
     Weight provenance is decided here, where the fused body is still visible: a transform in
     a fused function is a weight transform when its input derives only from fused parameters
-    whose arguments at the call site in main are constant-derived.
+    whose arguments at the call site in main are constant-derived. Each component's bytes
+    are its arguments' and its result's, symbolic extents at `sizes`.
     """
+    sizes = sizes or {}
     main = mod["main"]
     derived_main = weight_derived(main)
     out: dict[str, list[_Component]] = {}
@@ -80,16 +114,20 @@ def fused_components(mod: Any) -> dict[str, list[_Component]]:
                 weight = all_weight_derived(targs, derived)
                 comps.append(_Component(gv.name_hint, kind, axes,
                                         shown_shape(targs[0]) if targs else None, weight,
-                                        _attribution(mod, gv) if kind else None))
+                                        _attribution(mod, gv) if kind else None,
+                                        _sum_bytes(targs, sizes), tensor_bytes(fb.var, sizes)))
         out[call.op.name_hint] = comps
     return out
 
 
-def kernel_list(compiled: Compiled) -> KernelList:
-    """The fused kernel list of the final stage, with transforms found and classified."""
+def kernel_list(compiled: Compiled, sizes: Mapping[str, int] | None = None) -> KernelList:
+    """The fused kernel list of the final stage, with transforms found and classified, and
+    the bytes each kernel and transform moves (a symbolic extent at its size in `sizes`:
+    the case's `max_sizes`)."""
+    sizes = dict(sizes or {})
     components: dict[str, list[_Component]] = {}
     for stage in compiled.stages:  # the latest stage that still shows fused Relax functions
-        found = fused_components(stage.mod)
+        found = fused_components(stage.mod, sizes)
         if found:
             components = found
     mod = compiled.final
@@ -113,13 +151,15 @@ def kernel_list(compiled: Compiled) -> KernelList:
             continue
         index = len(kernels)
         args = call_args(call) if name else list(call.args)
+        read, written = _sum_bytes(args, sizes), tensor_bytes(b.var, sizes)
         transforms: list[Transform] = []
         if callee in components:
             comps = components[callee]
             for c in comps:
                 if c.transform:
                     transforms.append(Transform(c.transform, index, c.primfunc, c.weight,
-                                                c.in_shape, c.axes, c.attribution))
+                                                c.in_shape, c.axes, c.attribution,
+                                                c.bytes_read, c.bytes_written))
             ops = tuple(c.primfunc for c in comps)
         else:
             ops = (callee,)
@@ -129,6 +169,8 @@ def kernel_list(compiled: Compiled) -> KernelList:
                     weight = all_weight_derived(args, derived)
                     transforms.append(Transform(kind, index, callee, weight,
                                                 shown_shape(args[0]) if args else None, axes,
-                                                _attribution(mod, gv)))
-        kernels.append(Kernel(index, callee, ops, tuple(transforms), shown_shape(b.var)))
-    return KernelList(kernels)
+                                                _attribution(mod, gv), read, written))
+        schedule = _schedule(mod, gv) if name != "relax.call_dps_packed" else None
+        kernels.append(Kernel(index, callee, ops, tuple(transforms), shown_shape(b.var),
+                              read, written, schedule))
+    return KernelList(kernels, sizes)

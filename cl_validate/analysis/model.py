@@ -8,12 +8,18 @@ read the IR).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from cl_validate.compile.reasons import Attribution
 
 Shape = tuple[int | str, ...]  # a symbolic extent ([dynamic]) is its name: ("batch", 56, 56, 64)
+#: The dlight rule that leaves a GPU kernel a plain thread mapping: slow on a real GPU
+FALLBACK = "Fallback"
+#: A kernel's rule when dlight scheduled it but nobody noted the rule (a pipeline of its own
+#: that applies dlight without `cl_validate.compile.schedule`)
+UNRECORDED = "unrecorded"
 
 
 def shape_text(shape: Shape) -> str:
@@ -21,8 +27,66 @@ def shape_text(shape: Shape) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
+def total(values: Iterable[int | None]) -> int | None:
+    """The sum, or None when one of `values` is unknown."""
+    out = 0
+    for v in values:
+        if v is None:
+            return None
+        out += v
+    return out
+
+
+def in_units(x: float | None, units: Sequence[tuple[float, float, str]]) -> str:
+    """`x` written in the first of `units` — (below this, divide by this, format) — it is
+    below; ``?`` when unknown."""
+    if x is None:
+        return "?"
+    for limit, scale, fmt in units:
+        if x < limit:
+            return fmt.format(x / scale)
+    limit, scale, fmt = units[-1]
+    return fmt.format(x / scale)
+
+
+_BYTES = ((1000, 1, "{:.0f} B"), (100_000, 1e3, "{:.1f} kB"), (1e9, 1e6, "{:.2f} MB"),
+          (math.inf, 1e9, "{:.2f} GB"))
+
+
+def bytes_text(n: int | None) -> str:
+    """``602 B``, ``6.1 kB``, ``0.60 MB``, ``1.20 GB`` (decimal units, as memory bandwidth is
+    quoted); ``?`` when unknown."""
+    return in_units(n, _BYTES)
+
+
+def share_text(x: float | None) -> str:
+    """``12.3%``, ``0.6%``, ``0.00079%``: two significant digits below 1%, so a small share
+    never reads as zero."""
+    if x is None:
+        return "?"
+    if x == 0 or x >= 0.01:
+        return f"{x:.1%}"
+    return f"{x * 100:.2g}%"
+
+
+def sizes_text(sizes: dict[str, int]) -> str:
+    """``batch=8``: the sizes symbolic figures were taken at; "" for a static program."""
+    return ", ".join(f"{k}={v}" for k, v in sizes.items())
+
+
+class _Moves:
+    """What a kernel or a transform moves: what it reads plus what it writes."""
+
+    bytes_read: int | None
+    bytes_written: int | None
+
+    @property
+    def bytes(self) -> int | None:
+        return total((self.bytes_read, self.bytes_written))
+
+
 @dataclass(frozen=True)
-class Transform:
+class Transform(_Moves):
     """One layout transform op in the compiled program."""
 
     op: str  # "permute_dims" | "layout_transform"
@@ -32,6 +96,9 @@ class Transform:
     in_shape: Shape | None = None
     axes: tuple[int, ...] | None = None
     attribution: Attribution | None = None
+    #: the tensor it permutes, read once, and its result, written once (None: unknown)
+    bytes_read: int | None = None
+    bytes_written: int | None = None
 
     def describe(self) -> str:
         what = f"{self.op}{list(self.axes) if self.axes else ''}"
@@ -42,12 +109,18 @@ class Transform:
 
 
 @dataclass(frozen=True)
-class Kernel:
+class Kernel(_Moves):
     index: int
     name: str
     ops: tuple[str, ...]  # the legalized PrimFuncs fused into it, in order
     transforms: tuple[Transform, ...] = ()
     out_shape: Shape | None = None
+    #: its arguments, each read once, and its results, each written once (None: unknown)
+    bytes_read: int | None = None
+    bytes_written: int | None = None
+    #: the dlight rule that scheduled it for a GPU (`cl_validate.compile.schedule`); None on
+    #: a target dlight does not schedule (llvm)
+    schedule: str | None = None
 
 
 @dataclass
@@ -55,6 +128,8 @@ class KernelList:
     """The PrimFuncs ``main`` calls, in execution order, after fusion."""
 
     kernels: list[Kernel] = field(default_factory=list)
+    #: the sizes the bytes of a symbolic program were taken at (each [dynamic] maximum)
+    bytes_at: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.kernels)
@@ -74,20 +149,75 @@ class KernelList:
     def weight_transforms(self) -> list[Transform]:
         return [t for t in self.transforms if t.weight]
 
-    def render(self, *, only_marked: bool = False) -> str:
-        """Text table: one kernel per line, transforms marked with ``>>``."""
+    # -- memory traffic ---------------------------------------------------------------------
+    @property
+    def traffic(self) -> int | None:
+        """Bytes every kernel reads and writes, together (None when a kernel's are unknown)."""
+        return total(k.bytes for k in self.kernels)
+
+    @property
+    def transform_bytes(self) -> int | None:
+        """Bytes the runtime transforms move (each its operand read and its result written)."""
+        return total(t.bytes for t in self.runtime_transforms)
+
+    def share(self, n: int | None) -> float | None:
+        """`n` bytes as a share of the whole program's traffic."""
+        total = self.traffic
+        return None if n is None or not total else n / total
+
+    def traffic_text(self) -> str:
+        """``traffic 205.31 MB; runtime transforms 1.20 MB (0.6%)`` (at batch=8, ...)."""
+        moved = self.transform_bytes
+        share = self.share(moved)
+        text = (f"traffic {bytes_text(self.traffic)}; runtime transforms {bytes_text(moved)}"
+                + (f" ({share_text(share)})" if share is not None else ""))
+        return text + (f" at {sizes_text(self.bytes_at)}, the [dynamic] maxima"
+                       if self.bytes_at else "")
+
+    # -- GPU schedules ----------------------------------------------------------------------
+    def schedule_counts(self) -> dict[str, int]:
+        """dlight rule → how many kernels it scheduled; empty where dlight scheduled none."""
+        counts: dict[str, int] = {}
+        for k in self.kernels:
+            if k.schedule is not None:
+                counts[k.schedule] = counts.get(k.schedule, 0) + 1
+        return counts
+
+    def render(self, *, only_marked: bool = False, times: dict[int, str] | None = None) -> str:
+        """Text table: one kernel per line with its result shape, the bytes it reads and
+        writes, the GPU rule that scheduled it and its time (where known), transforms marked
+        with ``>>`` and described with what they move."""
         lines = []
         width = max((len(k.name) for k in self.kernels), default=10)
+        shapes = {k.index: f" -> {shape_text(k.out_shape)}" if k.out_shape else ""
+                  for k in self.kernels}
+        swidth = max((len(v) for v in shapes.values()), default=0)
+        rwidth = max((len(k.schedule or "") for k in self.kernels), default=0)
         for k in self.kernels:
             mark = ">>" if k.transforms else "  "
             if only_marked and not k.transforms:
                 continue
-            shape = f" -> {shape_text(k.out_shape)}" if k.out_shape else ""
-            line = f"{mark} {k.index:3d}  {k.name:<{width}}{shape}"
+            line = f"{mark} {k.index:3d}  {k.name:<{width}}{shapes[k.index]:<{swidth}}"
+            if k.bytes_read is not None:
+                line += f"  {bytes_text(k.bytes_read):>9} in {bytes_text(k.bytes_written):>9} out"
+            if rwidth:
+                line += f"  {k.schedule or '':<{rwidth}}"
+            if times is not None:
+                line += f"  {times.get(k.index, ''):>9}"
             if k.transforms:
-                line += "   " + "; ".join(t.describe() for t in k.transforms)
-            lines.append(line)
+                line += "   " + "; ".join(self._cost(k, t) for t in k.transforms)
+            lines.append(line.rstrip())
         return "\n".join(lines)
+
+    def _cost(self, k: Kernel, t: Transform) -> str:
+        """A transform and what it moves: its operand and result once each, as a kernel of
+        its own would; fused with other ops, the kernel may move less."""
+        share = self.share(t.bytes)
+        moved = "" if t.bytes is None else f", moves {bytes_text(t.bytes)}" + (
+            f" = {share_text(share)} of traffic" if share is not None and not t.weight else ""
+        ) + (
+            " (fused: its kernel may move less)" if len(k.ops) > 1 else "")
+        return t.describe() + moved
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ function of the analysis results and the case spec; it never compiles anything.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from cl_validate.analysis.model import KernelList, StageCount
@@ -38,29 +38,31 @@ def budget_source(case: CaseSpec, target: str, key: str) -> str:
     return f"{table}, line {line}"
 
 
-def _budget_verdict(case: CaseSpec, target: str, key: str, measured_n: int, budget: int,
-                    line: int | None, stale: StalePolicy, body: str, measured: Measured,
-                    next_step: str = "") -> CheckResult:
+def budget_verdict(case: CaseSpec, target: str, key: str, measured_n: int, budget: int,
+                   line: int | None, stale: StalePolicy, body: str, measured: Measured,
+                   next_step: str = "", show: Callable[[int], str] = str) -> CheckResult:
     """Over budget fails; under budget is a stale budget (the ratchet): fails, or passes with
-    a warning when the project sets ``stale_budget = "warn"``; exactly on budget passes."""
+    a warning when the project sets ``stale_budget = "warn"``; exactly on budget passes.
+    `show` writes a figure for the messages (exact: a stale budget may differ by one)."""
     source = budget_source(case, target, key)
     measured = replace(measured, budget=budget, budget_source=source)
-    body = f"budget {budget} ({source})" + (f"\n{body}" if body else "")
+    body = f"budget {show(budget)} ({source})" + (f"\n{body}" if body else "")
+    got, limit = show(measured_n), show(budget)
     if measured_n > budget:
         nxt = f" — next: {next_step}" if next_step else ""
         return CheckResult(key, Status.FAILED,
-                           f"{key} {measured_n} > budget {budget} ({target}){nxt}",
+                           f"{key} {got} > budget {limit} ({target}){nxt}",
                            kind="BudgetExceeded", line=line, body=body, measured=measured)
     if measured_n < budget:
         measured = replace(measured, stale=True)
-        msg = (f"budget stale: {key} {measured_n} < {budget} ({target}) — run cl-validate "
+        msg = (f"budget stale: {key} {got} < {limit} ({target}) — run cl-validate "
                "budget tighten")
         if stale is StalePolicy.WARN:
             return CheckResult(key, Status.PASSED, msg + " (stale_budget = \"warn\")",
                                line=line, body=body, measured=measured)
         return CheckResult(key, Status.FAILED, msg, kind="BudgetStale", line=line, body=body,
                            measured=measured)
-    return CheckResult(key, Status.PASSED, f"{key} {measured_n} <= budget {budget}", line=line,
+    return CheckResult(key, Status.PASSED, f"{key} {got} <= budget {limit}", line=line,
                        body=body, measured=measured)
 
 
@@ -81,7 +83,7 @@ def check_layout_transforms(case: CaseSpec, target: str, kernels: KernelList,
             f"{w.describe()} in kernel {kernels.kernels[w.kernel].name} — it should have folded",
             kind="WeightTransform", line=budget.layout_transforms_line, body=body,
             measured=measured)
-    return _budget_verdict(case, target, "layout_transforms", runtime, budget.layout_transforms,
+    return budget_verdict(case, target, "layout_transforms", runtime, budget.layout_transforms,
                            budget.layout_transforms_line, stale, body, measured,
                            _transform_next_step(case, target, kernels))
 
@@ -114,7 +116,7 @@ def check_kernels(case: CaseSpec, target: str, kernels: KernelList, *,
         return CheckResult("kernels", Status.SKIPPED, f"no kernel budget declared ({n} kernels)",
                            measured=measured)
     body = kernels.render() if n > budget.kernels else ""
-    return _budget_verdict(case, target, "kernels", n, budget.kernels, budget.kernels_line,
+    return budget_verdict(case, target, "kernels", n, budget.kernels, budget.kernels_line,
                            stale, body, measured,
                            f"`cl-validate show {case.name} --target {target}` lists the kernels; "
                            "a new or split one is a fusion that broke")

@@ -6,6 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cl_validate.checks.budget import check_kernels, check_layout_transforms
+from cl_validate.checks.cost import (
+    BYTES,
+    FALLBACK_KERNELS,
+    TIME_SHARE,
+    check_fallback_kernels,
+    check_transform_bytes,
+    check_transform_time_share,
+)
 from cl_validate.checks.kernel_list import check_kernel_list
 from cl_validate.checks.layout import check_layout
 from cl_validate.checks.measurement import Measurement
@@ -28,6 +36,8 @@ _DECLARED_BY: dict[str, tuple[str, ...]] = {
     COMPILE: ("model",), "layout": ("layout",),
     "layout_transforms": ("budget", "layout_transforms"), "kernels": ("budget", "kernels"),
     "kernel_list": ("model",), "numerics": ("tolerance",),
+    BYTES: ("budget", BYTES), FALLBACK_KERNELS: ("budget", FALLBACK_KERNELS),
+    TIME_SHARE: ("budget", TIME_SHARE),
 }
 
 
@@ -64,13 +74,14 @@ def judge(case: CaseSpec, m: Measurement, stale: StalePolicy = StalePolicy.FAIL,
     """
     seconds = m.seconds if wall_seconds is None else wall_seconds
     numerics_s = 0.0 if cached else min(m.numerics_seconds, seconds)
+    profile_s = 0.0 if cached else min(m.profile_seconds, seconds - numerics_s)
     result = CaseResult(case, m.target, seconds=seconds, peak_rss_mb=m.peak_rss_mb)
     if m.error is not None:
         result.checks = with_lines(case, error_checks(m.error, seconds))
         return result
     assert m.kernels is not None
     target = m.target
-    result.kernels, result.stage_counts = m.kernels, m.stage_counts
+    result.kernels, result.stage_counts, result.profile = m.kernels, m.stage_counts, m.profile
     built = f" (IR only: {m.build_skipped})" if m.build_skipped else ""
     result.bisection = m.bisection
     compiled = CheckResult(COMPILE, Status.PASSED, f"compiled for {target} in "
@@ -85,13 +96,17 @@ def judge(case: CaseSpec, m: Measurement, stale: StalePolicy = StalePolicy.FAIL,
         compiled,
         check_layout(case, target, m.op_layouts),
         check_layout_transforms(case, target, m.kernels, m.stage_counts, stale=stale),
+        check_transform_bytes(case, target, m.kernels, stale=stale),
         check_kernels(case, target, m.kernels, stale=stale),
+        check_fallback_kernels(case, target, m.kernels, stale=stale),
         check_kernel_list(case, target, m.kernels),
         _numerics(case, m),
+        check_transform_time_share(case, target, m.kernels, m.profile, m.profile_skip),
     ]
-    result.checks = with_lines(case, [
-        replace(c, seconds=numerics_s if c.check == "numerics" else seconds - numerics_s
-                if c.check == COMPILE else 0.0) for c in result.checks])
+    spent = {"numerics": numerics_s, TIME_SHARE: profile_s,
+             COMPILE: seconds - numerics_s - profile_s}
+    result.checks = with_lines(case, [replace(c, seconds=spent.get(c.check, 0.0))
+                                      for c in result.checks])
     return result
 
 

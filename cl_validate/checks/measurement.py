@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cl_validate.analysis.model import KernelList, OpLayout, StageCount
+from cl_validate.analysis.timing import Profile
 from cl_validate.checks.bisection import Bisection
 from cl_validate.errors import ErrorRecord
 
@@ -57,3 +58,7 @@ class Measurement:
     build_skipped: str | None = None
     #: where the numerics ran when not on this machine ("RPC key 'rk3588' at host:9190")
     ran_on: str | None = None
+    #: every kernel's time over repeated runs (``--profile``), or why there is none
+    profile: Profile | None = None
+    profile_skip: Skip | None = None
+    profile_seconds: float = 0.0

@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass, field, fields
 
 from cl_validate.analysis.model import KernelList, StageCount
+from cl_validate.analysis.timing import Profile
 from cl_validate.checks.bisection import Bisection
 from cl_validate.spec import CaseSpec
 
@@ -19,8 +20,9 @@ from cl_validate.spec import CaseSpec
 #: case (a factory that raises, a compile error, a worker that crashed or timed out) is
 #: reported, once, with the others marked not run.
 COMPILE = "compile"
-CHECKS: tuple[str, ...] = (COMPILE, "layout", "layout_transforms", "kernels", "kernel_list",
-                           "numerics")
+CHECKS: tuple[str, ...] = (COMPILE, "layout", "layout_transforms", "layout_transform_bytes",
+                           "kernels", "fallback_kernels", "kernel_list", "numerics",
+                           "transform_time_share")
 #: The skip message of the other checks when the case errored.
 NOT_RUN_ERRORED = "not run: the case errored"
 
@@ -61,7 +63,7 @@ class Measured:
     layout_transforms: int | None = None  # runtime layout transforms
     weight_transforms: int | None = None
     kernels: int | None = None
-    budget: int | None = None  # the budget that applied on this target
+    budget: float | None = None  # the budget that applied on this target
     budget_source: str | None = None  # "targets_override.cuda, line 22", "budget, line 14"
     stale: bool = False  # under budget: `budget tighten` would lower it
     layout_sensitive_ops: int | None = None
@@ -73,6 +75,10 @@ class Measured:
     baseline: str | None = None  # kernel-list baseline file
     baseline_kernels: int | None = None
     kernel_changes: tuple[tuple[str, int], ...] = ()  # ("split", 2), ("added", 1), …
+    transform_bytes: int | None = None  # what the runtime transforms read and write
+    traffic: int | None = None  # what every kernel reads and writes
+    fallback_kernels: int | None = None  # GPU kernels left to dlight's Fallback rule
+    time_share: float | None = None  # median share of kernel time in transform kernels
 
     def numerics_figure(self) -> str | None:
         """The numerics figure a table shows: ``1.0e-04`` (max abs error), or ``1.3x f64``
@@ -124,6 +130,7 @@ class CaseResult:
     stage_counts: list[StageCount] = field(default_factory=list)
     peak_rss_mb: float | None = None  # the worker's peak while it measured this case × target
     bisection: Bisection | None = None  # where the numerics broke, when they did
+    profile: Profile | None = None  # every kernel's time (``--profile``)
 
     @property
     def status(self) -> Status:

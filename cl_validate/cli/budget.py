@@ -23,25 +23,18 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import os
 from collections.abc import Sequence
 
+from cl_validate.analysis.model import FALLBACK, KernelList
 from cl_validate.atomic import write_atomic
 from cl_validate.checks import kernel_list as baseline
 from cl_validate.checks.verdict import CaseResult
-from cl_validate.cli.common import DEFAULT_PATH, add_paths, add_target, expand
+from cl_validate.cli.common import DEFAULT_PATH, add_paths, add_target, expand, measure_static
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.paths import display_path
-from cl_validate.run.options import (
-    RunOptions,
-    check_target_names,
-    positive_int,
-    selected_targets,
-)
-from cl_validate.run.suite import run_suite
+from cl_validate.run.options import positive_int
 from cl_validate.spec import CaseSpec, load_cases
 from cl_validate.spec.budgets import Measured, plan, rewrite, verify
-from cl_validate.spec.config import StalePolicy
 
 HELP = "tighten budgets to the measured counts, or record kernel-list baselines"
 
@@ -53,7 +46,10 @@ count, keeping the case file's comments and formatting.
   [budget]                        the value measured on the case's first target
   [targets_override.<t>] budget   updated in place where it exists; added only where a
                                   target differs (a target not measured keeps its value)
-  undeclared budgets              not added (kernels is optional)
+  undeclared budgets              not added (kernels and the cost budgets are optional)
+  layout_transform_bytes          the exact measured bytes, written with digit groups
+  fallback_kernels                only where dlight schedules the target (GPU targets)
+  transform_time_share            never: a measured time is a ceiling, not a record
 
 A budget is never raised unless --allow-increase is given with --reason TEXT, which is
 recorded as reason = "TEXT" in the table it raised. Files already exact are not touched.
@@ -108,29 +104,15 @@ def main(args: argparse.Namespace) -> ExitCode:
 
 def measure(cases: Sequence[CaseSpec], args: argparse.Namespace) -> list[CaseResult]:
     """Compile every case on its selected targets (static checks only) and return results."""
-    options = RunOptions(targets=tuple(args.targets) if args.targets else None,
-                         jobs=args.jobs or os.cpu_count() or 1, isolate=not args.no_isolation,
-                         stale_budget=StalePolicy.WARN, static_only=True)
-    check_target_names(cases, options)
-    if not any(selected_targets(c, options) for c in cases):
-        raise UsageError("no case runs on the selected targets",
-                         hint="check the cases' targets = [...] against --target")
-    results: list[CaseResult] = []
-
-    def on_result(r: CaseResult) -> None:
-        results.append(r)
-        if r.kernels is None:
-            print(f"  {r.case.label} [{r.target}]: not measured: {r.checks[0].message}",
-                  flush=True)
-        else:
-            print(f"  {r.case.label} [{r.target}]: {len(r.kernels.runtime_transforms)} layout "
-                  f"transforms, {len(r.kernels)} kernels", flush=True)
+    def say(r: CaseResult) -> str:
+        assert r.kernels is not None
+        return (f"{len(r.kernels.runtime_transforms)} layout transforms, {len(r.kernels)} "
+                "kernels")
 
     runs = expand(cases)
     print(f"measuring {len(cases)} case(s), {len(runs)} run(s) with their variants (static "
           "checks only)", flush=True)
-    run_suite(runs, options, on_result)
-    return results
+    return measure_static(runs, args, say)
 
 
 # --------------------------------------------------------------------------------------------
@@ -162,6 +144,18 @@ def _record(results: Sequence[CaseResult]) -> ExitCode:
     return ExitCode.OK
 
 
+def _figures(kernels: KernelList) -> dict[str, int]:
+    """What tighten may write, where it applies: the transform bytes where every shape is
+    known, the kernels left to dlight's Fallback where dlight scheduled the target (GPU)."""
+    out = {"layout_transforms": len(kernels.runtime_transforms), "kernels": len(kernels)}
+    if kernels.transform_bytes is not None:
+        out["layout_transform_bytes"] = kernels.transform_bytes
+    rules = kernels.schedule_counts()
+    if rules:
+        out["fallback_kernels"] = rules.get(FALLBACK, 0)
+    return out
+
+
 def _tighten(cases: Sequence[CaseSpec], results: Sequence[CaseResult], *,
              allow_increase: bool, reason: str, dry_run: bool) -> ExitCode:
     measured: dict[str, Measured] = {}  # case → variant → target → counts
@@ -171,8 +165,8 @@ def _tighten(cases: Sequence[CaseSpec], results: Sequence[CaseResult], *,
             broken.append(f"{r.case.label} [{r.target}]")
             continue
         variant = r.case.variant.name if r.case.variant else None
-        measured.setdefault(r.case.name, {}).setdefault(variant, {})[r.target] = {
-            "layout_transforms": len(r.kernels.runtime_transforms), "kernels": len(r.kernels)}
+        measured.setdefault(r.case.name, {}).setdefault(variant, {})[r.target] = _figures(
+            r.kernels)
     changed = exact = refused = 0
     print()
     for case in cases:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from cl_validate.checks.verdict import CaseResult
 from cl_validate.errors import UsageError
 from cl_validate.paths import display_path
+from cl_validate.run.options import RunOptions, check_target_names, selected_targets
+from cl_validate.run.suite import run_suite
 from cl_validate.spec import CaseSpec, load_case, load_cases
+from cl_validate.spec.config import StalePolicy
 
 DEFAULT_PATH = "model_cases"
 
@@ -85,3 +90,27 @@ def pick_variant(case: CaseSpec, name: str | None) -> CaseSpec:
     raise UsageError(f"case '{case.name}' has no variant '{name}'",
                      file=display_path(case.path), line=case.line_of("variants"),
                      hint=f"its [[variants]]: {declared}")
+
+
+def measure_static(runs: Sequence[CaseSpec], args: argparse.Namespace,
+                   say: Callable[[CaseResult], str], cache_dir: str | None = None
+                   ) -> list[CaseResult]:
+    """Compile every run on its selected targets (``args.targets``, ``args.jobs``,
+    ``args.no_isolation``), static checks only, printing a line per result (`say` for one
+    that compiled), and return the results."""
+    options = RunOptions(targets=tuple(args.targets) if args.targets else None,
+                         jobs=args.jobs or os.cpu_count() or 1, isolate=not args.no_isolation,
+                         stale_budget=StalePolicy.WARN, static_only=True, cache_dir=cache_dir)
+    check_target_names(runs, options)
+    if not any(selected_targets(c, options) for c in runs):
+        raise UsageError("no case runs on the selected targets",
+                         hint="check the cases' targets = [...] against --target")
+    results: list[CaseResult] = []
+
+    def on_result(r: CaseResult) -> None:
+        results.append(r)
+        what = say(r) if r.kernels is not None else f"not measured: {r.checks[0].message}"
+        print(f"  {r.case.label} [{r.target}]: {what}", flush=True)
+
+    run_suite(runs, options, on_result)
+    return results

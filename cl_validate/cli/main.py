@@ -14,13 +14,13 @@ import warnings
 from collections.abc import Sequence
 from types import ModuleType
 
-from cl_validate.cli import budget, calibrate, merge, run, show
+from cl_validate.cli import budget, calibrate, ledger, merge, run, show
 from cl_validate.cli import list as list_
 from cl_validate.errors import CompileStageError, ExitCode, UsageError
 
 SUBCOMMANDS: dict[str, ModuleType] = {
     "run": run, "show": show, "list": list_, "budget": budget, "calibrate": calibrate,
-    "merge": merge,
+    "merge": merge, "ledger": ledger,
 }
 
 

@@ -7,6 +7,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from cl_validate.checks.cost import schedule_text
 from cl_validate.checks.judge import declaring_line
 from cl_validate.checks.verdict import CHECKS, COMPILE, CaseResult, CheckResult, Status
 from cl_validate.cli.common import DEFAULT_PATH, add_paths, expand, select
@@ -15,6 +16,7 @@ from cl_validate.paths import display_path, report_file
 from cl_validate.report.annotations import emit_annotations
 from cl_validate.report.console import progress_line, summary_table
 from cl_validate.report.junit import write_junit
+from cl_validate.report.ledger import console_ledger
 from cl_validate.report.markdown import append_step_summary, write_markdown
 from cl_validate.run.options import (
     RunOptions,
@@ -91,9 +93,14 @@ def main(args: argparse.Namespace) -> ExitCode:
         r.case, options).index(r.target)))
     for r in results:  # what a device target compiled to, read where it cannot run
         if r.target != "llvm" and r.kernels is not None:
+            rules = f"\n{schedule_text(r.kernels)}" if r.kernels.schedule_counts() else ""
             print(f"\n{r.case.label} [{r.target}] kernel list ({len(r.kernels)} kernels, "
-                  f">> = layout transform):\n{r.kernels.render()}")
+                  f">> = layout transform):\n{r.kernels.render()}{rules}")
+    for r in results:
+        if r.profile is not None and r.kernels is not None:
+            print(f"\n{r.case.label} [{r.target}] {r.profile.report(r.kernels)}")
     print(summary_table(results))
+    print(console_ledger(results))
     if stats.reused:
         print(f"cache: {stats.reused} of {stats.judged} case x target measurements reused "
               f"from {options.cache_dir}")

@@ -8,6 +8,7 @@ import argparse
 import difflib
 from typing import Any
 
+from cl_validate.checks.cost import schedule_text, transform_costs
 from cl_validate.cli.common import (
     DEFAULT_PATH,
     add_target,
@@ -17,7 +18,7 @@ from cl_validate.cli.common import (
 )
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.paths import display_path
-from cl_validate.run.options import RunOptions
+from cl_validate.run.options import RunOptions, positive_int
 from cl_validate.spec import CaseSpec
 
 HELP = "stages, transform counts and kernel list of one case"
@@ -36,6 +37,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="build the IR after every stage for this machine's CPU, run it on "
                         "the case's inputs and print each stage's error against PyTorch, "
                         "by the case's tolerance")
+    parser.add_argument("--profile", action="store_true", help="also build and run the "
+                        "program, timing every kernel on the target's device")
+    parser.add_argument("--profile-repeats", type=positive_int, default=5, metavar="N",
+                        help="timed runs under --profile (default: 5)")
 
 
 def main(args: argparse.Namespace) -> ExitCode:
@@ -48,10 +53,11 @@ def main(args: argparse.Namespace) -> ExitCode:
     from cl_validate.compile.frontend import export_and_import
     from cl_validate.run.execute import make_inputs, torch_inputs
     from cl_validate.run.measure import validated_model
+    from cl_validate.run.profile import profile_case
 
     model = validated_model(case, RunOptions(targets=(target,)))
     front = export_and_import(model, case, torch_inputs(case, make_inputs(case)))
-    compiled = compile_case(front, case, target, build=False)
+    compiled = compile_case(front, case, target, build=args.profile)
     names = [s.name for s in compiled.stages]
     for wanted in [args.stage] if args.stage else list(args.diff or []):
         if wanted not in names:
@@ -67,7 +73,7 @@ def main(args: argparse.Namespace) -> ExitCode:
                                     lineterm="")
         print("\n".join(diff) or f"no difference between {args.diff[0]} and {args.diff[1]}")
         return ExitCode.OK
-    kernels = kernel_list(compiled)
+    kernels = kernel_list(compiled, case.max_sizes())
     counts = stage_counts(compiled, kernels)
     budget = case.budget_for(target)
     print(f"{case.label} [{target}]  pipeline {case.pipeline}  ({display_path(case.path)})")
@@ -77,7 +83,19 @@ def main(args: argparse.Namespace) -> ExitCode:
     print(f"\nkernel list: {len(kernels)} kernels, {len(kernels.runtime_transforms)} runtime "
           f"layout transforms (budget {budget.layout_transforms}), "
           f"{len(kernels.weight_transforms)} weight transforms; >> marks a transform")
-    print(kernels.render())
+    profile, skip = None, None
+    if args.profile:
+        options = RunOptions(targets=(target,), profile=True,
+                             profile_repeats=args.profile_repeats)
+        profile, skip = profile_case(case, compiled, front.params, target, kernels, options)
+    print(kernels.render(times=profile.times() if profile else None))
+    print(f"\n{transform_costs(kernels)}")
+    if kernels.schedule_counts():
+        print(f"\n{schedule_text(kernels)}")
+    if profile is not None:
+        print(f"\n{profile.report(kernels)}")
+    elif skip is not None:
+        print(f"\nnot profiled: {skip.reason}")
     return ExitCode.OK
 
 

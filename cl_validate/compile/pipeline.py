@@ -19,13 +19,13 @@ from typing import Any
 
 import tvm
 from tvm import relax
-from tvm.s_tir import dlight as dl
 
 from cl_validate.compile.context import PipelineContext, Stage
 from cl_validate.compile.factory import ensure_on_path
 from cl_validate.compile.fold import fold_params
 from cl_validate.compile.legalize import legalize
 from cl_validate.compile.passes import FoldScaleShift, cleanup_passes
+from cl_validate.compile.schedule import schedule_gpu
 from cl_validate.errors import CaseFileError
 from cl_validate.paths import display_path
 from cl_validate.spec import CaseSpec
@@ -83,12 +83,8 @@ def standard_stages(ctx: PipelineContext, *, layout: Sequence[Stage]) -> list[St
 
     def fuse_tir(mod: tvm.IRModule) -> tvm.IRModule:
         mod = relax.transform.FuseTIR()(mod)
-        if "gpu" in target.keys:
-            with target:
-                mod = dl.ApplyDefaultSchedule(
-                    dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
-                    dl.gpu.GeneralReduction(), dl.gpu.Fallback(),
-                )(mod)
+        if "gpu" in target.keys:  # dlight, as TVM's cuda backend; each rule noted
+            mod = schedule_gpu(mod, target)
         return relax.transform.RewriteDataflowReshape()(mod)
 
     return [

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from cl_validate.checks.cost import BYTES, FALLBACK_KERNELS
 from cl_validate.checks.verdict import CaseResult, CheckResult, Status
 from cl_validate.paths import repo_path
 
@@ -53,7 +54,8 @@ def _command(kind: str, result: CaseResult, check: CheckResult,
                            f"{check.check} {what}"))
     head = ",".join(f"{k}={escape_property(v)}" for k, v in props)
     message = check.message
-    if result.kernels is not None and check.check in ("layout_transforms", "kernels"):
+    if result.kernels is not None and check.check in ("layout_transforms", "kernels",
+                                                      BYTES, FALLBACK_KERNELS):
         message += (f"\ncl-validate show {shlex.quote(repo_path(result.case.path))} --target "
                     f"{result.target} lists the stages and the kernels")
     return f"::{kind} {head}::{escape_data(message)}"

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from cl_validate.checks.verdict import CHECKS, CaseResult, Status
 from cl_validate.paths import display_path
+from cl_validate.report.figures import cost_figure
 
 _SHORT = {Status.PASSED: "ok", Status.FAILED: "FAIL", Status.SKIPPED: "skip", Status.ERROR: "ERR"}
 
@@ -35,7 +36,7 @@ def _cell(result: CaseResult, check: str) -> str:
     elif check == "numerics" and m.numerics_figure() is not None:
         s = m.numerics_figure() or ""
     else:
-        s = ""
+        s = cost_figure(check, m) or ""
     if m.stale:
         s += " stale"  # under budget: `cl-validate budget tighten` would lower it
     mark = {Status.PASSED: "", Status.FAILED: "FAIL ", Status.SKIPPED: "skip ",

@@ -20,11 +20,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cl_validate.analysis.model import Kernel, KernelList, shape_text
+from cl_validate.analysis.model import Kernel, KernelList, bytes_text, shape_text, share_text
 from cl_validate.atomic import write_atomic
 from cl_validate.checks.bisection import Bisection
+from cl_validate.checks.cost import (
+    BYTES,
+    FALLBACK_KERNELS,
+    TIME_SHARE,
+    schedule_text,
+    transform_costs,
+)
 from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status
 from cl_validate.paths import repo_path
+from cl_validate.report.figures import cost_figure
+from cl_validate.report.ledger import counted, headline, ledgers
 
 MARK = {Status.PASSED: "✅", Status.FAILED: "❌", Status.ERROR: "⚠️", Status.SKIPPED: "⏭️"}
 #: GitHub refuses a step summary over 1 MiB; stay under it with room for other steps' text.
@@ -206,6 +215,8 @@ def _check_cell(result: CaseResult, name: str) -> str:
             value += " (stale)"
     elif name == "numerics" and m.numerics_figure() is not None:
         value = m.numerics_figure() or ""
+    elif cost_figure(name, m) is not None:
+        value = str(cost_figure(name, m, " / "))
     else:
         value = {Status.PASSED: "ok", Status.FAILED: "failed", Status.ERROR: "error",
                  Status.SKIPPED: "skipped"}[c.status]
@@ -232,7 +243,9 @@ def _heading(results: Sequence[CaseResult]) -> list[str]:
 
 
 _HEADERS = {"layout_transforms": "transforms / budget", "kernels": "kernels / budget",
-            "numerics": "numerics: max abs err (or TVM × eager vs float64)"}
+            "numerics": "numerics: max abs err (or TVM × eager vs float64)",
+            BYTES: "transform bytes, share of traffic",
+            FALLBACK_KERNELS: "GPU fallback kernels", TIME_SHARE: "transform time share"}
 
 
 def _table(results: Sequence[CaseResult], target: str) -> list[str]:
@@ -295,10 +308,37 @@ def failure_section(result: CaseResult, *, chart: bool = True) -> str:
             out += [f"Kernel chain in execution order ({len(kernels)} kernels, {n_t} "
                     "transforms in red, long runs without transforms collapsed):", "",
                     _fenced(mermaid_chart(kernels), "mermaid"), ""]
+        profile = result.profile
+        times = profile.times() if profile is not None else None
+        costs = [transform_costs(kernels)]
+        if kernels.schedule_counts():
+            costs.append(schedule_text(kernels))
+        if profile is not None:
+            costs.append(profile.report(kernels))
+        summary = "bytes in and out" + ("; time" if times else "")
         out += ["<details><summary>Kernel list (<code>&gt;&gt;</code> marks a layout "
-                "transform)</summary>", "", _fenced(kernels.render(), "text"), "",
-                "</details>", ""]
+                f"transform; {summary})</summary>", "",
+                _fenced("\n\n".join([kernels.render(times=times), *costs]), "text"),
+                "", "</details>", ""]
     return "\n".join(out)
+
+
+def ledger_section(results: Sequence[CaseResult], *, names: int | None = 3) -> str:
+    """The blocker ledger (`cl_validate.report.ledger`): per target, a row per reason a
+    runtime transform is there, most transforms first, with its bytes, cases and modules."""
+    out = ["## What the runtime transforms are there for (blocker ledger)", "",
+           "Bytes: what the transforms read and write; share: of all kernels' traffic."]
+    for led in ledgers(results):
+        out += ["", f"### {_cell(led.target)}", "", _cell(headline(led)), ""]
+        if not led.entries:
+            continue
+        out += ["| transforms | bytes | share | why | cases | modules |",
+                "| ---: | ---: | ---: | --- | --- | --- |"]
+        for e in led.entries:
+            share = share_text(e.bytes / led.traffic) if led.traffic else "–"
+            out.append(f"| {e.transforms} | {bytes_text(e.bytes)} | {share} | {_cell(e.why)} | "
+                       f"{_cell(counted(e.cases, names))} | {_cell(counted(e.modules, names))} |")
+    return "\n".join(out) + "\n"
 
 
 def render_markdown(results: Sequence[CaseResult], *, charts: bool = True,
@@ -309,6 +349,8 @@ def render_markdown(results: Sequence[CaseResult], *, charts: bool = True,
     for target in dict.fromkeys(r.target for r in results):
         out += ["", *_table(results, target)]
     text = "\n".join(out) + "\n"
+    if any(r.kernels is not None and r.kernels.transforms for r in results):
+        text += "\n" + ledger_section(results)
     failing = [r for r in results if not r]
     if failing:
         text += "\n## Why it failed\n"

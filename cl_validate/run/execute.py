@@ -98,6 +98,19 @@ def run_torch64(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[
     return [_to_numpy(o) for o in flatten_outputs(out)]
 
 
+def program_args(case: CaseSpec, arrays: Sequence[np.ndarray], device: Any,
+                 params: Sequence[Any] = ()) -> list[Any]:
+    """The compiled program's arguments on `device`: inputs in the layouts the case declares,
+    then the weights a pipeline left as parameters."""
+    args = []
+    for spec, a in zip(case.inputs, arrays, strict=True):
+        if spec.layout == "NHWC":
+            a = np.ascontiguousarray(np.transpose(a, (0, 2, 3, 1)))
+        args.append(tvm.runtime.tensor(a, device))
+    args.extend(tvm.runtime.tensor(p.numpy(), device) for p in params)
+    return args
+
+
 def run_tvm(executable: Any, case: CaseSpec, arrays: Sequence[np.ndarray], device: Any,
             params: Sequence[Any] = ()) -> list[np.ndarray]:
     """Run the compiled program with the declared input layouts; outputs back in torch layout.
@@ -105,13 +118,8 @@ def run_tvm(executable: Any, case: CaseSpec, arrays: Sequence[np.ndarray], devic
     `params` are weights a pipeline left as parameters of main (not bound as constants).
     """
     vm = relax.VirtualMachine(executable, device)
-    args = []
-    for spec, a in zip(case.inputs, arrays, strict=True):
-        if spec.layout == "NHWC":
-            a = np.ascontiguousarray(np.transpose(a, (0, 2, 3, 1)))
-        args.append(tvm.runtime.tensor(a, device))
-    args.extend(tvm.runtime.tensor(p.numpy(), device) for p in params)
-    outs = [_to_numpy(o) for o in flatten_outputs(vm["main"](*args))]
+    outs = [_to_numpy(o) for o in flatten_outputs(vm["main"](*program_args(
+        case, arrays, device, params)))]
     for i, o in enumerate(outs):
         if case.output_layout(i) == "NHWC" and o.ndim == 4:
             outs[i] = np.ascontiguousarray(np.transpose(o, (0, 3, 1, 2)))

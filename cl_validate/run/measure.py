@@ -39,6 +39,7 @@ from cl_validate.run.bisect import bisect_failure, wants_bisection
 from cl_validate.run.cache import Cache, key
 from cl_validate.run.execute import make_inputs, run_torch, run_torch64, run_tvm, torch_inputs
 from cl_validate.run.options import RunOptions, selected_targets
+from cl_validate.run.profile import profile_case, wants_profile
 from cl_validate.run.remote import RpcError, run_remote
 from cl_validate.run.rpc import placement
 from cl_validate.spec import CaseSpec
@@ -105,7 +106,8 @@ def measure_or_reuse(case: CaseSpec, options: RunOptions, emit: Emit) -> None:
     if not targets:
         return
     keys: dict[str, str] = {}
-    if options.cache_dir:
+    # Timings are not cached: a cache restored on another runner would report its times.
+    if options.cache_dir and not any(wants_profile(case, t, options) for t in targets):
         cache = Cache(options.cache_dir)
         digest = weights_digest(model)
         for t in targets:
@@ -178,7 +180,7 @@ def measure_case(case: CaseSpec, model: Any, options: RunOptions,
             m.seconds = shared + time.perf_counter() - t0
             done(m)
             continue
-        m.kernels = kernel_list(compiled)
+        m.kernels = kernel_list(compiled, case.max_sizes())
         m.stage_counts = stage_counts(compiled, m.kernels)
         m.op_layouts = op_layouts(compiled.stage(op_level_stage(compiled)).mod, front.sources)
         m.compile_seconds = time.perf_counter() - t0
@@ -191,6 +193,9 @@ def measure_case(case: CaseSpec, model: Any, options: RunOptions,
             m.bisection = bisect_failure(case, target, compiled, front, m.samples,
                                          [arrays for _, arrays in samples], deadline)
         m.numerics_seconds = time.perf_counter() - t1
+        m.profile, m.profile_skip = profile_case(case, compiled, front.params, target,
+                                                 m.kernels, options)
+        m.profile_seconds = time.perf_counter() - t1 - m.numerics_seconds
         m.seconds = shared + time.perf_counter() - t0
         done(m)
     return out

@@ -36,6 +36,8 @@ class RunOptions:
     static_only: bool = False  # no build, no numerics: counts only (`budget tighten|record`)
     cache_dir: str | None = None  # measurements cache (cl_validate.run.cache); None: no cache
     rpc: RpcSettings = field(default_factory=RpcSettings)  # the tracker and keys, if any
+    profile: bool = False  # time every kernel (cl_validate.run.profile); never cached
+    profile_repeats: int = 5  # timed runs of the program per case × target
 
 
 def require_devices(cases: Sequence[CaseSpec], options: RunOptions,
@@ -150,6 +152,12 @@ RUN_OPTIONS: tuple[Option, ...] = (
            pytest_flag="--cl-cache-dir", metavar="DIR"),
     Option("no_cache", ("--no-cache",), "neither read nor write the cache",
            pytest_flag="--cl-no-cache", action="store_true"),
+    Option("profile", ("--profile",), "time every kernel on the target's device (median of "
+           "--profile-repeats runs) and report each transform's time and share; profiled "
+           "runs bypass the cache", pytest_flag="--cl-profile", action="store_true"),
+    Option("profile_repeats", ("--profile-repeats",), "timed runs per case x target under "
+           "--profile (default: 5)", pytest_flag="--cl-profile-repeats", type=positive_int,
+           metavar="N"),
     # CLI only: under pytest, pytest-xdist distributes the items.
     Option("shard", ("--shard",), "run only shard I of N (1-based) of the selected cases; N "
            "jobs with the same cases run each case exactly once", type=parse_shard, metavar="I/N"),
@@ -188,4 +196,6 @@ def run_options(get: Callable[[str], Any], *, in_process_default: bool = False) 
         stale_budget=config.stale_budget,
         cache_dir=resolve_dir(get("cache_dir"), bool(get("no_cache"))),
         rpc=rpc_settings(get("rpc_tracker"), get("rpc_keys")),
+        profile=bool(get("profile")),
+        profile_repeats=get("profile_repeats") or RunOptions.profile_repeats,
     )

@@ -29,7 +29,7 @@ import tomlkit
 from cl_validate.spec.casefile import load_text_as_case, set_section, tidy
 from cl_validate.spec.model import CaseSpec, Variant
 
-KEYS = ("layout_transforms", "kernels")
+KEYS = ("layout_transforms", "kernels", "layout_transform_bytes", "fallback_kernels")
 #: Where a value is written: (variant index or None for the case, target or None for all).
 Where = tuple[int | None, str | None]
 #: measured counts: variant name (None: the case's own shapes) → target → key → count
@@ -66,6 +66,8 @@ def _desired(p: Plan, run: CaseSpec, measured: dict[str, dict[str, int]], key: s
     new: dict[str, int | None] = {}
     who = f"[{run.variant.name}] " if run.variant else ""
     for t in run.targets:
+        if t in measured and key not in measured[t]:
+            continue  # the key does not apply there (fallback_kernels on llvm): left alone
         cur: int | None = getattr(run.budget_for(t), key)
         m = measured.get(t, {}).get(key)
         new[t] = cur
@@ -100,17 +102,18 @@ def plan(case: CaseSpec, runs: Measured, *, allow_increase: bool, reason: str) -
 
 def _plan_case(p: Plan, case: CaseSpec, measured: dict[str, dict[str, int]], key: str, *,
                allow_increase: bool, reason: str) -> dict[str, int | None]:
-    """[budget] and [targets_override.<t>] for the case's own shapes; its new budgets."""
-    primary = case.targets[0]
+    """[budget] and [targets_override.<t>] for the case's own shapes; its new budgets (for
+    the targets the key applies on: the primary is the first of those)."""
     case_old: int | None = getattr(case.budget, key)
     new = _desired(p, case, measured, key, allow_increase=allow_increase, reason=reason)
-    new_case = new[primary] if primary in measured and not _has_override(
+    primary = next((t for t in case.targets if t in new), case.targets[0])
+    new_case = new[primary] if primary in measured and primary in new and not _has_override(
         case, primary, key) else case_old
     if new_case != case_old:
         p.set((None, None), key, new_case)
         if _above(new_case, case_old):
             p.set((None, None), "reason", reason)
-    for t in case.targets:
+    for t in new:
         cur = getattr(case.budget_for(t), key)
         if not _has_override(case, t, key) and new[t] == new_case:
             continue  # inherits the case-level value, which is right for it
@@ -123,7 +126,7 @@ def _plan_case(p: Plan, case: CaseSpec, measured: dict[str, dict[str, int]], key
             why = "not measured" if t not in measured else "measured"
             p.effective.append(f"{t:<5} {key} stays {cur} ({why}; differs from "
                                f"{primary}: pinned in [targets_override.{t}])")
-    for t in case.targets:
+    for t in new:
         p.expected.setdefault((None, t), {})[key] = new[t]
     return new
 
@@ -134,9 +137,8 @@ def _plan_variant(p: Plan, run: CaseSpec, v: Variant, measured: dict[str, dict[s
     """A variant's own budget: kept where it declares one, added only where its counts
     differ from what it inherits from the case (after the case's own rewrite)."""
     new = _desired(p, run, measured, key, allow_increase=allow_increase, reason=reason)
-    per_target = {t for t in run.targets
-                  if key in (v.overrides.get(t, {}).get("budget") or {})}
-    rest = [t for t in run.targets if t not in per_target]
+    per_target = {t for t in new if key in (v.overrides.get(t, {}).get("budget") or {})}
+    rest = [t for t in new if t not in per_target]
     if key in v.budget and rest:  # its own budget for every target: keep it in step
         value = new[rest[0]]
         if value != v.budget[key]:
@@ -161,7 +163,7 @@ def _plan_variant(p: Plan, run: CaseSpec, v: Variant, measured: dict[str, dict[s
             if _above(new[t], getattr(run.budget_for(t), key)):
                 p.set((v.index, t), "reason", reason)
         gets[t] = new[t]
-    for t in run.targets:
+    for t in new:
         p.expected.setdefault((v.name, t), {})[key] = gets[t]
 
 
@@ -169,7 +171,8 @@ def rewrite(text: str, p: Plan) -> str:
     """The case file's text with `p` applied; comments and formatting elsewhere untouched."""
     doc = tomlkit.parse(text)
     for (variant, target), values in p.writes.items():
-        literals = {k: tomlkit.item(v).as_string() for k, v in values.items()}
+        literals = {k: f"{v:_}" if k.endswith("_bytes") and isinstance(v, int) else
+                    tomlkit.item(v).as_string() for k, v in values.items()}
         set_section(doc, "budget", target, literals, variant=variant)
     return tidy(text, tomlkit.dumps(doc))
 

@@ -20,7 +20,8 @@ __all__ = ["IDENT_RE", "NAME_RE", "Checker"]
 
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOL_KEYS = ("rtol", "atol", "reference", "multiplier", "floor")
-_BUDGET_KEYS = ("layout_transforms", "kernels", "reason")
+_BUDGET_KEYS = ("layout_transforms", "kernels", "layout_transform_bytes", "fallback_kernels",
+                "transform_time_share", "reason")
 _OVERRIDE_KEYS = ("budget", "tolerance")
 
 
@@ -114,6 +115,16 @@ class Checker:
                 tab["layout_transforms"], (*path, "layout_transforms"), "layout_transforms", 0)
         if "kernels" in tab:
             out["kernels"] = self.integer(tab["kernels"], (*path, "kernels"), "kernels", 1)
+        for key in ("layout_transform_bytes", "fallback_kernels"):
+            if key in tab:
+                out[key] = self.integer(tab[key], (*path, key), key, 0)
+        if "transform_time_share" in tab:
+            share = self.number(tab["transform_time_share"], (*path, "transform_time_share"),
+                                "transform_time_share")
+            if not 0 < share <= 1:
+                raise self.fail((*path, "transform_time_share"), "transform_time_share must be "
+                                f"a fraction in (0, 1], got {share:g}", "0.05 is 5%")
+            out["transform_time_share"] = share
         return out
 
     def io_layout(self, value: Any, path: tuple[str, ...]) -> str:

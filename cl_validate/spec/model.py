@@ -139,15 +139,36 @@ class OutputSpec:
     line: int | None = None
 
 
+#: Budgets a case may declare besides ``layout_transforms``, each optional. Counts and bytes
+#: are exact figures of the compiled IR, kept exact by the ratchet; ``transform_time_share`` is
+#: a measured time, so only a ceiling (`cl_validate.checks.cost`).
+OPTIONAL_BUDGETS: tuple[str, ...] = ("kernels", "layout_transform_bytes", "fallback_kernels",
+                                     "transform_time_share")
+BUDGET_KEYS: tuple[str, ...] = ("layout_transforms", *OPTIONAL_BUDGETS)
+
+
 @dataclass(frozen=True)
 class Budget:
     """Maximum counts a case may reach on one target, with the lines that declare them."""
 
     layout_transforms: int
-    kernels: int | None
+    kernels: int | None = None
     layout_transforms_line: int | None = None
     kernels_line: int | None = None
     reason: str | None = None  # why the budget was last raised (`budget tighten --reason`)
+    #: bytes every runtime layout transform reads and writes, together
+    layout_transform_bytes: int | None = None
+    layout_transform_bytes_line: int | None = None
+    #: GPU kernels that dlight's generic Fallback rule scheduled (slow on a real GPU)
+    fallback_kernels: int | None = None
+    fallback_kernels_line: int | None = None
+    #: the largest share of kernel time runtime transforms may take (measured: ``--profile``)
+    transform_time_share: float | None = None
+    transform_time_share_line: int | None = None
+
+    def line(self, key: str) -> int | None:
+        """The case-file line that declares budget `key` (one of `BUDGET_KEYS`)."""
+        return getattr(self, f"{key}_line")  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -193,6 +214,8 @@ class CaseSpec:
     target_defs: dict[str, TargetDef] = field(default_factory=dict)
     #: input draws numerics runs on (seeds ``seed`` .. ``seed + seeds - 1``; weights: ``seed``)
     seeds: int = 1
+    #: time every kernel with TVM's per-call hook on every run (``profile = true``)
+    profile: bool = False
 
     # -- variants ---------------------------------------------------------------------------
     def expand(self) -> list[CaseSpec]:
@@ -232,6 +255,15 @@ class CaseSpec:
         """The sizes torch.export traces the model with."""
         return {name: d.example for name, d in self.dynamic.items()}
 
+    def profiled(self, target: str) -> bool:
+        """Whether runs of this case time their kernels on `target` without ``--profile``: the
+        case says ``profile = true``, or a ``transform_time_share`` budget needs the times."""
+        return self.profile or self.budget_for(target).transform_time_share is not None
+
+    def max_sizes(self) -> dict[str, int]:
+        """Every dynamic dimension at its largest size: where bytes and times are taken."""
+        return {name: d.max for name, d in self.dynamic.items()}
+
     # -- per-target views -------------------------------------------------------------------
     def target_def(self, name: str) -> TargetDef:
         """What `name` means for this case (a built-in name needs no declaration)."""
@@ -258,17 +290,16 @@ class CaseSpec:
         ``[targets_override.<target>] budget``, then the variant's ``budget`` and its
         ``targets_override.<target>`` (most specific wins, key by key)."""
         b = self.budget
-        lt, kn, reason = b.layout_transforms, b.kernels, b.reason
-        lt_line, kn_line = b.layout_transforms_line, b.kernels_line
+        values: dict[str, Any] = {k: getattr(b, k) for k in BUDGET_KEYS}
+        lines: dict[str, Any] = {f"{k}_line": b.line(k) for k in BUDGET_KEYS}
+        reason = b.reason
         for table, path in self._budget_layers(target):
-            if "layout_transforms" in table:
-                lt = table["layout_transforms"]
-                lt_line = self.line_of(*path, "layout_transforms")
-            if "kernels" in table:
-                kn = table["kernels"]
-                kn_line = self.line_of(*path, "kernels")
+            for k in BUDGET_KEYS:
+                if k in table:
+                    values[k] = table[k]
+                    lines[f"{k}_line"] = self.line_of(*path, k)
             reason = table.get("reason", reason)
-        return Budget(lt, kn, lt_line, kn_line, reason)
+        return Budget(**values, **lines, reason=reason)
 
     def budget_source(self, target: str, key: str) -> tuple[str, int | None] | None:
         """Which table declares the budget `key` that applies on `target` (``budget``,

@@ -26,6 +26,7 @@ from cl_validate.spec.model import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_TOLERANCE,
     DTYPES,
+    OPTIONAL_BUDGETS,
     Budget,
     CaseSpec,
     DynamicDim,
@@ -45,7 +46,7 @@ _PIPELINE_RE = re.compile(rf"^(?:[A-Za-z0-9_.-]+|{_DOTTED}:{_DOTTED})$")
 _TOP_KEYS = (
     "name", "model", "description", "targets", "pipeline", "seed", "inputs", "outputs",
     "layout", "budget", "tolerance", "targets_override", "timeout", "max_memory_mb",
-    "layout_overrides", "dynamic", "variants", "seeds",
+    "layout_overrides", "dynamic", "variants", "seeds", "profile",
 )
 MAX_SEEDS = 32
 _INPUT_KEYS = ("name", "shape", "dtype", "layout", "range")
@@ -125,6 +126,10 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any],
     max_memory_mb = v.integer(data.get("max_memory_mb", DEFAULT_MAX_MEMORY_MB),
                               ("max_memory_mb",), "max_memory_mb", 256)
 
+    profile = data.get("profile", False)
+    if not isinstance(profile, bool):
+        raise v.fail(("profile",), f"profile must be true or false, got {profile!r}",
+                     "profile = true times every kernel of this case on every run")
     dynamic = dynamic_dims(v, data.get("dynamic", {}))
     inputs = _inputs(v, data.get("inputs"), dynamic)
     variants = parse_variants(v, data.get("variants", []), inputs, dynamic)
@@ -138,10 +143,10 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any],
     b = v.budget(data.get("budget", {}), ("budget",))
     budget = Budget(
         layout_transforms=b.get("layout_transforms", 0),
-        kernels=b.get("kernels"),
         layout_transforms_line=v.line("budget", "layout_transforms") or v.line("model"),
-        kernels_line=v.line("budget", "kernels"),
         reason=b.get("reason"),
+        **{k: b.get(k) for k in OPTIONAL_BUDGETS},
+        **{f"{k}_line": v.line("budget", k) for k in OPTIONAL_BUDGETS},
     )
     t = v.tolerance(data.get("tolerance", {}), ("tolerance",))
     tolerance = Tolerance(DEFAULT_TOLERANCE[0], DEFAULT_TOLERANCE[1]).merged(t)
@@ -154,7 +159,7 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any],
         inputs=inputs, outputs=outputs, layout=layout, pipeline=pipeline, seed=seed,
         budget=budget, tolerance=tolerance, overrides=overrides, lines=v.lines,
         timeout=timeout, max_memory_mb=max_memory_mb, layout_overrides=layout_overrides,
-        dynamic=dynamic, variants=variants, seeds=seeds,
+        dynamic=dynamic, variants=variants, seeds=seeds, profile=profile,
     )
 
 

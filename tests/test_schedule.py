@@ -1,0 +1,110 @@
+"""The cuda schedule report: which dlight rule scheduled each GPU kernel, read at compile time
+on a machine without a GPU, and the ``fallback_kernels`` budget on the kernels left to the
+generic Fallback rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cl_validate.analysis.model import FALLBACK
+from cl_validate.checks.verdict import Status
+from cl_validate.errors import ExitCode
+from cl_validate.run.options import RunOptions
+from cl_validate.run.suite import run_in_process
+from cl_validate.spec import load_case
+from cl_validate.spec.budgets import plan, rewrite
+from tests.conftest import run_cli, tiny_case
+
+ROOT = Path(__file__).parents[1]
+RULES = {"Matmul", "GEMV", "Reduction", "GeneralReduction", FALLBACK}
+CLASSIFIER = tiny_case(1, model="tiny_models:classifier", targets=("llvm", "cuda"))
+
+
+@pytest.mark.compile
+def test_our_observed_schedule_is_exactly_tvms_and_names_the_rule_of_every_kernel(
+        write_case):
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import dlight as dl
+
+    from cl_validate.compile.build import compile_case
+    from cl_validate.compile.factory import build_model
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.schedule import schedule_gpu
+    from cl_validate.compile.target import make_target
+    from cl_validate.ir import SCHEDULE_ATTR
+    from cl_validate.run.execute import make_inputs, torch_inputs
+
+    case = load_case(write_case(CLASSIFIER))
+    front = export_and_import(build_model(case), case, torch_inputs(case, make_inputs(case)))
+    fused = compile_case(front, case, "cuda", build=False).stage("fuse").mod
+    target = make_target(case.target_def("cuda"))
+    ours = schedule_gpu(relax.transform.FuseTIR()(fused), target)
+    with target:
+        theirs = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+                                         dl.gpu.GeneralReduction(), dl.gpu.Fallback())(
+            relax.transform.FuseTIR()(fused))
+    rules = {gv.name_hint: str(f.attrs[SCHEDULE_ATTR]) for gv, f in ours.functions_items()
+             if isinstance(f, tvm.tirx.PrimFunc)}
+    untagged = tvm.IRModule({gv: f.without_attr(SCHEDULE_ATTR) if gv.name_hint in rules else f
+                             for gv, f in ours.functions_items()})
+    tvm.ir.assert_structural_equal(untagged, theirs)  # the tag is all the observer adds
+    assert set(rules.values()) <= RULES and rules, rules
+    assert rules["transpose"] == FALLBACK and rules["mean"] == "Reduction"
+
+
+@pytest.mark.compile
+def test_every_cuda_kernel_has_its_rule_and_llvm_kernels_have_none(write_case):
+    results = run_in_process([load_case(write_case(CLASSIFIER))],
+                             RunOptions(isolate=False, static_only=True))
+    by_target = {r.target: r for r in results}
+    llvm, cuda = by_target["llvm"].kernels, by_target["cuda"].kernels
+    assert llvm is not None and cuda is not None
+    assert all(k.schedule is None for k in llvm) and not llvm.schedule_counts()
+    assert all(k.schedule in RULES for k in cuda), [k.schedule for k in cuda]
+    assert sum(cuda.schedule_counts().values()) == len(cuda)
+    assert by_target["llvm"].check("fallback_kernels").status is Status.SKIPPED
+    c = by_target["cuda"].check("fallback_kernels")
+    assert c.status is Status.SKIPPED and c.message == (
+        f"no fallback_kernels budget declared (1 of {len(cuda)} kernels left to dlight's "
+        "Fallback)")
+    assert "left to Fallback (1):\n    0  transpose" in c.body
+
+
+@pytest.mark.compile
+def test_a_fallback_budget_catches_a_gpu_regression_on_a_cpu_runner(write_case):
+    text = CLASSIFIER + "\n[targets_override.cuda]\nbudget = { fallback_kernels = 0 }\n"
+    path = write_case(text)
+    got = run_cli(["run", str(path), "--target", "cuda", "--no-isolation", "--no-cache"])
+    assert got.code == ExitCode.CHECK_FAILED
+    assert ("FAILED case [cuda] fallback_kernels: fallback_kernels 1 > budget 0 (cuda) — next: "
+            "a kernel no specific dlight rule matched") in got.out
+    assert "fallback_kernels 1 > budget 0 (cuda)" in got.out and ":19)" in got.out  # its line
+    assert "kernels per dlight rule: " in got.out  # the cuda kernel list's summary
+
+
+def test_tighten_writes_a_fallback_budget_only_where_dlight_schedules(tmp_path):
+    """llvm measures no fallback kernels (dlight schedules GPU targets only): a budget
+    declared at case level is tightened to cuda's figure, with no pin for llvm."""
+    path = tmp_path / "c.toml"
+    path.write_text(tiny_case(1, targets=None).replace(
+        "layout_transforms = 1", "layout_transforms = 1\nfallback_kernels = 5"))
+    case = load_case(path)
+    counts = {"layout_transforms": 1, "kernels": 4}
+    p = plan(case, {None: {"llvm": counts, "cuda": {**counts, "fallback_kernels": 2}}},
+             allow_increase=False, reason="")
+    new = rewrite(path.read_text(), p)
+    assert "fallback_kernels = 2\n" in new and "targets_override" not in new
+    assert p.effective == ["cuda  fallback_kernels 5 -> 2 (lowered)"]
+
+
+@pytest.mark.compile
+def test_the_cuda_report_of_a_bundled_case_names_the_rule_of_every_kernel():
+    got = run_cli(["show", str(ROOT / "model_cases" / "forum_conv.toml"), "--target",
+                   "cuda"])
+    assert got.code == ExitCode.OK, got.err
+    lines = got.out.split("marks a transform\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert lines and all(any(f"  {rule}" in line for rule in RULES) for line in lines), lines
+    assert "kernels per dlight rule: " in got.out
