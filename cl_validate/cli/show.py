@@ -95,7 +95,7 @@ def main(args: argparse.Namespace) -> ExitCode:
     if profile is not None:
         print(f"\n{profile.report(kernels)}")
     elif skip is not None:
-        print(f"\nnot profiled: {skip.reason}")
+        print(f"\n{skip.reason}")
     return ExitCode.OK
 
 
