@@ -67,9 +67,12 @@ def profile_program(executable: Any, device: Any, args: Sequence[Any], kernels: 
         vm["main"](*args)
         pos = 0  # the kernel list is in execution order; builtins come between kernels
         for symbol, ns in calls:
-            if pos < len(names) and symbol == names[pos]:
-                per_kernel[pos].append(ns)
-                pos += 1
+            # the next kernel of that name: a call that matches none (a builtin, or a kernel
+            # not in the list) leaves the matching of the kernels after it intact
+            hit = next((i for i in range(pos, len(names)) if names[i] == symbol), None)
+            if hit is not None:
+                per_kernel[hit].append(ns)
+                pos = hit + 1
     return Profile(str(device), repeats, tuple(tuple(ts) for ts in per_kernel), dict(at or {}))
 
 
