@@ -37,6 +37,10 @@ AXES_ATTR = "cl_validate.axes"  # permute_dims axes
 SOURCE_ATTR = "cl_validate.source"  # the attribution, as JSON
 #: PrimFunc attribute our GPU scheduling writes: the dlight rule that scheduled it
 SCHEDULE_ATTR = "cl_validate.schedule_rule"
+#: The span source name of a transform the model's own code performs: the front end puts it on
+#: every permute at import (TVM's passes keep a call's span), and our passes put it on a permute
+#: they fold from one that had it. Binding names cannot tell: ConvertLayout reuses them.
+OWN_SPAN = "cl_validate.own"
 #: Calls that move arguments into a PrimFunc or packed function: bookkeeping, not an op.
 LOWERED_CALL_OPS: tuple[str, ...] = (
     "relax.call_tir", "relax.call_dps_packed", "relax.call_pure_packed",
@@ -274,6 +278,20 @@ def is_transform(call: object) -> bool:
         return False
     axes = permute_axes(call)
     return axes is None or not is_identity(axes)
+
+
+def is_own(call: object) -> bool:
+    """A transform call the model's own code performs (see `OWN_SPAN`)."""
+    span = getattr(call, "span", None)
+    return span is not None and str(span.source_name.name) == OWN_SPAN
+
+
+def mark_own(call: relax.Call, own: bool = True) -> relax.Call:
+    """`call` carrying the `OWN_SPAN` mark if `own`, else `call` itself."""
+    if not own:
+        return call
+    span = tvm.ir.Span(tvm.ir.SourceName(OWN_SPAN), 0, 0, 0, 0)
+    return relax.Call(call.op, call.args, call.attrs, call.ty_args, span=span)
 
 
 def primfunc_transform(mod: tvm.IRModule, gvar: tvm.ir.GlobalVar

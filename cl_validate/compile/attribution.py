@@ -25,7 +25,9 @@ from cl_validate.ir import (
     TRANSFORM_OPS,
     bindings,
     input_params,
+    is_own,
     is_weight_derived,
+    mark_own,
     op_name,
     replace_function,
     use_sites,
@@ -96,7 +98,7 @@ _TO_NCHW = (0, 3, 1, 2)
 _TO_NHWC = (0, 2, 3, 1)
 
 
-def annotate_transforms(mod: Any, sources: dict[str, str], own_permutes: set[str],
+def annotate_transforms(mod: Any, sources: dict[str, str],
                         pinned_modules: Iterable[str] = ()) -> Any:
     """Return `mod` with every transform call in main carrying its `Attribution` in its span.
 
@@ -127,7 +129,7 @@ def annotate_transforms(mod: Any, sources: dict[str, str], own_permutes: set[str
         elif b.var in outputs:
             att = Attribution(Reason.OUTPUT_BOUNDARY, None, sources.get(
                 x.name if isinstance(x, relax.Var) else name))
-        elif name in own_permutes:
+        elif is_own(b.value):
             att = Attribution(Reason.OWN_PERMUTE, op_name(b.value), sources.get(name))
         else:
             culprit = None
@@ -143,7 +145,10 @@ def annotate_transforms(mod: Any, sources: dict[str, str], own_permutes: set[str
             if culprit is not None:
                 src = sources.get(culprit.var.name)
                 module = src.rsplit(" (", 1)[0] if src else None
-                reason = Reason.PINNED if module in pinned else Reason.NO_LAYOUT_RULE
+                if is_own(culprit.value):  # converting back what the model's code permuted
+                    reason = Reason.OWN_PERMUTE
+                else:
+                    reason = Reason.PINNED if module in pinned else Reason.NO_LAYOUT_RULE
                 att = Attribution(reason, op_name(culprit.value), src)
             else:
                 att = Attribution(Reason.NO_LAYOUT_RULE, None, sources.get(name))
@@ -192,7 +197,25 @@ def _output_vars(ret: Any, producer: dict[Any, Any]) -> set[Any]:
     return out
 
 
-def own_permute_names(import_mod: Any) -> set[str]:
-    """Binding names of the permutes the model itself contains (present at import)."""
-    return {b.var.name for b in bindings(import_mod["main"]) if op_name(b.value) in
-            TRANSFORM_OPS}
+def mark_own_permutes(import_mod: Any) -> Any:
+    """The imported module with every transform in main marked as the model's own
+    (`cl_validate.ir.OWN_SPAN`): at import, every permute is one the model's code wrote."""
+    func = import_mod["main"]
+    if not any(op_name(b.value) in TRANSFORM_OPS for b in bindings(func)):
+        return import_mod
+
+    @mutator
+    class _Mark(PyExprMutator):
+        def visit_var_binding_(self, binding: Any) -> None:
+            if op_name(binding.value) not in TRANSFORM_OPS:
+                super().visit_var_binding_(binding)
+                return
+            call = binding.value
+            new = mark_own(relax.Call(call.op, [self.visit_expr(a) for a in call.args],
+                                      call.attrs, call.ty_args))
+            self.builder_.emit_normalized(relax.VarBinding(binding.var,
+                                                           self.builder_.normalize(new)))
+
+    body = _Mark().visit_expr(func.body)
+    new_func = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
+    return replace_function(import_mod, "main", new_func)

@@ -8,7 +8,6 @@ from typing import Any
 
 import tvm
 
-from cl_validate.compile.attribution import own_permute_names
 from cl_validate.compile.context import PipelineContext
 from cl_validate.compile.frontend import Frontend
 from cl_validate.compile.pipeline import resolve_pipeline
@@ -51,8 +50,7 @@ def compile_case(front: Frontend, case: CaseSpec, target_name: str, *,
     """Run the case's pipeline for one target, keeping the IR after every stage. A target TVM
     refuses raises `CaseFileError` (at its declaration)."""
     target = make_target(case.target_def(target_name))
-    ctx = PipelineContext(case, target_name, target, front.params, front.sources,
-                          own_permute_names(front.mod))
+    ctx = PipelineContext(case, target_name, target, front.params, front.sources)
     factory = resolve_pipeline(case)
     compiled = Compiled(target_name, target=target)
     compiled.stages.append(StageIR("import", front.mod, front.import_seconds))

@@ -28,4 +28,3 @@ class PipelineContext:
     target: tvm.target.Target
     params: dict[str, Any]  # parameter name → tvm.runtime.Tensor (weights of `main`)
     sources: dict[str, str] = field(default_factory=dict)  # binding name → PyTorch source
-    own_permutes: set[str] = field(default_factory=set)  # binding names of the model's permutes

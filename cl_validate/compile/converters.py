@@ -1,8 +1,16 @@
-"""Converters for PyTorch ops the TVM 0.27 torch frontend lacks, via ``custom_convert_map``.
+"""Converters for PyTorch ops the TVM 0.27 torch frontend lacks or gets wrong, via
+``custom_convert_map``.
 
 Quantize/dequantize (``torch.ops.quantized_decomposed.*``, what PT2E quantization and QDQ
 models export) become Relax's own ``R.quantize`` / ``R.dequantize``, so the IR holds real int8
 tensors and ConvertLayout sees the convolutions between them.
+
+Division with a rounding mode (``torch.floor_divide``, ``torch.div(..., rounding_mode=...)``,
+``//`` on tensors: all export as ``aten.div.Tensor_mode``) by a Python number: TVM's converter
+makes the number an ``int32`` constant whatever the tensor's dtype, and the import of a float
+tensor ``// 2`` (positional-encoding helpers) dies with "Binary operators must have the same
+datatype". Here the number takes the tensor's dtype, as PyTorch's type promotion has it (an
+integer tensor divided by a float becomes float32).
 """
 
 from __future__ import annotations
@@ -62,6 +70,33 @@ def _dequantize(node: Any, importer: Any, per_channel: bool) -> Any:
         out_dtype=out_dtype))
 
 
+def _scalar_operands(lhs: Any, rhs: Any) -> tuple[Any, Any]:
+    """A Python number next to a tensor becomes a constant of the dtype PyTorch computes in."""
+    if isinstance(lhs, relax.Expr) and isinstance(rhs, relax.Expr):
+        return lhs, rhs
+    tensor, number, number_first = (rhs, lhs, True) if isinstance(rhs, relax.Expr) else (
+        lhs, rhs, False)
+    dtype = str(tensor.ty.dtype)
+    if isinstance(number, float) and not dtype.startswith(("float", "bfloat")):
+        tensor, dtype = relax.op.astype(tensor, "float32"), "float32"
+    const = relax.const(number, dtype)
+    return (const, tensor) if number_first else (tensor, const)
+
+
+def _divide_rounded(node: Any, importer: Any) -> Any:
+    args = importer.retrieve_args(node)
+    mode = args[2] if len(args) > 2 else node.kwargs.get("rounding_mode")
+    lhs, rhs = _scalar_operands(args[0], args[1])
+    bb = importer.block_builder
+    if mode is None:
+        return bb.emit(relax.op.divide(lhs, rhs))
+    if mode == "floor":
+        return bb.emit(relax.op.floor_divide(lhs, rhs))
+    if mode == "trunc":
+        return bb.emit(relax.op.trunc(bb.emit(relax.op.divide(lhs, rhs))))
+    raise ValueError(f"unsupported rounding_mode {mode!r}")
+
+
 def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
     """The converters, keyed as the importer looks them up (``node.target.__name__``)."""
     return {
@@ -69,4 +104,5 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "dequantize_per_tensor.default": lambda n, imp: _dequantize(n, imp, False),
         "quantize_per_channel.default": lambda n, imp: _quantize(n, imp, True),
         "dequantize_per_channel.default": lambda n, imp: _dequantize(n, imp, True),
+        "div.Tensor_mode": _divide_rounded,
     }

@@ -20,7 +20,7 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
-from cl_validate.compile.attribution import sources_by_binding
+from cl_validate.compile.attribution import mark_own_permutes, sources_by_binding
 from cl_validate.compile.converters import custom_convert_map
 from cl_validate.errors import CaseFileError, ClValidateError, CompileStageError
 from cl_validate.ir import shape_exprs, weight_params
@@ -96,7 +96,7 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
         mod = importer.from_exported_program(exported.run_decompositions(), True, True, False,
                                              custom_convert_map())
         sources = sources_by_binding(mod, importer.env)
-        mod, params = relax.frontend.detach_params(mod)
+        mod, params = relax.frontend.detach_params(mark_own_permutes(mod))
         mod = _name_symbolic_dims(mod, case)
     except ClValidateError:
         raise

@@ -46,8 +46,7 @@ def legalize(ctx: PipelineContext) -> Callable[[tvm.IRModule], tvm.IRModule]:
     """The ``legalize`` stage: attribute every transform, then lower ops to PrimFuncs."""
 
     def run(mod: tvm.IRModule) -> tvm.IRModule:
-        mod = annotate_transforms(mod, ctx.sources, ctx.own_permutes,
-                                  ctx.case.layout_overrides)
+        mod = annotate_transforms(mod, ctx.sources, ctx.case.layout_overrides)
         with ctx.target:
             return tvm.transform.Sequential([
                 relax.backend.DispatchSampling(),

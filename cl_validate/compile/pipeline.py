@@ -24,7 +24,12 @@ from cl_validate.compile.context import PipelineContext, Stage
 from cl_validate.compile.factory import ensure_on_path
 from cl_validate.compile.fold import fold_params
 from cl_validate.compile.legalize import legalize
-from cl_validate.compile.passes import FoldScaleShift, cleanup_passes
+from cl_validate.compile.passes import (
+    FoldFlattenIntoLinear,
+    FoldScaleShift,
+    NormalizeAxes,
+    cleanup_passes,
+)
 from cl_validate.compile.schedule import schedule_gpu
 from cl_validate.errors import CaseFileError
 from cl_validate.paths import display_path
@@ -133,6 +138,13 @@ def nhwc_plain(ctx: PipelineContext) -> list[Stage]:
 
 @register_pipeline("nhwc")
 def nhwc(ctx: PipelineContext) -> list[Stage]:
-    """ConvertLayout followed by our cleanup passes (cl_validate.compile.passes)."""
+    """ConvertLayout followed by our cleanup passes (cl_validate.compile.passes), with negative
+    axes spelled out first (TVM 0.27's layout rules crash on some of them) and a flatten's
+    transpose moved into the Linear weight after it."""
     cleanup = Stage("cleanup", tvm.transform.Sequential(list(cleanup_passes())))
-    return standard_stages(ctx, layout=[_convert_layout(ctx), cleanup])
+    return standard_stages(ctx, layout=[
+        Stage("normalize_axes", NormalizeAxes()),
+        _convert_layout(ctx),
+        cleanup,
+        Stage("fold_flatten", FoldFlattenIntoLinear()),
+    ])

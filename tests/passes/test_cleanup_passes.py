@@ -10,6 +10,7 @@ from tvm.script import relax as R
 
 from cl_validate.compile.passes import (
     CancelPermutes,
+    ElideBroadcasts,
     FoldMovementChains,
     PermuteToReshape,
     SinkPermutes,
@@ -19,7 +20,8 @@ from cl_validate.compile.passes import (
 
 def test_order() -> None:
     names = [p.info.name for p in cleanup_passes()]
-    assert names == [CancelPermutes().info.name, SinkPermutes().info.name,
+    assert names == [ElideBroadcasts().info.name, CancelPermutes().info.name,
+                     SinkPermutes().info.name,
                      FoldMovementChains().info.name, PermuteToReshape().info.name,
                      "CanonicalizeBindings"]
 

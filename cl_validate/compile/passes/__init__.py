@@ -24,11 +24,14 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from cl_validate.compile.passes.broadcasts import ElideBroadcasts
 from cl_validate.compile.passes.cancel_permutes import CancelPermutes
+from cl_validate.compile.passes.flatten_linear import FoldFlattenIntoLinear
 from cl_validate.compile.passes.fold_scale_shift import FoldScaleShift
 from cl_validate.compile.passes.layout_agnostic import LAYOUT_AGNOSTIC_OPS, SinkPermutes
 from cl_validate.compile.passes.layout_rules import RULELESS_UNARY_OPS, extra_layout_rules
 from cl_validate.compile.passes.movement_chains import FoldMovementChains
+from cl_validate.compile.passes.normalize_axes import NormalizeAxes
 from cl_validate.compile.passes.permute_to_reshape import PermuteToReshape
 
 
@@ -42,6 +45,7 @@ def cleanup_passes() -> list[tvm.transform.Pass]:
     cancelled output permute leaves behind.
     """
     return [
+        ElideBroadcasts(),
         CancelPermutes(),
         SinkPermutes(),
         FoldMovementChains(),
@@ -54,8 +58,11 @@ __all__ = [
     "LAYOUT_AGNOSTIC_OPS",
     "RULELESS_UNARY_OPS",
     "CancelPermutes",
+    "ElideBroadcasts",
+    "FoldFlattenIntoLinear",
     "FoldMovementChains",
     "FoldScaleShift",
+    "NormalizeAxes",
     "PermuteToReshape",
     "SinkPermutes",
     "cleanup_passes",

@@ -15,39 +15,19 @@ available in (``perm_of``), can the call run in that layout, and how is it rebui
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-import tvm
 from tvm import relax
 
-from cl_validate.compile.passes._util import FREE, Cost, Perm, inverse
+from cl_validate.compile.passes._movement_ops import MOVEMENT_HANDLERS
+from cl_validate.compile.passes._plan import (
+    Operand,
+    PermOf,
+    Plan,
+    remake,
+    with_fields,
+)
+from cl_validate.compile.passes._util import Perm, inverse
 from cl_validate.ir import ndim, op_name, tensor_type
-
-#: perm_of(expr): the permutation p with ``expr == permute_dims(w, p)`` for an available ``w``.
-PermOf = Callable[[relax.Expr], Perm | None]
-
-
-@dataclass(frozen=True)
-class Operand:
-    """A tensor operand the rewritten call reads, and the layout it must be read in."""
-
-    expr: relax.Expr
-    perm: Perm
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How to compute a binding in a permuted layout: the result ``w`` satisfies
-    ``original == permute_dims(w, out_perm)`` (for a tuple: every field does)."""
-
-    out_perm: Perm
-    operands: tuple[Operand, ...]
-    rebuild: Callable[[Sequence[relax.Expr]], relax.Expr]
-    is_tuple: bool = False  # a tuple result is never materialized in the old layout
-    cost: Cost = FREE  # run-time transforms the rebuilt expression itself contains
-    replaces: Cost = FREE  # run-time transforms that die with the old binding
-    internal: tuple[relax.Var, ...] = ()  # bindings that die with it (read by it alone)
-
 
 # Elementwise ops whose only tensor argument is the first (the rest are PrimValues or attrs).
 UNARY_OPS = frozenset(f"relax.{n}" for n in (
@@ -67,26 +47,12 @@ LAYOUT_ATTR_OPS = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d",
                              "relax.nn.adaptive_avg_pool2d", "relax.image.resize2d"})
 
 
-def with_fields(attrs: tvm.ir.Attrs, **changes: object) -> tvm.ir.Attrs:
-    """A copy of an attrs node with some fields replaced (attrs nodes are immutable)."""
-    info = type(attrs).__tvm_ffi_type_info__
-    fields = {f.name: getattr(attrs, f.name) for f in info.fields}
-    fields.update(changes)
-    return tvm.ir.make_node(info.type_key, **fields)
-
-
-def _remake(call: relax.Call, args: Sequence[relax.Expr],
-            attrs: tvm.ir.Attrs | None = None) -> relax.Call:
-    return relax.Call(call.op, list(args), call.attrs if attrs is None else attrs,
-                      call.ty_args)
-
-
 def _unary(call: relax.Call, perm_of: PermOf) -> Plan | None:
     x, rest = call.args[0], list(call.args[1:])
     p = perm_of(x)
     if p is None or any(tensor_type(a) is not None for a in rest):
         return None
-    return Plan(p, (Operand(x, p),), lambda new: _remake(call, [new[0], *rest]))
+    return Plan(p, (Operand(x, p),), lambda new: remake(call, [new[0], *rest]))
 
 
 def _common_perm(exprs: Sequence[relax.Expr], rank: int, perm_of: PermOf) -> Perm | None:
@@ -111,7 +77,7 @@ def _broadcast(call: relax.Call, perm_of: PermOf) -> Plan | None:
         return None
     # Operands of lower rank are right-aligned by broadcasting; the rewriter pads them to full
     # rank before permuting, so the same per-axis pairing holds in the new layout.
-    return Plan(p, tuple(Operand(a, p) for a in args), lambda new: _remake(call, new))
+    return Plan(p, tuple(Operand(a, p) for a in args), lambda new: remake(call, new))
 
 
 def _reduce(call: relax.Call, perm_of: PermOf) -> Plan | None:
@@ -132,7 +98,7 @@ def _reduce(call: relax.Call, perm_of: PermOf) -> Plan | None:
             order = sorted(kept)
             out = tuple(order.index(k) for k in kept)
     attrs = with_fields(call.attrs, axis=axis)
-    return Plan(tuple(out), (Operand(x, p),), lambda new: _remake(call, new, attrs))
+    return Plan(tuple(out), (Operand(x, p),), lambda new: remake(call, new, attrs))
 
 
 def _axis(call: relax.Call, perm_of: PermOf) -> Plan | None:
@@ -142,7 +108,7 @@ def _axis(call: relax.Call, perm_of: PermOf) -> Plan | None:
     if p is None or call.attrs.axis is None:
         return None
     attrs = with_fields(call.attrs, axis=p[int(call.attrs.axis) % len(p)])
-    return Plan(p, (Operand(x, p),), lambda new: _remake(call, [new[0], *rest], attrs))
+    return Plan(p, (Operand(x, p),), lambda new: remake(call, [new[0], *rest], attrs))
 
 
 def _concat(call: relax.Call, perm_of: PermOf) -> Plan | None:
@@ -156,7 +122,7 @@ def _concat(call: relax.Call, perm_of: PermOf) -> Plan | None:
         return None
     attrs = with_fields(call.attrs, axis=p[int(call.attrs.axis) % rank])
     return Plan(p, tuple(Operand(f, p) for f in fields),
-                lambda new: _remake(call, [relax.Tuple(list(new))], attrs))
+                lambda new: remake(call, [relax.Tuple(list(new))], attrs))
 
 
 def _split(call: relax.Call, perm_of: PermOf) -> Plan | None:
@@ -166,7 +132,7 @@ def _split(call: relax.Call, perm_of: PermOf) -> Plan | None:
     if p is None:
         return None
     attrs = with_fields(call.attrs, axis=p[int(call.attrs.axis) % len(p)])
-    return Plan(p, (Operand(x, p),), lambda new: _remake(call, new, attrs), is_tuple=True)
+    return Plan(p, (Operand(x, p),), lambda new: remake(call, new, attrs), is_tuple=True)
 
 
 def _tuple_get_item(item: relax.TupleGetItem, perm_of: PermOf) -> Plan | None:
@@ -204,7 +170,7 @@ def _layout_attr(call: relax.Call, perm_of: PermOf) -> Plan | None:
     if out_layout is not None:
         changes["out_layout"] = new_layout
     attrs = with_fields(call.attrs, **changes)
-    return Plan(p, (Operand(x, p),), lambda new: _remake(call, [new[0], *rest], attrs))
+    return Plan(p, (Operand(x, p),), lambda new: remake(call, [new[0], *rest], attrs))
 
 
 def _layer_norm(call: relax.Call, perm_of: PermOf) -> Plan | None:
@@ -220,7 +186,7 @@ def _layer_norm(call: relax.Call, perm_of: PermOf) -> Plan | None:
     if axes != sorted(axes) or new_axes != sorted(new_axes):
         return None
     attrs = with_fields(call.attrs, axes=new_axes)
-    return Plan(p, (Operand(x, p),), lambda new: _remake(call, [new[0], gamma, beta], attrs))
+    return Plan(p, (Operand(x, p),), lambda new: remake(call, [new[0], gamma, beta], attrs))
 
 
 _HANDLERS: dict[str, Callable[[relax.Call, PermOf], Plan | None]] = {
@@ -232,6 +198,7 @@ _HANDLERS: dict[str, Callable[[relax.Call, PermOf], Plan | None]] = {
     "relax.concat": _concat,
     "relax.split": _split,
     "relax.nn.layer_norm": _layer_norm,
+    **MOVEMENT_HANDLERS,
 }
 
 #: Every op SinkPermutes carries a layout through.

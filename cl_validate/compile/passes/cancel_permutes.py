@@ -17,7 +17,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.passes._util import Perm, compose, relax_function_pass
-from cl_validate.ir import is_identity, permute_axes
+from cl_validate.ir import is_identity, is_own, mark_own, permute_axes
 
 
 def _rebind(builder: relax.BlockBuilder, var: relax.Var, value: relax.Expr) -> None:
@@ -63,12 +63,14 @@ class _PermuteFolder(PyExprMutator):  # type: ignore[misc]
             return
         root = self.visit_expr(binding.value.args[0])
         perm = axes
+        own = is_own(binding.value)  # the folded permute is the model's if any part was
         while isinstance(root, relax.Var):
             inner = self.lookup_binding(root)
             inner_axes = permute_axes(inner)
             if inner_axes is None or not self._in_scope(inner.args[0]):
                 break
             perm = compose(inner_axes, perm)
+            own = own or is_own(inner)
             root = inner.args[0]
         same = self.emitted.get((root, perm))
         if is_identity(perm) or same is not None:
@@ -81,7 +83,8 @@ class _PermuteFolder(PyExprMutator):  # type: ignore[misc]
         if perm == axes and root.same_as(binding.value.args[0]):
             super().visit_var_binding_(binding)
         else:
-            _rebind(self.builder_, binding.var, relax.op.permute_dims(root, list(perm)))
+            _rebind(self.builder_, binding.var,
+                    mark_own(relax.op.permute_dims(root, list(perm)), own))
         self.emitted[(root, perm)] = self.visit_expr(binding.var)  # as re-emitted
 
 

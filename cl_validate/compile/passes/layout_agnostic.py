@@ -28,13 +28,15 @@ Only the placement of data changes, never an arithmetic operation, so results ar
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from cl_validate.compile.passes._layout_ops import LAYOUT_AGNOSTIC_OPS, Operand, Plan, plan_for
+from cl_validate.compile.passes._layout_ops import LAYOUT_AGNOSTIC_OPS, plan_for
+from cl_validate.compile.passes._movement_ops import VIEW_OPS
+from cl_validate.compile.passes._plan import Operand, Plan
 from cl_validate.compile.passes._util import (
     FREE,
     Cost,
@@ -54,7 +56,9 @@ from cl_validate.compile.passes.movement_chains import (
 )
 from cl_validate.ir import (
     is_identity,
+    is_own,
     is_weight_derived,
+    mark_own,
     ndim,
     op_name,
     permute_axes,
@@ -105,6 +109,8 @@ class _Analysis:
         self.plans: dict[relax.Var, Plan] = {}
         self.absorbed: dict[relax.Var, tuple[relax.Var, Perm]] = {}
         self.groups = _UnionFind()
+        # Set by the rewriter: binds a folded chain's reshape so its permute keeps its span.
+        self.emit: Callable[[relax.Expr], relax.Expr] | None = None
         # While visiting: what the current block bound (a region stays inside one block).
         self.visible: set[relax.Var] | None = None
         for block in func.body.blocks:
@@ -142,7 +148,13 @@ class _Analysis:
             elif not is_identity(axes) and not is_weight_derived(src, self.weights):
                 self.seeds[var] = (src, axes)
             return
-        plan = plan_for(value, self.perm_of) or self._chain_plan(var, value)
+        # A view inside a movement chain is left to the chain, which folds as a whole; a view
+        # that ends one is first tried as a free reshape of the permuted data.
+        plan = None
+        if op_name(value) not in VIEW_OPS or self.chains.is_chain_end(var):
+            plan = plan_for(value, self.perm_of)
+        if plan is None:
+            plan = self._chain_plan(var, value)
         if plan is None:
             return
         self.plans[var] = plan
@@ -177,12 +189,14 @@ class _Analysis:
         if src_shape is None or out_shape is None or None in src_shape or None in out_shape:
             return None
         steps = [("permute", p), *chain.steps, ("permute", inverse(p))]
-        probe = folded_movement(chain.root, src_shape, steps, out_shape)  # type: ignore[arg-type]
+        probe = folded_movement(chain.root, src_shape, steps,  # type: ignore[arg-type]
+                                out_shape, chain.own)  # type: ignore[arg-type]
         if probe is None:
             return None
 
         def rebuild(new: Sequence[relax.Expr]) -> relax.Expr:
-            folded = folded_movement(new[0], src_shape, steps, out_shape)  # type: ignore[arg-type]
+            folded = folded_movement(new[0], src_shape, steps,  # type: ignore[arg-type]
+                                     out_shape, chain.own, self.emit)  # type: ignore[arg-type]
             assert folded is not None
             return folded[0]
 
@@ -263,6 +277,7 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
     def __init__(self, analysis: _Analysis) -> None:
         super().__init__()
         self.a = analysis
+        analysis.emit = self.builder_.emit
         self.new: dict[relax.Var, relax.Var] = {}  # candidate -> its result in the new layout
 
     def _operand(self, op: Operand) -> relax.Expr:
@@ -298,8 +313,9 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
             src, q = self.a.absorbed[var]
             perm = compose(self.a.plans[src].out_perm, q)
             w = self.new[src]
-            _alias(self.builder_, self, var,
-                   w if is_identity(perm) else relax.op.permute_dims(w, list(perm)))
+            own = is_own(binding.value)  # what is left of a model's permute stays the model's
+            _alias(self.builder_, self, var, w if is_identity(perm) else mark_own(
+                relax.op.permute_dims(w, list(perm)), own))
         else:
             super().visit_var_binding_(binding)
 

@@ -36,7 +36,9 @@ from cl_validate.compile.passes._util import (
 from cl_validate.ir import (
     PERMUTE_OP,
     is_identity,
+    is_own,
     is_weight_derived,
+    mark_own,
     op_name,
     permute_axes,
     static_shape,
@@ -49,7 +51,7 @@ RESHAPE_OP = "relax.reshape"
 Step = tuple[str, tuple[int, ...]]
 
 
-class _Atoms:
+class Atoms:
     """Tracks which atoms each axis of the current tensor is made of (row-major order)."""
 
     def __init__(self, shape: tuple[int, ...]) -> None:
@@ -112,7 +114,7 @@ def fold_chain(root_shape: tuple[int, ...], steps: list[Step]
     ``perm``, reshape to the chain's result. None if some reshape cannot be expressed."""
     if 0 in root_shape:
         return None
-    atoms = _Atoms(root_shape)
+    atoms = Atoms(root_shape)
     for kind, arg in steps:
         if kind == "permute":
             atoms.permute(arg)
@@ -140,9 +142,14 @@ def _prod(values: Iterable[int]) -> int:
 
 
 def folded_movement(expr: relax.Expr, root_shape: tuple[int, ...], steps: list[Step],
-                    out_shape: tuple[int, ...]) -> tuple[relax.Expr, Cost] | None:
+                    out_shape: tuple[int, ...], own: bool = False,
+                    emit: Callable[[relax.Expr], relax.Expr] | None = None
+                    ) -> tuple[relax.Expr, Cost] | None:
     """``steps`` applied to ``expr`` as at most reshape -> permute -> reshape (nested calls;
-    the block builder binds them), and the run-time cost of that one permute."""
+    the block builder binds them), and the run-time cost of that one permute. `own`: the
+    steps hold a permute of the model's own, so the one left is marked as the model's; to
+    keep that mark, `emit` binds the reshape before it (normalizing a call rebuilt around a
+    nested argument drops its span)."""
     folded = fold_chain(root_shape, steps)
     if folded is None:
         return None
@@ -151,7 +158,9 @@ def folded_movement(expr: relax.Expr, root_shape: tuple[int, ...], steps: list[S
         return relax.op.reshape(expr, list(out_shape)), FREE
     if shape != root_shape:
         expr = relax.op.reshape(expr, list(shape))
-    expr = relax.op.permute_dims(expr, list(perm))
+        if emit is not None:
+            expr = emit(expr)
+    expr = mark_own(relax.op.permute_dims(expr, list(perm)), own)
     if tuple(shape[p] for p in perm) != out_shape:
         expr = relax.op.reshape(expr, list(out_shape))
     return expr, (1, 1)
@@ -169,6 +178,7 @@ class Chain:
     steps: list[Step]
     cost: Cost  # run-time cost of the chain's permutes as they are
     internal: tuple[relax.Var, ...]  # the intermediates, which die with the chain
+    own: bool = False  # one of its permutes is the model's own
 
 
 class MovementChains:
@@ -207,6 +217,7 @@ class MovementChains:
         cost: list[Cost] = []
         internal: list[relax.Var] = []
         value = self.values[end]
+        own = False
         while True:
             src = value.args[0]
             shape, out = static_shape(src), static_shape(value)
@@ -215,13 +226,14 @@ class MovementChains:
             axes = permute_axes(value)
             if axes is not None:
                 steps.append(("permute", axes))
+                own = own or is_own(value)
                 if not is_weight_derived(src, self.weights):
                     cost.append(permute_cost(shape, axes))
             else:
                 steps.append(("reshape", out))  # type: ignore[arg-type]
             if not self._single_use_movement(src, self.block[end]) or (
                     stop is not None and stop(src)):
-                return Chain(src, steps[::-1], add_costs(cost), tuple(internal))
+                return Chain(src, steps[::-1], add_costs(cost), tuple(internal), own)
             internal.append(src)
             value = self.values[src]
 
@@ -248,7 +260,8 @@ class _ChainFolder(PyExprMutator):  # type: ignore[misc]
             return None
         root_shape, out_shape = static_shape(chain.root), static_shape(var)
         folded = folded_movement(self.visit_expr(chain.root), root_shape,  # type: ignore[arg-type]
-                                 chain.steps, out_shape)  # type: ignore[arg-type]
+                                 chain.steps, out_shape, chain.own,  # type: ignore[arg-type]
+                                 self.builder_.emit)
         if folded is None or not folded[1] < chain.cost:
             return None
         return folded[0]

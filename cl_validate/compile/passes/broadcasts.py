@@ -1,0 +1,117 @@
+"""ElideBroadcasts: permute the small tensor, not its broadcast, and let elementwise ops broadcast.
+
+Channel attention gates are computed on a pooled ``(N, C, 1, 1)`` vector and broadcast back to
+the feature map explicitly (``y.expand_as(x)`` in ECA-Net imports as ``R.broadcast_to``). TVM
+0.27 has no layout rule for ``broadcast_to``, so ConvertLayout leaves the full-size broadcast
+in NCHW and transposes it, feature-map sized, to NHWC. Two exact rewrites remove that:
+
+* ``permute_dims(broadcast_to(g, S), p)`` becomes ``broadcast_to(permute_dims(g, p), S∘p)``:
+  the same elements, but the permute now moves the small tensor (often only size-1 axes,
+  which PermuteToReshape then makes a free reshape);
+* an elementwise op with numpy broadcasting that reads ``broadcast_to(g, S)`` reads ``g``
+  itself wherever that leaves its result's shape unchanged: broadcasting replicates values
+  and never computes, so every element of the result is the same operation on the same
+  values. The ``broadcast_to`` then goes when nothing else reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from cl_validate.compile.passes._layout_ops import BROADCAST_OPS
+from cl_validate.compile.passes._util import relax_function_pass
+from cl_validate.ir import (
+    bindings,
+    is_own,
+    known_shape,
+    mark_own,
+    ndim,
+    op_name,
+    permute_axes,
+)
+
+BROADCAST_TO = "relax.broadcast_to"
+#: Elementwise ops that broadcast their operands numpy-style (ewise_fma wants equal shapes).
+ELIDING_OPS = BROADCAST_OPS - {"relax.ewise_fma"}
+
+
+def _broadcast_sources(func: relax.Function) -> dict[relax.Var, relax.Expr]:
+    """Each var bound to ``broadcast_to(g, S)``, mapped to ``g``."""
+    return {b.var: b.value.args[0] for b in bindings(func)
+            if isinstance(b, relax.VarBinding) and op_name(b.value) == BROADCAST_TO}
+
+
+def _result_shape(shapes: Sequence[tuple[int, ...] | None]) -> tuple[int, ...] | None:
+    if any(s is None for s in shapes):
+        return None
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*shapes))  # type: ignore[arg-type]
+    except ValueError:
+        return None
+
+
+@mutator
+class _Elider(PyExprMutator):  # type: ignore[misc]
+    def __init__(self, sources: dict[relax.Var, relax.Expr]) -> None:
+        super().__init__()
+        self.sources = sources
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = self._rewrite(binding.value)
+        if value is None:
+            super().visit_var_binding_(binding)
+            return
+        self.builder_.emit_normalized(relax.VarBinding(binding.var,
+                                                       self.builder_.normalize(value)))
+
+    def _rewrite(self, value: relax.Expr) -> relax.Expr | None:
+        axes = permute_axes(value)
+        if axes is not None:
+            src = value.args[0]
+            g = self.sources.get(src) if isinstance(src, relax.Var) else None
+            out = known_shape(value)
+            if g is None or out is None or ndim(g) != len(axes):
+                return None
+            moved = mark_own(relax.op.permute_dims(self.visit_expr(g), list(axes)),
+                             is_own(value))
+            return relax.op.broadcast_to(moved, list(out))
+        if op_name(value) not in ELIDING_OPS:
+            return None
+        args = list(value.args)
+        want = known_shape(value)
+        changed = False
+        for i, a in enumerate(args):
+            g = self.sources.get(a) if isinstance(a, relax.Var) else None
+            if g is None:
+                continue
+            trial = [g if j == i else x for j, x in enumerate(args)]
+            if want is not None and _result_shape([known_shape(x) for x in trial]) == want:
+                args, changed = trial, True
+        if not changed:
+            return None
+        return relax.Call(value.op, [self.visit_expr(a) for a in args], value.attrs,
+                          value.ty_args)
+
+
+def elide_broadcasts(func: relax.Function) -> relax.Function:
+    """Permutes of broadcasts move onto the broadcast's input; elementwise ops read the
+    unbroadcast input where their result stays the same shape (see the module docstring)."""
+    current = func
+    for _ in range(2):  # a permute moved in the first sweep makes a broadcast the second elides
+        sources = _broadcast_sources(current)
+        if not sources:
+            break
+        new = _Elider(sources).visit_expr(current)
+        if new.same_as(current):
+            break
+        current = relax.analysis.remove_all_unused(new)
+    return current
+
+
+ElideBroadcasts = relax_function_pass("ElideBroadcasts")(elide_broadcasts)
+
+__all__ = ["ElideBroadcasts", "elide_broadcasts"]

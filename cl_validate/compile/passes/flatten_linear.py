@@ -1,0 +1,122 @@
+"""FoldFlattenIntoLinear: the transpose before a flatten → Linear moves into the Linear's weight.
+
+VGG-style classifiers flatten a spatial feature map straight into a Linear layer
+(``torch.flatten(x, 1)`` on N×C×H×W with H·W > 1). The flatten orders features C-major, so in
+NHWC the graph needs ``permute_dims(y, [0, 3, 1, 2])`` before the reshape: a run-time
+transpose of the whole feature map, even when the model's input is already NHWC. But the order
+of the features only decides which weight row meets which feature: flattening ``y`` as it is
+and permuting the weight's rows the same way computes the same products. The weight is a
+constant, so the row permute is folded once (``fold_params``) and costs nothing at run time.
+
+Matched, all of it checked (else the IR is left as it was)::
+
+    t = permute_dims(y, p)         # run time, p keeps the batch axis first; read only by r
+    r = reshape(t, (N, K))         # the flatten; read only by matmuls with weight operands
+    o = matmul(r, W)               # W (K, M) derived from weights only
+
+becomes ``matmul(reshape(y, (N, K)), W')`` with ``W'`` the rows of ``W`` in ``y``'s order.
+
+Not bit-exact, and therefore a stage of its own rather than one of the (exact) cleanup passes:
+the dot products sum the same products in another order, so results differ by float rounding
+only, as with FoldScaleShift.
+"""
+
+from __future__ import annotations
+
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from cl_validate.compile.passes._util import inverse, relax_function_pass
+from cl_validate.ir import (
+    bindings,
+    is_identity,
+    is_weight_derived,
+    known_shape,
+    ndim,
+    op_name,
+    permute_axes,
+    use_sites,
+    weight_derived,
+)
+
+MATMUL = "relax.matmul"
+RESHAPE = "relax.reshape"
+
+
+def _flatten_source(func: relax.Function) -> dict[relax.Var, tuple[relax.Expr, tuple[int, ...]]]:
+    """Each flatten ``r`` that qualifies, mapped to (``y``, ``p``) of the permute before it."""
+    uses = use_sites(func)
+    values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
+    derived = weight_derived(func)
+    found: dict[relax.Var, tuple[relax.Expr, tuple[int, ...]]] = {}
+    for r, value in values.items():
+        if op_name(value) != RESHAPE or not isinstance(value.args[0], relax.Var):
+            continue
+        t = value.args[0]
+        axes = permute_axes(values.get(t))
+        t_shape, r_shape = known_shape(t), known_shape(r)
+        if (axes is None or is_identity(axes) or axes[0] != 0 or t_shape is None
+                or r_shape is None or len(r_shape) != 2 or r_shape[0] != t_shape[0]
+                or uses.get(t) != [r]):
+            continue
+        y = values[t].args[0]
+        if is_weight_derived(y, derived):
+            continue
+        readers = uses.get(r, [])
+        if not readers or any(u is None or not _reads_as_lhs(values.get(u), r, derived)
+                              for u in readers):
+            continue
+        found[r] = (y, axes)
+    return found
+
+
+def _reads_as_lhs(value: relax.Expr | None, r: relax.Var, derived: set[relax.Var]) -> bool:
+    """``value`` is ``matmul(r, W)`` with a 2-D weight-derived ``W`` (and ``r`` not also W)."""
+    if not isinstance(value, relax.Call) or op_name(value) != MATMUL:
+        return False
+    lhs, rhs = value.args[0], value.args[1]
+    return (lhs.same_as(r) and not rhs.same_as(r) and ndim(rhs) == 2
+            and is_weight_derived(rhs, derived))
+
+
+@mutator
+class _Folder(PyExprMutator):  # type: ignore[misc]
+    def __init__(self, flattens: dict[relax.Var, tuple[relax.Expr, tuple[int, ...]]]) -> None:
+        super().__init__()
+        self.flattens = flattens
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = binding.value
+        lhs = value.args[0] if op_name(value) == MATMUL else None
+        if not isinstance(lhs, relax.Var) or lhs not in self.flattens:
+            super().visit_var_binding_(binding)
+            return
+        y, p = self.flattens[lhs]
+        t_shape = known_shape(lhs)  # (N, K)
+        y_shape = known_shape(y)
+        assert t_shape is not None and y_shape is not None
+        feature_shape = [y_shape[i] for i in p[1:]]  # the flatten's axes, in its order
+        w = self.visit_expr(value.args[1])
+        out = int(known_shape(w)[1])  # type: ignore[index]
+        inv = inverse(p)
+        rows = relax.op.reshape(w, [*feature_shape, out])
+        # row axis j-1 of ``rows`` is y axis p[j]; put them in y's order (y axes 1..n-1)
+        order = [inv[k] - 1 for k in range(1, len(p))] + [len(p) - 1]
+        moved = relax.op.reshape(relax.op.permute_dims(rows, order), [*t_shape[1:], out])
+        flat = relax.op.reshape(self.visit_expr(y), list(t_shape))
+        new = relax.Call(value.op, [flat, moved], value.attrs, value.ty_args)
+        self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(new)))
+
+
+def fold_flatten_into_linear(func: relax.Function) -> relax.Function:
+    """Every qualifying permute → flatten → matmul-by-weight reads the unpermuted data and a
+    row-permuted weight (see the module docstring)."""
+    flattens = _flatten_source(func)
+    if not flattens:
+        return func
+    return relax.analysis.remove_all_unused(_Folder(flattens).visit_expr(func))
+
+
+FoldFlattenIntoLinear = relax_function_pass("FoldFlattenIntoLinear")(fold_flatten_into_linear)
+
+__all__ = ["FoldFlattenIntoLinear", "fold_flatten_into_linear"]
