@@ -58,3 +58,20 @@ def test_unfolded_weight(write_case):
     weights = [t for t in ts if t.weight]
     assert weights and all(t.attribution.reason == Reason.WEIGHT for t in weights)
     assert any("conv1" in (t.attribution.source or "") for t in weights)
+
+
+def test_a_folded_shuffle_stays_the_models_own(write_case):
+    """reshape → transpose → reshape plus ConvertLayout's transposes fold to one transpose:
+    it is there because the model's code permutes, and says so."""
+    ts = _transforms(write_case, "channel_shuffle", pipeline="nhwc")
+    middle = [t for t in ts if t.attribution.reason not in (Reason.INPUT_BOUNDARY,
+                                                             Reason.OUTPUT_BOUNDARY)]
+    assert [t.attribution.reason for t in middle] == [Reason.OWN_PERMUTE]
+
+
+def test_a_transform_the_model_did_not_write_is_not_its_own(write_case):
+    """A flatten the model feeds into a run-time matmul needs NCHW order; the model permutes
+    nothing, so the transform is not the model's own."""
+    ts = _transforms(write_case, "flatten_matmul", pipeline="nhwc")
+    reasons = [t.attribution.reason for t in ts]
+    assert Reason.OWN_PERMUTE not in reasons and Reason.NO_LAYOUT_RULE in reasons

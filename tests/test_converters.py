@@ -56,3 +56,24 @@ def test_qdq_ir_holds_int8_tensors(write_case):
                               torch_inputs(case, make_inputs(case)))
     text = front.mod.script(show_meta=False)
     assert 'dtype="int8"' in text and "R.quantize(" in text and "R.dequantize(" in text
+
+
+def test_float_floor_and_trunc_division_by_a_python_int_import_and_match(write_case):
+    """TVM's converter makes the divisor int32 and the import fails on a float tensor."""
+    case = load_case(write_case("""
+        model = "tiny_models:floor_div_positions"
+        targets = ["llvm"]
+        [[inputs]]
+        name = "x"
+        shape = [1, 3, 8, 8]
+        [layout]
+        "relax.nn.conv2d" = ["NHWC", "OHWI"]
+        [budget]
+        layout_transforms = 2
+        [tolerance]
+        rtol = 1e-5
+        atol = 1e-5
+        """))
+    (result,) = run_in_process([case], RunOptions(isolate=False))
+    assert result.check("compile").status is Status.PASSED, result.check("compile").message
+    assert result.check("numerics").status is Status.PASSED, result.check("numerics").message

@@ -187,3 +187,54 @@ def ballast() -> nn.Module:
         block[i] = 1
     del block
     return ConvReLU()
+
+
+class ChannelShuffle(nn.Module):
+    """A ShuffleNet channel shuffle between two convolutions: the model's own transpose."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 8, 1), nn.Conv2d(8, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.a(x)
+        n, c, h, w = y.shape
+        y = y.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
+        return self.b(y)
+
+
+class FlattenMatmul(nn.Module):
+    """A flatten of a feature map multiplied by a run-time tensor: the transpose before the
+    flatten is needed (no weight takes it), and it is not the model's own permute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = torch.flatten(self.conv(x), 1)
+        return f @ f.t()
+
+
+class FloorDivPositions(nn.Module):
+    """A positional encoding helper: float positions floor-divided by a Python int."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(x.shape[-1], dtype=torch.float32)
+        return self.conv(x) + torch.floor_divide(pos, 2) + torch.div(pos, 3, rounding_mode="trunc")
+
+
+def channel_shuffle() -> nn.Module:
+    return ChannelShuffle()
+
+
+def flatten_matmul() -> nn.Module:
+    return FlattenMatmul()
+
+
+def floor_div_positions() -> nn.Module:
+    return FloorDivPositions()

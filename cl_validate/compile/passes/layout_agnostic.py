@@ -149,9 +149,10 @@ class _Analysis:
                 self.seeds[var] = (src, axes)
             return
         # A view inside a movement chain is left to the chain, which folds as a whole; a view
-        # that ends one is first tried as a free reshape of the permuted data.
+        # that ends one (or only feeds the permute that ends one) is first tried as a free
+        # reshape of the permuted data.
         plan = None
-        if op_name(value) not in VIEW_OPS or self.chains.is_chain_end(var):
+        if op_name(value) not in VIEW_OPS or not self._inside_chain(var):
             plan = plan_for(value, self.perm_of)
         if plan is None:
             plan = self._chain_plan(var, value)
@@ -161,6 +162,15 @@ class _Analysis:
         for op in plan.operands:
             if self.perm_of(op.expr) is not None:
                 self.groups.union(var, op.expr)
+
+    def _inside_chain(self, var: relax.Var) -> bool:
+        """Read by one movement op that a longer chain goes on from."""
+        if self.chains.is_chain_end(var):
+            return False
+        user = self.chains.uses[var][0]
+        assert user is not None
+        return permute_axes(self.chains.values.get(user)) is None or not (
+            self.chains.is_chain_end(user))
 
     def _chain_plan(self, var: relax.Var, value: relax.Expr) -> Plan | None:
         """A reshape ending a single-use movement chain that starts at a permuted value ``r``
