@@ -54,6 +54,15 @@ TINY: dict[str, tuple[dict[str, Any], tuple[int, ...], tuple[int, ...]]] = {
     ),
     "norms:pixelshuffle_net": ({"channels": 8}, (1, 3, 32, 32), (1, 3, 64, 64)),
     "mixed:mixed_layout_net": ({"channels": 8}, (1, 3, 32, 32), (1, 8, 16, 16)),
+    "wild:split_attention": ({"width": 8}, (1, 3, 32, 32), (1, 10)),
+    "wild:selective_kernel": ({"width": 8}, (1, 3, 32, 32), (1, 10)),
+    "wild:global_context": ({"width": 8}, (1, 3, 32, 32), (1, 10)),
+    "wild:eca": ({"width": 8}, (1, 3, 32, 32), (1, 10)),
+    "wild:pools": ({"width": 8}, (1, 3, 32, 32), (1, 10)),
+    "wild:scalar_affine": ({"width": 8}, (1, 3, 32, 32), (1, 10)),
+    "wild:positional": ({"width": 8}, (1, 3, 32, 32), (1, 10)),
+    "wild:mobilevit": ({"width": 8, "dim": 8}, (1, 3, 32, 32), (1, 10)),
+    "wild:vgg_head": ({"width": 8}, (1, 3, 32, 32), (1, 10)),
 }
 NAMES = sorted(TINY)
 
@@ -112,7 +121,11 @@ def test_tvm_imports(name: str) -> None:
     import tvm
     from tvm.relax.frontend.torch import from_exported_program
 
+    from cl_validate.compile.converters import custom_convert_map
+
+    # with cl_validate's converters, as the pipeline imports (wild:positional needs them)
     mod = from_exported_program(_exported(name), keep_params_as_input=True,
-                                unwrap_unit_return_tuple=True)
+                                unwrap_unit_return_tuple=True,
+                                custom_convert_map=custom_convert_map())
     assert isinstance(mod, tvm.IRModule)
     assert "main" in [gv.name_hint for gv in mod.get_global_vars()]

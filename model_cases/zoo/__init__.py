@@ -11,7 +11,9 @@ norm or scale applied along the wrong axis after a layout rewrite changes the ou
 hiding behind identity statistics, and activations keep a sane scale through deep stacks.
 
 Families: forum, resnet, fcn, mobilenet, efficientnet, convnext, shufflenet, densenet, unet,
-norms, mixed.
+norms, mixed, wild (patterns from architectures in the wild: split attention, selective
+kernels, global context, ECA, MobileViT, pooling with padding, scalar affine, VGG head,
+positional encoding).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ FAMILIES: tuple[str, ...] = (
     "unet",
     "norms",
     "mixed",
+    "wild",
 )
 
 # Every factory, as case files name it (``model = "zoo.<entry>"``).
@@ -47,4 +50,13 @@ FACTORIES: tuple[str, ...] = (
     "norms:groupnorm_net",
     "norms:pixelshuffle_net",
     "mixed:mixed_layout_net",
+    "wild:split_attention",
+    "wild:selective_kernel",
+    "wild:global_context",
+    "wild:eca",
+    "wild:mobilevit",
+    "wild:pools",
+    "wild:scalar_affine",
+    "wild:vgg_head",
+    "wild:positional",
 )
