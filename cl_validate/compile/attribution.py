@@ -197,17 +197,20 @@ def _output_vars(ret: Any, producer: dict[Any, Any]) -> set[Any]:
     return out
 
 
-def mark_own_permutes(import_mod: Any) -> Any:
+def mark_own_permutes(import_mod: Any, skip: Iterable[str] = ()) -> Any:
     """The imported module with every transform in main marked as the model's own
-    (`cl_validate.ir.OWN_SPAN`): at import, every permute is one the model's code wrote."""
+    (`cl_validate.ir.OWN_SPAN`): at import, every permute is one the model's code wrote, but
+    for the bindings named in `skip` (the permutes of cl_validate's channels-last wrapper)."""
     func = import_mod["main"]
-    if not any(op_name(b.value) in TRANSFORM_OPS for b in bindings(func)):
+    skipped = set(skip)
+    if not any(op_name(b.value) in TRANSFORM_OPS and b.var.name not in skipped
+               for b in bindings(func)):
         return import_mod
 
     @mutator
     class _Mark(PyExprMutator):
         def visit_var_binding_(self, binding: Any) -> None:
-            if op_name(binding.value) not in TRANSFORM_OPS:
+            if op_name(binding.value) not in TRANSFORM_OPS or binding.var.name in skipped:
                 super().visit_var_binding_(binding)
                 return
             call = binding.value

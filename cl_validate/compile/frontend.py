@@ -41,6 +41,10 @@ class Frontend:
 
 
 
+#: The attribute the channels-last wrapper keeps the model under (its nn.Module path prefix).
+WRAPPED = "inner"
+
+
 def channels_last_wrapper(model: torch.nn.Module, case: CaseSpec) -> torch.nn.Module:
     """Wrap `model` so the exported program takes/returns NHWC where the case says so.
 
@@ -55,7 +59,7 @@ def channels_last_wrapper(model: torch.nn.Module, case: CaseSpec) -> torch.nn.Mo
     class ChannelsLastIO(torch.nn.Module):
         def __init__(self, inner: torch.nn.Module) -> None:
             super().__init__()
-            self.inner = inner
+            self.inner = inner  # nn.Module path prefix WRAPPED
 
         def forward(self, *args: torch.Tensor) -> Any:
             args = tuple(a.permute(0, 3, 1, 2) if nhwc else a
@@ -96,7 +100,11 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
         mod = importer.from_exported_program(exported.run_decompositions(), True, True, False,
                                              custom_convert_map())
         sources = sources_by_binding(mod, importer.env)
-        mod, params = relax.frontend.detach_params(mark_own_permutes(mod))
+        # The wrapper's permutes are ours, not the model's: only the wrapped model's ops
+        # have an nn.Module path under "inner".
+        ours = {name for name, src in sources.items()
+                if wrapped is not model and src.split(" (")[0].split(".")[0] != WRAPPED}
+        mod, params = relax.frontend.detach_params(mark_own_permutes(mod, ours))
         mod = _name_symbolic_dims(mod, case)
     except ClValidateError:
         raise

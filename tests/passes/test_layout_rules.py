@@ -3,6 +3,7 @@ registry is as before afterwards."""
 
 from __future__ import annotations
 
+import tvm
 from tvm import relax
 from tvm.ir import Op
 from tvm.script import ir as I
@@ -45,3 +46,14 @@ def test_ops_with_a_rule_keep_their_own() -> None:
     with extra_layout_rules([*RULELESS_UNARY_OPS, "relax.nn.relu"]) as added:
         assert "relax.nn.relu" not in added
     assert Op.get("relax.nn.relu").get_attr("FRelaxInferLayout").same_as(relu_rule)
+
+
+def test_python_can_build_a_layout_rules_result() -> None:
+    """What the module docstring says: tvm-ffi reflection constructs InferLayoutOutput."""
+    from tvm.s_tir.data_layout import slayout
+
+    d = tvm.ir.make_node("relax.transform.LayoutDecision", layout=slayout("NHWC"),
+                         is_unknown_dim=False)
+    out = tvm.ir.make_node("relax.transform.InferLayoutOutput", input_layouts=[d],
+                           output_layouts=[d], new_attrs=None, new_args={})
+    assert str(out.output_layouts[0].layout.name) == "NHWC"

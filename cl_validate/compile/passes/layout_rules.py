@@ -1,12 +1,22 @@
 """Layout rules for rule-less unary ops, lent to ConvertLayout for the duration of a ``with``.
 
 TVM 0.27 does call a Python function registered as ``FRelaxInferLayout`` (checked: ConvertLayout
-calls it with the call, the desired layouts and the layout map), but Python cannot build the
-``InferLayoutOutput``/``LayoutDecision`` it must return: neither has a constructor exposed. So
-the only rule Python can give an op is one that already exists in C++. For unary elementwise
-ops that is exactly right: ``relax.nn.relu``'s rule (InferLayoutUnaryEwise) says "output in
-the input's layout", which holds for ``relax.clip`` too (its bounds are PrimValues, not
-tensors, and the rule rewrites only tensor arguments).
+calls it with the call, the desired layouts and the layout map). Its result types have no
+Python class or registered constructor, but tvm-ffi's reflection builds any object from its
+fields (checked in 0.27 with apache-tvm-ffi 0.1.15)::
+
+    d = tvm.ir.make_node("relax.transform.LayoutDecision",
+                         layout=tvm.s_tir.data_layout.slayout("NHWC"), is_unknown_dim=False)
+    tvm.ir.make_node("relax.transform.InferLayoutOutput", input_layouts=[d],
+                     output_layouts=[d], new_attrs=None, new_args={})
+
+So a rule written in Python is possible; we still carry layouts through rule-less ops with our
+own passes (SinkPermutes and friends), which see the whole graph and only rewrite where that
+lowers the transform count, whereas a rule decides one call at a time and changes every
+pipeline in the process while it is registered. Here we only lend an existing C++ rule to
+unary elementwise ops, where it is exactly right: ``relax.nn.relu``'s rule
+(InferLayoutUnaryEwise) says "output in the input's layout", which holds for ``relax.clip``
+too (its bounds are PrimValues, not tensors, and the rule rewrites only tensor arguments).
 
 This fixes the cause rather than the symptom, but it has to be in place *before* ConvertLayout
 runs, and op attributes are process-global, hence a context manager that removes what it added::

@@ -1,0 +1,178 @@
+"""The layout floor on architectures nobody here designed: imports, compiles, numerics, and the
+runtime transforms left besides the model's own permutes, with NCHW and with NHWC input.
+
+The models (`benchmarks/wild_zoo/`) are public architectures written from their papers at
+reduced width and resolution, with random weights. For each: torch.export + Relax import,
+the ``nhwc`` pipeline for llvm, numerics against PyTorch eager at rtol = atol = 1e-3, and the
+runtime transforms by reason ("own": the model's own permutes, as attribution judges them;
+"other": everything else, the graph boundary included). With NCHW input the ``nhwc-plain``
+count (TVM's ConvertLayout alone) is given too. The floor is "other" ≤ 1 with NCHW input (the
+input's transform) and 0 with NHWC input.
+
+    python benchmarks/zoo_floor.py [-k NAME] [--markdown FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "model_cases"), str(Path(__file__).parent)]
+
+TOLERANCE = 1e-3
+CASE = """
+model = "zoo.forum:conv3x3_s2"  # not used: the model is built here, by name
+[[inputs]]
+name = "x"
+shape = [1, 3, {size}, {size}]
+layout = "{layout}"
+[layout]
+"relax.nn.conv2d" = ["NHWC", "OHWI"]
+[tolerance]
+rtol = {tol}
+atol = {tol}
+"""
+
+
+@dataclasses.dataclass
+class Row:
+    name: str
+    imports: bool = False
+    compiles: bool = False
+    numerics: bool = False
+    worst: float = float("nan")  # max |tvm - torch| / (atol + rtol·|torch|)
+    plain: int | None = None  # nhwc-plain, NCHW input: all runtime transforms
+    nchw: tuple[int, int] | None = None  # (own, other)
+    nhwc: tuple[int, int] | None = None
+    error: str = ""
+    seconds: float = 0.0
+
+    @property
+    def at_floor(self) -> bool:
+        return (self.numerics and self.nchw is not None and self.nhwc is not None
+                and self.nchw[1] <= 1 and self.nhwc[1] == 0)
+
+
+def _counts(kernels: Any) -> tuple[int, int]:
+    from cl_validate.compile.reasons import Reason  # lazy: after sys.path is set
+
+    own = sum(1 for t in kernels.runtime_transforms
+              if t.attribution is not None and t.attribution.reason is Reason.OWN_PERMUTE)
+    return own, len(kernels.runtime_transforms) - own
+
+
+def measure(name: str, factory: Callable[[], Any], size: int, folder: Path) -> Row:
+    """One model with NCHW and with NHWC input (plain pipeline too for NCHW)."""
+    import numpy as np  # lazy: the script's start stays light
+    import torch
+    import tvm
+
+    from cl_validate.analysis.kernels import kernel_list
+    from cl_validate.compile.build import compile_case
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.run.execute import make_inputs, run_torch, run_tvm, torch_inputs
+    from cl_validate.spec import load_case
+
+    row = Row(name)
+    t0 = time.perf_counter()
+    for layout in ("NCHW", "NHWC"):
+        path = folder / f"{name}_{layout}.toml"
+        path.write_text(CASE.format(size=size, layout=layout, tol=TOLERANCE))
+        case = load_case(path)
+        torch.manual_seed(case.seed)
+        model = factory().eval()
+        arrays = make_inputs(case)
+        tensors = torch_inputs(case, arrays)
+        try:
+            front = export_and_import(model, case, tensors)
+        except Exception as exc:  # a model that does not import is a finding, not a crash
+            row.error = f"import: {exc}".splitlines()[0][:160]
+            break
+        row.imports = True
+        try:
+            compiled = compile_case(front, case, "llvm")
+        except Exception as exc:
+            row.error = f"compile: {exc}".splitlines()[0][:160]
+            break
+        row.compiles = True
+        ref = run_torch(model, tensors)
+        out = run_tvm(compiled.executable, case, arrays, tvm.cpu())
+        worst = max(float(np.max(np.abs(o - r) / (TOLERANCE + TOLERANCE * np.abs(r))))
+                    for o, r in zip(out, ref, strict=True))
+        row.worst = max(worst, row.worst) if row.worst == row.worst else worst
+        counts = _counts(kernel_list(compiled))
+        if layout == "NCHW":
+            row.nchw = counts
+            try:
+                plain = compile_case(front, dataclasses.replace(case, pipeline="nhwc-plain"),
+                                     "llvm", build=False)
+                row.plain = len(kernel_list(plain).runtime_transforms)
+            except Exception as exc:
+                row.error = f"plain: {exc}".splitlines()[0][:160]
+        else:
+            row.nhwc = counts
+    row.numerics = row.compiles and row.worst <= 1.0
+    row.seconds = time.perf_counter() - t0
+    return row
+
+
+HEADER = ("model", "imports", "compiles", "numerics (worst/bound)", "plain NCHW",
+          "NCHW own + other", "NHWC own + other", "at floor")
+
+
+def _cells(r: Row) -> tuple[str, ...]:
+    def pair(p: tuple[int, int] | None) -> str:
+        return "–" if p is None else f"{p[0]} + {p[1]}"
+
+    yes = {True: "yes", False: "no"}
+    plain = "error" if r.plain is None and r.compiles else str(r.plain or "–")
+    return (r.name, yes[r.imports], yes[r.compiles],
+            f"{yes[r.numerics]} ({r.worst:.2g})" if r.compiles else "–",
+            plain, pair(r.nchw), pair(r.nhwc), yes[r.at_floor])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-k", dest="pattern", action="append", help="only models whose name has it")
+    ap.add_argument("--size", type=int, default=64, help="input height and width")
+    ap.add_argument("--markdown", type=Path, help="also write the table as Markdown")
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    from wild_zoo import classic, mobile  # lazy: imports torch
+
+    models = {**classic.MODELS, **mobile.MODELS}
+    rows: list[Row] = []
+    print("  ".join(HEADER))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, factory in models.items():
+            if args.pattern and not any(p in name for p in args.pattern):
+                continue
+            try:
+                row = measure(name, factory, args.size, Path(tmp))
+            except Exception:  # a bug of this script: say where, go on with the others
+                row = Row(name, error=traceback.format_exc().splitlines()[-1][:160])
+            rows.append(row)
+            print("  ".join(_cells(row)), f"{row.seconds:.1f}s", row.error, flush=True)
+    floor = sum(r.at_floor for r in rows)
+    other = sum(r.nchw[1] for r in rows if r.nchw is not None)
+    plain = sum(r.plain for r in rows if r.plain is not None)
+    summary = (f"{floor}/{len(rows)} at the floor; NCHW input: {other} runtime transforms "
+               f"besides the models' own (nhwc-plain: {plain} in all)")
+    print(summary)
+    if args.markdown:
+        lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
+        args.markdown.write_text("\n".join([*lines, "", summary]) + "\n")
+
+
+if __name__ == "__main__":
+    main()
