@@ -61,7 +61,11 @@ def main() -> None:
             kernels = kernel_list(compiled)
             cells[pipe] = (len(kernels.runtime_transforms), len(kernels), seconds)
         plain, ours = cells["nhwc-plain"], cells["nhwc"]
-        row = (case.name, str(plain[0]), str(ours[0]), str(plain[1]), str(ours[1]),
+
+        def count(n: int) -> str:
+            return "error" if n < 0 else str(n)  # the pipeline could not build the case
+
+        row = (case.name, count(plain[0]), count(ours[0]), count(plain[1]), count(ours[1]),
                f"{plain[2]:.1f}", f"{ours[2]:.1f}")
         rows.append(row)
         print("  ".join(row), flush=True)

@@ -4,7 +4,9 @@ Written from the papers' structure the way the public zoos write them (random we
 weights can be downloaded here): VGG-11-BN, ResNet-50-D (average-pool shortcut with
 ``ceil_mode``), ResNeSt (split attention), SK-ResNet (selective kernels), GCNet (context
 blocks), ECA-ResNet, GoogLeNet (inception modules, ``ceil_mode`` max pools), RegNetY
-(group convs + squeeze-excite) and RepVGG (train-time 3×3 + 1×1 + identity branches).
+(group convs + squeeze-excite), RepVGG (train-time 3×3 + 1×1 + identity branches),
+Inception-v3 (``transform_input`` slicing the input's channels, InceptionA modules) and
+Res2Net (channel splits feeding each other, concatenated).
 The attention blocks are the ones `model_cases/zoo/wild.py` writes after their reference code.
 """
 
@@ -194,9 +196,85 @@ def repvgg(width: int = 8, num_classes: int = 10) -> nn.Module:
     return finalize(_Classifier(nn.Sequential(*blocks), c_in, num_classes), CALIB)
 
 
+class InceptionV3(nn.Module):
+    """Inception-v3's front: ``transform_input`` (each input channel sliced, rescaled and
+    concatenated again, as torchvision does for ported weights), the stem, two InceptionA
+    modules (5×5 and double 3×3 branches, 3×3 average pool), a strided reduction."""
+
+    def __init__(self, width: int, num_classes: int) -> None:
+        super().__init__()
+        w = width
+        self.stem = nn.Sequential(ConvNormAct(3, 2 * w, 3, 2), ConvNormAct(2 * w, 2 * w, 3),
+                                  ConvNormAct(2 * w, 4 * w, 3), nn.MaxPool2d(3, 2),
+                                  ConvNormAct(4 * w, 6 * w, 1), ConvNormAct(6 * w, 8 * w, 3))
+        self.mixed = nn.ModuleList([self._a(8 * w, w), self._a(9 * w, w)])
+        self.reduce = ConvNormAct(9 * w, 12 * w, 3, 2)
+        self.fc = nn.Linear(12 * w, num_classes)
+
+    @staticmethod
+    def _a(c_in: int, w: int) -> nn.ModuleList:
+        return nn.ModuleList([
+            ConvNormAct(c_in, 2 * w, 1),
+            nn.Sequential(ConvNormAct(c_in, w, 1), ConvNormAct(w, 2 * w, 5)),
+            nn.Sequential(ConvNormAct(c_in, 2 * w, 1), ConvNormAct(2 * w, 3 * w, 3),
+                          ConvNormAct(3 * w, 3 * w, 3)),
+            ConvNormAct(c_in, 2 * w, 1)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x_ch0 = torch.unsqueeze(x[:, 0], 1) * (0.229 / 0.5) + (0.485 - 0.5) / 0.5
+        x_ch1 = torch.unsqueeze(x[:, 1], 1) * (0.224 / 0.5) + (0.456 - 0.5) / 0.5
+        x_ch2 = torch.unsqueeze(x[:, 2], 1) * (0.225 / 0.5) + (0.406 - 0.5) / 0.5
+        x = self.stem(torch.cat((x_ch0, x_ch1, x_ch2), 1))
+        for b1, b5, b3, pool in self.mixed:  # type: ignore[misc]
+            p = pool(F.avg_pool2d(x, kernel_size=3, stride=1, padding=1))
+            x = torch.cat([b1(x), b5(x), b3(x), p], 1)
+        x = F.adaptive_avg_pool2d(self.reduce(x), (1, 1))
+        return self.fc(torch.flatten(F.dropout(x, training=self.training), 1))
+
+
+def inception_v3(width: int = 8, num_classes: int = 10) -> nn.Module:
+    return finalize(InceptionV3(width, num_classes), (2, 3, 75, 75))
+
+
+class Res2NetBlock(nn.Module):
+    """Res2Net's bottle2neck: the 1×1 output split into ``scale`` groups, each 3×3 conv fed
+    the previous group's result; the last group average-pooled in a strided block."""
+
+    def __init__(self, c_in: int, width: int, scale: int, stride: int) -> None:
+        super().__init__()
+        self.scale, self.width, self.stride = scale, width, stride
+        self.reduce = ConvNormAct(c_in, width * scale, 1)
+        self.convs = nn.ModuleList(ConvNormAct(width, width, 3, stride)
+                                   for _ in range(scale - 1))
+        self.pool = nn.AvgPool2d(3, stride, 1)
+        self.expand = ConvNormAct(width * scale, 4 * width, 1, act=None)
+        self.shortcut = (nn.Identity() if stride == 1 and c_in == 4 * width
+                         else ConvNormAct(c_in, 4 * width, 1, stride, act=None))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        spx = torch.split(self.reduce(x), self.width, 1)
+        outs: list[torch.Tensor] = []
+        sp = spx[0]
+        for i, conv in enumerate(self.convs):
+            sp = conv(spx[i] if i == 0 or self.stride > 1 else sp + spx[i])
+            outs.append(sp)
+        outs.append(self.pool(spx[-1]) if self.stride > 1 else spx[-1])
+        return F.relu(self.expand(torch.cat(outs, 1)) + self.shortcut(x))
+
+
+def res2net(width: int = 8, num_classes: int = 10) -> nn.Module:
+    blocks: list[nn.Module] = [ConvNormAct(3, 4 * width, 3, 2), nn.MaxPool2d(3, 2, 1)]
+    c_in = 4 * width
+    for i in range(3):
+        for j in range(2):
+            blocks.append(Res2NetBlock(c_in, width * 2 ** i, 4, 2 if i and not j else 1))
+            c_in = 4 * width * 2 ** i
+    return finalize(_Classifier(nn.Sequential(*blocks), c_in, num_classes), CALIB)
+
+
 #: name -> factory, in the order the report lists them
 MODELS: dict[str, Callable[[], nn.Module]] = {
     "vgg11_bn": vgg11_bn, "resnet50d": resnet50d, "resnest": resnest, "sk_resnet": sk_resnet,
     "gcnet": gcnet, "eca_resnet": eca_resnet, "googlenet": googlenet, "regnety": regnety,
-    "repvgg": repvgg,
+    "repvgg": repvgg, "inception_v3": inception_v3, "res2net": res2net,
 }

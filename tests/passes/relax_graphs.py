@@ -3,7 +3,8 @@
 Each function starts from one NHWC-shaped input and applies a random chain of the ops the
 cleanup passes reason about: permutes (NCHW↔NHWC and arbitrary), views (channel split,
 spatial merge, flatten, squeeze/expand), elementwise ops with broadcast constants, clip,
-concat, reductions, softmax, pooling in either layout (with padding and ceil mode), nn.pad,
+concat, take, strided_slice, reductions, softmax, pooling in either layout (with padding and
+ceil mode), nn.pad,
 convolutions in either layout with constant weights, broadcast_to and matmul. Every op is
 built through a BlockBuilder, so shapes are inferred by TVM and every graph is well formed.
 """
@@ -47,7 +48,7 @@ class _Graph:
     def emit(self, expr: relax.Expr) -> None:
         var = self.bb.emit(expr)
         shape = known_shape(var)
-        if shape is not None and 0 < int(np.prod(shape)) <= 4096:
+        if shape and 0 < int(np.prod(shape)) <= 4096:  # no scalars: every op wants an axis
             self.values.append(var)
 
 
@@ -144,6 +145,23 @@ def _spatial(g: _Graph, x: relax.Expr, shape: tuple[int, ...]) -> relax.Expr | N
                 padding=[pad] * 4, ceil_mode=g.draw(st.booleans()), layout=layout)
 
 
+def _index(g: _Graph, x: relax.Expr, shape: tuple[int, ...]) -> relax.Expr | None:
+    """take of one index (the axis goes), strided_slice, or per-channel parts concatenated
+    back (Inception-v3's transform_input)."""
+    axis = g.draw(st.integers(0, len(shape) - 1))
+    kind = g.choice(["take", "slice", "parts"])
+    if kind == "take" and len(shape) > 1:
+        return R.take(x, relax.const(g.draw(st.integers(0, shape[axis] - 1)), "int64"), axis)
+    if kind == "slice" and shape[axis] > 1:
+        return R.strided_slice(x, axes=[axis], begin=[1], end=[shape[axis]])
+    if kind == "parts" and 1 < shape[axis] <= 4:
+        parts = [R.expand_dims(R.take(x, relax.const(i, "int64"), axis), [axis])
+                 for i in range(shape[axis])]
+        return R.concat([g.bb.emit(R.multiply(p, relax.const(0.5, "float32"))) for p in parts],
+                        axis=axis)
+    return None
+
+
 def _broadcast(g: _Graph, x: relax.Expr, shape: tuple[int, ...]) -> relax.Expr | None:
     if 1 not in shape[1:]:
         return None
@@ -160,7 +178,8 @@ def _matmul(g: _Graph, x: relax.Expr, shape: tuple[int, ...]) -> relax.Expr | No
 
 
 OPS = {"permute": _permute, "view": _view, "elementwise": _elementwise, "reduce": _reduce,
-       "concat": _concat, "spatial": _spatial, "broadcast": _broadcast, "matmul": _matmul}
+       "concat": _concat, "spatial": _spatial, "broadcast": _broadcast, "matmul": _matmul,
+       "index": _index}
 
 
 @st.composite

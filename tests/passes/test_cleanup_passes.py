@@ -12,6 +12,7 @@ from cl_validate.compile.passes import (
     CancelPermutes,
     ElideBroadcasts,
     FoldMovementChains,
+    HoistPermutes,
     PermuteToReshape,
     SinkPermutes,
     cleanup_passes,
@@ -21,7 +22,7 @@ from cl_validate.compile.passes import (
 def test_order() -> None:
     names = [p.info.name for p in cleanup_passes()]
     assert names == [ElideBroadcasts().info.name, CancelPermutes().info.name,
-                     SinkPermutes().info.name,
+                     SinkPermutes().info.name, HoistPermutes().info.name,
                      FoldMovementChains().info.name, PermuteToReshape().info.name,
                      "CanonicalizeBindings"]
 

@@ -16,7 +16,9 @@ from tvm.script import relax as R
 from cl_validate.compile.passes import (
     ElideBroadcasts,
     FoldFlattenIntoLinear,
+    HoistPermutes,
     NormalizeAxes,
+    PermuteToReshape,
     SinkPermutes,
 )
 from cl_validate.compile.passes._movement_ops import view_layout
@@ -278,3 +280,67 @@ def test_view_layout_refuses_a_flatten_across_the_carried_order() -> None:
     assert view_layout((1, 4, 4, 8), (0, 3, 1, 2), (1, 128)) is None
     assert view_layout((1, 4, 4, 8), (0, 3, 1, 2), (1, 2, 4, 4, 4)) == (
         (1, 4, 4, 2, 4), (0, 3, 4, 1, 2))
+
+
+def test_take_and_strided_slice_follow_the_data() -> None:
+    """``x[:, 0]`` and ``x[:, :2]`` of NCHW data index the channel axis of the NHWC data; the
+    single channel left goes back to NHWC by a permute of size-1 axes (a free reshape)."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: T4) -> R.Tensor((1, 4, 4, 2), "float32"):
+            with R.dataflow():
+                a = R.permute_dims(x, axes=[0, 3, 1, 2])
+                t = R.take(a, R.const(0, "int64"), axis=1)
+                s = R.strided_slice(a, axes=[1], begin=[0], end=[2])
+                u = R.multiply(s, R.expand_dims(t, axis=[1]))
+                gv = R.permute_dims(u, axes=[0, 2, 3, 1])
+                R.output(gv)
+            return gv
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: T4) -> R.Tensor((1, 4, 4, 2), "float32"):
+            with R.dataflow():
+                t = R.take(x, R.const(0, "int64"), axis=3)
+                s = R.strided_slice(x, axes=[3], begin=[0], end=[2])
+                lv3 = R.expand_dims(t, axis=[1])
+                lv = R.permute_dims(lv3, axes=[0, 2, 3, 1])
+                u = R.multiply(s, lv)
+                gv = u
+                R.output(gv)
+            return gv
+
+    _check(SinkPermutes(), Before, Expected)
+
+
+def test_transpose_after_a_concat_of_single_channels_moves_onto_them() -> None:
+    """Inception-v3's transform_input: channels sliced, rescaled, concatenated in NCHW."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(a: R.Tensor((1, 1, 4, 4), "float32"), b: R.Tensor((1, 1, 4, 4), "float32")
+                 ) -> R.Tensor((1, 4, 4, 2), "float32"):
+            with R.dataflow():
+                c = R.concat((a, b), axis=1)
+                gv = R.permute_dims(c, axes=[0, 2, 3, 1])
+                R.output(gv)
+            return gv
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(a: R.Tensor((1, 1, 4, 4), "float32"), b: R.Tensor((1, 1, 4, 4), "float32")
+                 ) -> R.Tensor((1, 4, 4, 2), "float32"):
+            with R.dataflow():
+                lv = R.permute_dims(a, axes=[0, 2, 3, 1])
+                lv1 = R.permute_dims(b, axes=[0, 2, 3, 1])
+                gv = R.concat((lv, lv1), axis=3)
+                R.output(gv)
+            return gv
+
+    _check(HoistPermutes(), Before, Expected)
+    assert count_permutes(PermuteToReshape()(HoistPermutes()(Before))) == 0

@@ -65,5 +65,5 @@ def test_the_strategy_reaches_every_op_kind() -> None:
     collect()
     wanted = {"permute_dims", "reshape", "clip", "concat", "sum", "nn.softmax", "nn.pad",
               "nn.conv2d", "nn.max_pool2d", "nn.avg_pool2d", "broadcast_to", "matmul",
-              "where", "expand_dims"}
+              "where", "expand_dims", "take", "strided_slice"}
     assert wanted <= seen, wanted - seen

@@ -1,22 +1,31 @@
-"""Our Relax passes that clean up after TVM's ConvertLayout (run right after it).
+"""Our Relax passes around TVM's ConvertLayout.
 
 ConvertLayout wraps every op without a layout rule in a transpose pair and never cancels the
-pairs it creates; these passes remove every transform that is not needed, so what remains is
-what the model's layout really demands (typically the graph's input and output boundary):
+pairs it creates; the cleanup passes (run right after it) remove every transform that is not
+needed, so what remains is what the model's layout really demands (typically the graph's
+input and output boundary, and the model's own permutes):
 
-* ``SinkPermutes`` recomputes layout-agnostic ops (clip, where, elementwise, reductions,
-  concat, pooling, ...) in the layout their operands already have, so transposes meet;
+* ``ElideBroadcasts`` permutes the small tensor rather than its explicit broadcast, and lets
+  elementwise ops broadcast it themselves;
+* ``SinkPermutes`` recomputes ops without a rule (elementwise, clip, where, reductions,
+  concat, pooling, pad, views, broadcast_to, take, strided_slice, matmul, ...) in the layout
+  their operands already have, so transposes meet;
 * ``CancelPermutes`` folds permute chains and drops inverse pairs and identities;
-* ``FoldMovementChains`` turns reshape/permute chains (PixelShuffle, channel shuffle) into at
-  most one transpose;
+* ``HoistPermutes`` moves a transpose after a concat of single-channel parts onto the parts;
+* ``FoldMovementChains`` turns reshape/permute chains (PixelShuffle, channel shuffle, patch
+  unfold/fold) into at most one transpose;
 * ``PermuteToReshape`` turns permutes that only move size-1 axes into free reshapes.
 
-All are pure data-movement rewrites: numerics are bit-identical. They work whether the
-weights are still parameters of ``main`` (beyond ``num_input``) or already bound constants.
+All are pure data-movement rewrites: numerics are bit-identical (property-tested in
+``tests/passes/test_properties.py``). They work whether the weights are still parameters of
+``main`` (beyond ``num_input``) or already bound constants.
 
-One more pass here is arithmetic, and runs later, once the weights are bound:
-``FoldScaleShift`` moves the per-channel scale and shift a BatchNorm leaves after a convolution
-into the convolution's weights plus one bias add (float rounding differs, nothing else).
+Three more passes run at other stages: ``NormalizeAxes`` before ConvertLayout (negative axes
+crash some of TVM's layout rules); ``FoldFlattenIntoLinear`` after the cleanup (a flatten's
+transpose into the Linear's weight: the dot products sum in another order); and, once the
+weights are bound, ``FoldScaleShift`` moves the per-channel scale and shift a BatchNorm leaves
+after a convolution into the convolution's weights plus one bias add (float rounding differs,
+nothing else).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from cl_validate.compile.passes.broadcasts import ElideBroadcasts
 from cl_validate.compile.passes.cancel_permutes import CancelPermutes
 from cl_validate.compile.passes.flatten_linear import FoldFlattenIntoLinear
 from cl_validate.compile.passes.fold_scale_shift import FoldScaleShift
+from cl_validate.compile.passes.hoist_permutes import HoistPermutes
 from cl_validate.compile.passes.layout_agnostic import LAYOUT_AGNOSTIC_OPS, SinkPermutes
 from cl_validate.compile.passes.layout_rules import RULELESS_UNARY_OPS, extra_layout_rules
 from cl_validate.compile.passes.movement_chains import FoldMovementChains
@@ -38,8 +48,10 @@ from cl_validate.compile.passes.permute_to_reshape import PermuteToReshape
 def cleanup_passes() -> list[tvm.transform.Pass]:
     """The passes to run after ConvertLayout, in order.
 
-    Cancel first so SinkPermutes sees chains already folded (it also folds between its own
-    rounds, to a fixpoint); movement chains are folded once the permutes around them have
+    Broadcasts first, so the permutes ConvertLayout put on them move onto the small tensor;
+    cancel next so SinkPermutes sees chains already folded (it also folds between its own
+    rounds, to a fixpoint); what SinkPermutes leaves after a concat is hoisted onto its
+    parts; movement chains are folded once the permutes around them have
     settled; size-1 permutes become reshapes last, because until then they are still permutes
     that can cancel against each other; CanonicalizeBindings removes the ``gv = lv`` aliases a
     cancelled output permute leaves behind.
@@ -48,6 +60,7 @@ def cleanup_passes() -> list[tvm.transform.Pass]:
         ElideBroadcasts(),
         CancelPermutes(),
         SinkPermutes(),
+        HoistPermutes(),
         FoldMovementChains(),
         PermuteToReshape(),
         relax.transform.CanonicalizeBindings(),
@@ -62,6 +75,7 @@ __all__ = [
     "FoldFlattenIntoLinear",
     "FoldMovementChains",
     "FoldScaleShift",
+    "HoistPermutes",
     "NormalizeAxes",
     "PermuteToReshape",
     "SinkPermutes",

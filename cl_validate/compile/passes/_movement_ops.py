@@ -11,7 +11,8 @@ in another layout under a condition checked here:
   axes. It becomes one ``reshape`` of the permuted data: a free view. The check is the atom
   algebra of `movement_chains.fold_chain`, which must find the identity permutation;
 * ``broadcast_to``: copies, in any layout, to the permuted target shape;
-* ``nn.pad``: the pad widths follow their axes;
+* ``nn.pad``, ``take`` and ``strided_slice``: the pad widths, the axis, the sliced axes follow
+  the data (``x[:, 0]`` on an NCHW input, as Inception-v3's ``transform_input`` does);
 * ``matmul(a, b)`` where one operand is available with its last two axes swapped:
   ``a @ b == (bᵀ @ aᵀ)ᵀ``. The same products are summed over the same ``k`` in the same
   order (a product of two floats does not depend on their order), so the result is
@@ -114,6 +115,38 @@ def _pad(call: relax.Call, perm_of: PermOf) -> Plan | None:
     return Plan(p, (Operand(x, p),), lambda new: remake(call, [new[0]], attrs))
 
 
+def _take(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    """``take(x, indices, axis)``: the axis follows the data; a scalar index drops it (the
+    kept axes keep their order, as after a reduction), a 1-D index keeps the rank."""
+    x, indices = call.args[0], call.args[1]
+    p = perm_of(x)
+    rank = ndim(indices)
+    if p is None or call.attrs.axis is None or rank not in (0, 1):
+        return None
+    axis = int(call.attrs.axis) % len(p)
+    attrs = with_fields(call.attrs, axis=p[axis])
+    out = p
+    if rank == 0:
+        kept = [p[i] for i in range(len(p)) if i != axis]
+        out = tuple(sorted(kept).index(k) for k in kept)
+    return Plan(out, (Operand(x, p),), lambda new: remake(call, [new[0], indices], attrs))
+
+
+def _strided_slice(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    """``strided_slice(x, axes, begin, end, strides)``: each sliced axis follows the data."""
+    x = call.args[0]
+    p = perm_of(x)
+    tuples = [getattr(a, "fields", None) for a in call.args[1:]]  # tuples of IntImm
+    if p is None or any(t is None for t in tuples):
+        return None
+    axes = [p[int(a) % len(p)] for a in tuples[0]]  # type: ignore[union-attr]
+    begin, end = list(tuples[1]), list(tuples[2])  # type: ignore[arg-type]
+    strides = list(tuples[3]) if len(tuples) > 3 else None  # type: ignore[arg-type]
+    inbound = bool(call.attrs.assume_inbound)
+    return Plan(p, (Operand(x, p),), lambda new: relax.op.strided_slice(
+        new[0], axes, begin, end, strides, assume_inbound=inbound))
+
+
 def _swap_last(rank: int) -> Perm:
     return (*range(rank - 2), rank - 1, rank - 2)
 
@@ -138,6 +171,8 @@ MOVEMENT_HANDLERS: dict[str, Callable[[relax.Call, PermOf], Plan | None]] = {
     "relax.broadcast_to": _broadcast_to,
     "relax.nn.pad": _pad,
     "relax.matmul": _matmul,
+    "relax.take": _take,
+    "relax.strided_slice": _strided_slice,
 }
 
 __all__ = ["MOVEMENT_HANDLERS", "VIEW_OPS", "view_layout"]
