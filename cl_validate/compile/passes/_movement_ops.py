@@ -29,7 +29,7 @@ from tvm import relax
 from cl_validate.compile.passes._plan import Operand, PermOf, Plan, remake, with_fields
 from cl_validate.compile.passes._util import Perm, inverse
 from cl_validate.compile.passes.movement_chains import Atoms, fold_chain
-from cl_validate.ir import is_identity, known_shape, ndim
+from cl_validate.ir import is_identity, is_tensor_constant, known_shape, ndim
 
 VIEW_OPS = ("relax.reshape", "relax.squeeze", "relax.expand_dims")
 
@@ -121,7 +121,9 @@ def _take(call: relax.Call, perm_of: PermOf) -> Plan | None:
     x, indices = call.args[0], call.args[1]
     p = perm_of(x)
     rank = ndim(indices)
-    if p is None or call.attrs.axis is None or rank not in (0, 1):
+    # constant indices only: a run-time index var may itself be rewritten in this region
+    if p is None or call.attrs.axis is None or rank not in (0, 1) or not is_tensor_constant(
+            indices):
         return None
     axis = int(call.attrs.axis) % len(p)
     attrs = with_fields(call.attrs, axis=p[axis])
