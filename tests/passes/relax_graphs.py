@@ -163,8 +163,13 @@ def _index(g: _Graph, x: relax.Expr, shape: tuple[int, ...]) -> relax.Expr | Non
 
 
 def _broadcast(g: _Graph, x: relax.Expr, shape: tuple[int, ...]) -> relax.Expr | None:
+    """Size-1 axes broadcast to 4; without any, a mean over one axis broadcast back (an SE
+    or ECA gate ``expand_as`` the map)."""
     if 1 not in shape[1:]:
-        return None
+        if len(shape) < 2:
+            return None
+        axis = g.draw(st.integers(1, len(shape) - 1))
+        return R.broadcast_to(g.bb.emit(R.mean(x, axis=[axis], keepdims=True)), list(shape))
     return R.broadcast_to(x, [shape[0], *(d if d != 1 else 4 for d in shape[1:])])
 
 
