@@ -77,3 +77,27 @@ def test_float_floor_and_trunc_division_by_a_python_int_import_and_match(write_c
     (result,) = run_in_process([case], RunOptions(isolate=False))
     assert result.check("compile").status is Status.PASSED, result.check("compile").message
     assert result.check("numerics").status is Status.PASSED, result.check("numerics").message
+
+
+def test_amax_amin_and_a_view_head_with_channels_last_input(write_case):
+    """amax/amin import through our converter; with NHWC input the model still sees a tensor
+    it can ``view(n, -1)`` (the wrapper's permute is made contiguous), and nothing is left to
+    transpose: the flatten folds into the Linear weight."""
+    case = load_case(write_case("""
+        model = "tiny_models:spatial_gate_view_head"
+        targets = ["llvm"]
+        [[inputs]]
+        name = "x"
+        shape = [1, 3, 8, 8]
+        layout = "NHWC"
+        [layout]
+        "relax.nn.conv2d" = ["NHWC", "OHWI"]
+        [budget]
+        layout_transforms = 0
+        [tolerance]
+        rtol = 1e-5
+        atol = 1e-5
+        """))
+    (result,) = run_in_process([case], RunOptions(isolate=False))
+    for check in ("compile", "layout_transforms", "numerics"):
+        assert result.check(check).status is Status.PASSED, result.check(check).message

@@ -11,6 +11,9 @@ makes the number an ``int32`` constant whatever the tensor's dtype, and the impo
 tensor ``// 2`` (positional-encoding helpers) dies with "Binary operators must have the same
 datatype". Here the number takes the tensor's dtype, as PyTorch's type promotion has it (an
 integer tensor divided by a float becomes float32).
+
+``amax`` / ``amin`` (``x.amax(dim=1, keepdim=True)``: CBAM's spatial attention, channel
+max-pooling) have no converter in TVM 0.27; they are Relax's ``max`` / ``min``.
 """
 
 from __future__ import annotations
@@ -97,6 +100,14 @@ def _divide_rounded(node: Any, importer: Any) -> Any:
     raise ValueError(f"unsupported rounding_mode {mode!r}")
 
 
+def _reduce_extreme(node: Any, importer: Any, op: Callable[..., Any]) -> Any:
+    args = importer.retrieve_args(node)
+    dims = args[1] if len(args) > 1 else node.kwargs.get("dim", ())
+    keep = args[2] if len(args) > 2 else node.kwargs.get("keepdim", False)
+    axis = [dims] if isinstance(dims, int) else (list(dims) or None)  # () means every axis
+    return importer.block_builder.emit(op(args[0], axis=axis, keepdims=bool(keep)))
+
+
 def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
     """The converters, keyed as the importer looks them up (``node.target.__name__``)."""
     return {
@@ -105,4 +116,6 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "quantize_per_channel.default": lambda n, imp: _quantize(n, imp, True),
         "dequantize_per_channel.default": lambda n, imp: _dequantize(n, imp, True),
         "div.Tensor_mode": _divide_rounded,
+        "amax.default": lambda n, imp: _reduce_extreme(n, imp, relax.op.max),
+        "amin.default": lambda n, imp: _reduce_extreme(n, imp, relax.op.min),
     }

@@ -62,7 +62,10 @@ def channels_last_wrapper(model: torch.nn.Module, case: CaseSpec) -> torch.nn.Mo
             self.inner = inner  # nn.Module path prefix WRAPPED
 
         def forward(self, *args: torch.Tensor) -> Any:
-            args = tuple(a.permute(0, 3, 1, 2) if nhwc else a
+            # contiguous(): the model sees the NCHW tensor it was written for, so a
+            # ``x.view(n, -1)`` of a C×H×W map works (a permuted view's strides refuse it);
+            # the importer drops the copy.
+            args = tuple(a.permute(0, 3, 1, 2).contiguous() if nhwc else a
                          for a, nhwc in zip(args, in_nhwc, strict=True))
             out = self.inner(*args)
             single = isinstance(out, torch.Tensor)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 
 class ConvReLU(nn.Module):
@@ -238,3 +239,23 @@ def flatten_matmul() -> nn.Module:
 
 def floor_div_positions() -> nn.Module:
     return FloorDivPositions()
+
+
+class SpatialGateViewHead(nn.Module):
+    """CBAM's spatial gate (channel mean and ``amax`` concatenated, a 7×7 conv) and a
+    classifier that flattens the C×H×W map with ``x.view(n, -1)`` (AlexNet-era heads)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.gate = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(2, 1, 7, padding=3)
+        self.fc = nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        s = torch.cat([y.mean(dim=1, keepdim=True), y.amax(dim=1, keepdim=True)], dim=1)
+        y = F.max_pool2d(y * torch.sigmoid(self.gate(s)), 2) - y.amin((2, 3), keepdim=True)
+        return self.fc(y.view(y.size(0), -1))
+
+
+def spatial_gate_view_head() -> nn.Module:
+    return SpatialGateViewHead()
