@@ -95,3 +95,45 @@ def test_calibrate_usage_errors(tmp_path):
         case.write_text(CASE)
         code, out = run_cli(["calibrate", str(case), "--target", "cuda"]).both()
         assert code == ExitCode.USAGE_ERROR and "no cuda device" in out
+
+
+FLOAT64 = tiny_case(targets=("llvm",)).replace("[tolerance]\nrtol = 0.0001\natol = 0.0001\n",
+                                               '[tolerance]\nreference = "float64"\n')
+
+
+@pytest.mark.compile
+def test_a_float64_case_is_reported_by_its_own_rule_and_never_written(tmp_path):
+    """A case judged against float64 has nothing to tune: calibrate shows each sample's RMSE
+    against float64 beside eager float32's, their ratio and the bound, and refuses --write
+    (rtol/atol there would never be judged by) with the file and line, before compiling."""
+    shutil.copy(DATA / "tiny_models.py", tmp_path)
+    case = tmp_path / "tiny.toml"
+    case.write_text(FLOAT64)
+    code, out = run_cli(["calibrate", str(case), "--seeds", "2"]).both()
+    assert code == ExitCode.OK, out
+    assert "against the float64 reference (TVM's RMSE <= 3 x eager float32's + 1e-05)" in out
+    head = out.splitlines().index(next(ln for ln in out.splitlines() if "tvm_rmse" in ln))
+    rows = [ln.split() for ln in out.splitlines()[head + 1:head + 3]]
+    assert [r[1] for r in rows] == ["0", "1"]
+    for r in rows:
+        tvm, eager, ratio, allowed = (float(x) for x in r[3:7])
+        assert ratio == pytest.approx(tvm / eager, rel=0.02) and allowed > 3 * eager
+    assert "nothing to tune" in out and "proposed" not in out
+
+    code, out = run_cli(["calibrate", str(case), "--write"]).both()
+    assert code == ExitCode.USAGE_ERROR
+    assert "tiny.toml:14: case 'tiny' is judged against float64 on llvm" in out
+    assert "Traceback" not in out and case.read_text() == FLOAT64
+
+
+@pytest.mark.compile
+def test_a_float64_case_that_exceeds_its_bound_fails_and_says_how_to_find_the_stage(tmp_path):
+    for f in ("tiny_models.py", "perturb_pipeline.py"):
+        shutil.copy(DATA / f, tmp_path)
+    case = tmp_path / "tiny.toml"
+    case.write_text(FLOAT64.replace('targets = ["llvm"]', 'targets = ["llvm"]\npipeline = '
+                                    '"perturb_pipeline:nhwc_perturbed"'))
+    code, out = run_cli(["calibrate", str(case), "--seeds", "2"]).both()
+    assert code == ExitCode.CHECK_FAILED, out
+    assert out.count("EXCEEDS") == 2 and "2 of 2 exceed the bound" in out
+    assert "cl-validate show tiny --bisect" in out

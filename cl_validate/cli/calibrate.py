@@ -12,6 +12,11 @@ The rule is `cl_validate.checks.calibration`'s (documented in the README).
 
 NaN or Inf in any output is reported and nothing is proposed: no tolerance may hide them.
 ``--write`` writes the proposal into the case file, keeping its comments and formatting.
+
+A case judged against float64 (``reference = "float64"``) has nothing to tune: calibrate
+reports, per sample, TVM's and eager float32's RMSE against the float64 run, their ratio and
+the bound (multiplier × eager + floor), and exits 1 if a sample exceeds it. ``--write`` is
+refused there: rtol/atol would be written but never judged by.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import tomlkit
 
 from cl_validate.atomic import write_atomic
 from cl_validate.checks.calibration import FLOOR, HEADROOM, Observed, observe, propose
+from cl_validate.checks.error_stats import ErrorStats
+from cl_validate.checks.numerics import compare_all
 from cl_validate.cli.common import find_case, pick_variant
 from cl_validate.errors import CompileStageError, ExitCode, UsageError
 from cl_validate.paths import display_path
@@ -75,9 +82,17 @@ def main(args: argparse.Namespace) -> ExitCode:
         raise UsageError(f"calibrate runs the numerics on this machine: no {args.target} "
                          "device here", hint="calibrate on llvm, or on a machine with the "
                          "target's device (calibrate does not run through RPC)")
+    current, line = case.tolerance_for(args.target, None)
+    if current.float64 and args.write:
+        raise UsageError(f"case '{case.name}' is judged against float64 on {args.target}: "
+                         "rtol/atol would be written but never used",
+                         file=display_path(case.path), line=line,
+                         hint="the float64 rule needs no tuning; calibrate without --write "
+                         "to see its ratios, or set reference = \"float32\" to judge by "
+                         "rtol/atol")
     validated_model(case, RunOptions(targets=(args.target,)))  # a bad factory: exit 2
     try:
-        pairs = _run(case, args.target, args.seeds, args.weight_seeds)
+        pairs, by_float64 = _run(case, args.target, args.seeds, args.weight_seeds)
     except _Failed as exc:
         print(f"cl-validate: calibrate: {exc}")
         return ExitCode.CHECK_FAILED
@@ -87,8 +102,12 @@ def main(args: argparse.Namespace) -> ExitCode:
         print(f"\n{obs.nonfinite} non-finite values (NaN/Inf): no tolerance proposed — fix the "
               "model or its input ranges first")
         return ExitCode.CHECK_FAILED
+    if by_float64:
+        print()
+        print(report_float64(case, args.target, by_float64))
+        if current.float64:
+            return ExitCode.OK if all(st for _, _, st in by_float64) else ExitCode.CHECK_FAILED
     rtol, atol = propose(obs, args.headroom)
-    current, line = case.tolerance_for(args.target, 0)
     print(f"\nproposed ({args.headroom:g}x the observed error, rounded up to 1/2/5 x 10^k, at "
           f"least {FLOOR:g}): rtol = {toml_number(rtol)}, atol = {toml_number(atol)}")
     print(f"current  ({display_path(case.path)}:{line or '-'}): rtol = "
@@ -105,17 +124,31 @@ class _Failed(Exception):
     """The case does not compile or run: calibrate has nothing to measure."""
 
 
+Pairs = list[tuple[int, int, int, np.ndarray, np.ndarray]]
+Float64Stats = list[tuple[int, int, ErrorStats]]
+
+
 def _run(case: CaseSpec, target: str, seeds: int, weight_seeds: int
-         ) -> list[tuple[int, int, int, np.ndarray, np.ndarray]]:
+         ) -> tuple[Pairs, Float64Stats]:
+    """(weight seed, input seed, output, TVM, eager float32) for every output of every
+    sample; and where an output is judged against float64, its figures by that rule."""
     # lazy: torch and TVM (compiling and running the case here, in this process)
     from cl_validate.compile.build import compile_case
     from cl_validate.compile.factory import build_model
     from cl_validate.compile.frontend import export_and_import
     from cl_validate.compile.target import device_for
     from cl_validate.ir import weight_params
-    from cl_validate.run.execute import make_inputs, run_torch, run_tvm, torch_inputs
+    from cl_validate.run.execute import (
+        make_inputs,
+        run_torch,
+        run_torch64,
+        run_tvm,
+        torch_inputs,
+    )
 
-    pairs: list[tuple[int, int, int, np.ndarray, np.ndarray]] = []
+    pairs: Pairs = []
+    by_float64: Float64Stats = []
+    need64 = case.needs_float64(target)
     for w in range(case.seed, case.seed + weight_seeds):
         wcase = replace(case, seed=w)
         model = build_model(wcase)
@@ -129,7 +162,8 @@ def _run(case: CaseSpec, target: str, seeds: int, weight_seeds: int
         for s in range(case.seed, case.seed + seeds):
             for sizes in case.sample_sizes():  # every size of a dynamic dimension
                 arrays = make_inputs(replace(case, seed=s), sizes)
-                expected = run_torch(model, torch_inputs(case, arrays))
+                inputs = torch_inputs(case, arrays)
+                expected = run_torch(model, inputs)
                 actual = run_tvm(compiled.executable, case, arrays,
                                  device_for(case.target_def(target).device), unbound)
                 if len(actual) != len(expected):
@@ -137,7 +171,18 @@ def _run(case: CaseSpec, target: str, seeds: int, weight_seeds: int
                                   f"{len(expected)}")
                 pairs.extend((w, s, i, a, e) for i, (a, e) in enumerate(zip(
                     actual, expected, strict=True)))
-    return pairs
+                if need64:
+                    try:
+                        ref64 = run_torch64(model, inputs)
+                    except Exception as exc:
+                        raise _Failed(f"the model cannot run in float64 for the reference: "
+                                      f"{type(exc).__name__}: {str(exc).strip()[:300]} "
+                                      "(hint: judge it against float32 with rtol/atol "
+                                      "instead)") from exc
+                    label = ", ".join(f"{k}={v}" for k, v in sizes.items())
+                    by_float64.extend((w, s, st) for st in compare_all(
+                        case, target, actual, expected, label, ref64) if st.tolerance.float64)
+    return pairs, by_float64
 
 
 def report(case: CaseSpec, target: str, obs: Observed, seeds: int, weight_seeds: int) -> str:
@@ -154,6 +199,27 @@ def report(case: CaseSpec, target: str, obs: Observed, seeds: int, weight_seeds:
     lines.append(f"max over samples: max_abs {worst_abs:.2e}, max_rel {worst_rel:.2e}")
     lines.append(f"as |tvm - torch| <= atol + rtol*|torch|: rtol {obs.rtol:.2e} (elements with "
                  f"|torch| >= its RMS), atol {obs.atol:.2e} (the rest)")
+    return "\n".join(lines)
+
+
+def report_float64(case: CaseSpec, target: str, stats: Float64Stats) -> str:
+    """The float64 rule per sample: TVM's RMSE and eager float32's against float64, ratio."""
+    tol = stats[0][2].tolerance
+    lines = [f"against the float64 reference (TVM's RMSE <= {tol.multiplier:g} x eager "
+             f"float32's + {tol.floor:g}):",
+             f"{'weights':>7} {'inputs':>6} {'output':>6}  {'tvm_rmse':>9} {'eager_rmse':>10} "
+             f"{'ratio':>6} {'allowed':>9}"]
+    for w, s, st in stats:
+        where = f"  {st.sample}" if st.sample else ""
+        bad = "  EXCEEDS" if not st else ""
+        lines.append(f"{w:>7} {s:>6} {st.output:>6}  {st.rmse:9.2e} {st.eager_rmse or 0:10.2e} "
+                     f"{st.ratio:6.2f} {st.bound:9.2e}{where}{bad}")
+    worst = max(stats, key=lambda x: x[2].ratio)[2]
+    over = sum(1 for _, _, st in stats if not st)
+    verdict = (f"{over} of {len(stats)} exceed the bound: a regression to explain, not a "
+               f"tolerance to tune (`cl-validate show {case.name} --bisect` finds the stage)"
+               if over else "every sample within: nothing to tune")
+    lines.append(f"worst ratio {worst.ratio:.2f}x eager float32; {verdict}")
     return "\n".join(lines)
 
 
