@@ -53,7 +53,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _say(r: CaseResult) -> str:
     assert r.kernels is not None
-    return f"{len(r.kernels.runtime_transforms)} runtime transforms"
+    n = len(r.kernels.runtime_transforms)
+    return f"{n} runtime transform" + ("" if n == 1 else "s")
 
 
 def main(args: argparse.Namespace) -> ExitCode:

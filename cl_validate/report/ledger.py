@@ -57,8 +57,11 @@ class Ledger:
 
     @property
     def top_op(self) -> Entry | None:
-        """The row with an op behind the most transforms (a boundary has no op)."""
-        return next((e for e in self.entries if e.op), None)
+        """The op without a layout rule behind the most transforms: what to fix first. Not
+        a boundary (no op), a pinned layout (asked for) or the model's own permute (the
+        model's to change, not the compiler's), however many transforms those have."""
+        return next((e for e in self.entries if e.reason is Reason.NO_LAYOUT_RULE and e.op),
+                    None)
 
 
 def ledgers(results: Sequence[CaseResult]) -> list[Ledger]:
@@ -110,8 +113,9 @@ def headline(led: Ledger) -> str:
     line = (f"{led.target}: {_n(sum(e.transforms for e in led.entries), 'transform')} in "
             f"{runs}; most: {first.why} ({first.transforms})")
     if top is not None:
-        line += (f"; the op behind the most: {top.op} ({top.transforms} transforms, "
-                 f"{bytes_text(top.bytes)}, in {counted(top.cases, 3)})")
+        line += (f"; the op without a layout rule behind the most: {top.op} "
+                 f"({_n(top.transforms, 'transform')}, {bytes_text(top.bytes)}, in "
+                 f"{counted(top.cases, 3)})")
     return line
 
 
