@@ -39,7 +39,9 @@ SOURCE_ATTR = "cl_validate.source"  # the attribution, as JSON
 SCHEDULE_ATTR = "cl_validate.schedule_rule"
 #: The span source name of a transform the model's own code performs: the front end puts it on
 #: every permute at import (TVM's passes keep a call's span), and our passes put it on a permute
-#: they fold from one that had it. Binding names cannot tell: ConvertLayout reuses them.
+#: they fold from one that had it. Binding names cannot tell: ConvertLayout reuses them. The
+#: mark carries the permute's PyTorch source after a colon (``cl_validate.own:blocks.0 (view)``)
+#: for the same reason: a permute our passes rebuild gets a new binding name.
 OWN_SPAN = "cl_validate.own"
 #: Calls that move arguments into a PrimFunc or packed function: bookkeeping, not an op.
 LOWERED_CALL_OPS: tuple[str, ...] = (
@@ -280,17 +282,39 @@ def is_transform(call: object) -> bool:
     return axes is None or not is_identity(axes)
 
 
+def own_tag(call: object) -> str | None:
+    """The `OWN_SPAN` mark of a transform call the model's own code performs (with its
+    source, where known); None for any other call. Pass it on to `mark_own`."""
+    span = getattr(call, "span", None)
+    if span is None:
+        return None
+    name = str(span.source_name.name)
+    return name if name == OWN_SPAN or name.startswith(OWN_SPAN + ":") else None
+
+
 def is_own(call: object) -> bool:
     """A transform call the model's own code performs (see `OWN_SPAN`)."""
-    span = getattr(call, "span", None)
-    return span is not None and str(span.source_name.name) == OWN_SPAN
+    return own_tag(call) is not None
 
 
-def mark_own(call: relax.Call, own: bool = True) -> relax.Call:
-    """`call` carrying the `OWN_SPAN` mark if `own`, else `call` itself."""
+def own_source(call: object) -> str | None:
+    """The PyTorch source an own permute was marked with at import (``blocks.0 (view)``)."""
+    tag = own_tag(call)
+    return tag[len(OWN_SPAN) + 1:] or None if tag is not None else None
+
+
+def own_mark(source: str | None) -> str:
+    """The `OWN_SPAN` mark for a permute the model's code at `source` performs."""
+    return f"{OWN_SPAN}:{source}" if source else OWN_SPAN
+
+
+def mark_own(call: relax.Call, own: bool | str | None = True) -> relax.Call:
+    """`call` carrying an `OWN_SPAN` mark if `own` (a mark from `own_tag`/`own_mark`, or True
+    for one without a source), else `call` itself."""
     if not own:
         return call
-    span = tvm.ir.Span(tvm.ir.SourceName(OWN_SPAN), 0, 0, 0, 0)
+    tag = own if isinstance(own, str) else OWN_SPAN
+    span = tvm.ir.Span(tvm.ir.SourceName(tag), 0, 0, 0, 0)
     return relax.Call(call.op, call.args, call.attrs, call.ty_args, span=span)
 
 

@@ -69,6 +69,14 @@ def test_a_folded_shuffle_stays_the_models_own(write_case):
     assert [t.attribution.reason for t in middle] == [Reason.OWN_PERMUTE]
 
 
+def test_each_own_permute_names_the_module_whose_code_wrote_it(write_case):
+    """Our passes rebuild a model's permutes (new binding names), so the source travels in
+    the permute's own mark: each shuffle is named by its own block, in order."""
+    ts = _transforms(write_case, "shufflenetlet", pipeline="nhwc")
+    own = [t.attribution.source for t in ts if t.attribution.reason == Reason.OWN_PERMUTE]
+    assert [s.split(" (")[0] if s else s for s in own] == ["blocks.0", "blocks.1", "blocks.2"]
+
+
 def test_a_transform_the_model_did_not_write_is_not_its_own(write_case):
     """A flatten the model feeds into a run-time matmul needs NCHW order; the model permutes
     nothing, so the transform is not the model's own."""

@@ -29,6 +29,8 @@ from cl_validate.ir import (
     is_weight_derived,
     mark_own,
     op_name,
+    own_mark,
+    own_source,
     replace_function,
     use_sites,
     weight_derived,
@@ -129,8 +131,8 @@ def annotate_transforms(mod: Any, sources: dict[str, str],
         elif b.var in outputs:
             att = Attribution(Reason.OUTPUT_BOUNDARY, None, sources.get(
                 x.name if isinstance(x, relax.Var) else name))
-        elif is_own(b.value):
-            att = Attribution(Reason.OWN_PERMUTE, op_name(b.value), sources.get(name))
+        elif is_own(b.value):  # its source travels in its mark: our passes rename it
+            att = Attribution(Reason.OWN_PERMUTE, op_name(b.value), own_source(b.value))
         else:
             culprit = None
             if axes == _TO_NHWC and isinstance(x, relax.Var) and x in producer:
@@ -146,7 +148,7 @@ def annotate_transforms(mod: Any, sources: dict[str, str],
                 src = sources.get(culprit.var.name)
                 module = src.rsplit(" (", 1)[0] if src else None
                 if is_own(culprit.value):  # converting back what the model's code permuted
-                    reason = Reason.OWN_PERMUTE
+                    reason, src = Reason.OWN_PERMUTE, own_source(culprit.value)
                 else:
                     reason = Reason.PINNED if module in pinned else Reason.NO_LAYOUT_RULE
                 att = Attribution(reason, op_name(culprit.value), src)
@@ -197,10 +199,14 @@ def _output_vars(ret: Any, producer: dict[Any, Any]) -> set[Any]:
     return out
 
 
-def mark_own_permutes(import_mod: Any, skip: Iterable[str] = ()) -> Any:
+def mark_own_permutes(import_mod: Any, skip: Iterable[str] = (),
+                      sources: dict[str, str] | None = None) -> Any:
     """The imported module with every transform in main marked as the model's own
-    (`cl_validate.ir.OWN_SPAN`): at import, every permute is one the model's code wrote, but
-    for the bindings named in `skip` (the permutes of cl_validate's channels-last wrapper)."""
+    (`cl_validate.ir.OWN_SPAN`), with its PyTorch source from `sources` (by binding name,
+    as `sources_by_binding` gives them): at import, every permute is one the model's code
+    wrote, but for the bindings named in `skip` (the permutes of cl_validate's channels-last
+    wrapper)."""
+    where = sources or {}
     func = import_mod["main"]
     skipped = set(skip)
     if not any(op_name(b.value) in TRANSFORM_OPS and b.var.name not in skipped
@@ -215,7 +221,8 @@ def mark_own_permutes(import_mod: Any, skip: Iterable[str] = ()) -> Any:
                 return
             call = binding.value
             new = mark_own(relax.Call(call.op, [self.visit_expr(a) for a in call.args],
-                                      call.attrs, call.ty_args))
+                                      call.attrs, call.ty_args),
+                           own_mark(where.get(binding.var.name)))
             self.builder_.emit_normalized(relax.VarBinding(binding.var,
                                                            self.builder_.normalize(new)))
 

@@ -107,7 +107,7 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
         # have an nn.Module path under "inner".
         ours = {name for name, src in sources.items()
                 if wrapped is not model and src.split(" (")[0].split(".")[0] != WRAPPED}
-        mod, params = relax.frontend.detach_params(mark_own_permutes(mod, ours))
+        mod, params = relax.frontend.detach_params(mark_own_permutes(mod, ours, sources))
         mod = _name_symbolic_dims(mod, case)
     except ClValidateError:
         raise

@@ -233,6 +233,36 @@ def channel_shuffle() -> nn.Module:
     return ChannelShuffle()
 
 
+class ShuffleBlock(nn.Module):
+    """A convolution, then a channel shuffle in this module's own code."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x))
+        n, c, h, w = y.shape
+        return y.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
+
+
+class ShuffleNetlet(nn.Module):
+    """A stem and three shuffle blocks: three own permutes, each from its own module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.blocks = nn.Sequential(*(ShuffleBlock(8) for _ in range(3)))
+        self.head = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(x)))
+
+
+def shufflenetlet() -> nn.Module:
+    return ShuffleNetlet()
+
+
 def flatten_matmul() -> nn.Module:
     return FlattenMatmul()
 

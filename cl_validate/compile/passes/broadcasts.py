@@ -26,11 +26,11 @@ from cl_validate.compile.passes._layout_ops import BROADCAST_OPS
 from cl_validate.compile.passes._util import relax_function_pass
 from cl_validate.ir import (
     bindings,
-    is_own,
     known_shape,
     mark_own,
     ndim,
     op_name,
+    own_tag,
     permute_axes,
 )
 
@@ -77,7 +77,7 @@ class _Elider(PyExprMutator):  # type: ignore[misc]
             if g is None or out is None or ndim(g) != len(axes):
                 return None
             moved = mark_own(relax.op.permute_dims(self.visit_expr(g), list(axes)),
-                             is_own(value))
+                             own_tag(value))
             return relax.op.broadcast_to(moved, list(out))
         if op_name(value) not in ELIDING_OPS:
             return None

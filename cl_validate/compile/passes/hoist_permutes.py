@@ -21,9 +21,9 @@ from cl_validate.compile.passes._util import inverse, moves_only_unit_axes, rela
 from cl_validate.ir import (
     bindings,
     is_identity,
-    is_own,
     mark_own,
     op_name,
+    own_tag,
     permute_axes,
     static_shape,
     use_sites,
@@ -66,7 +66,7 @@ class _Hoister(PyExprMutator):  # type: ignore[misc]
             return
         axes = permute_axes(binding.value)
         assert axes is not None
-        own = is_own(binding.value)
+        own = own_tag(binding.value)
         parts = [self.builder_.emit(mark_own(relax.op.permute_dims(self.visit_expr(f),
                                                                    list(axes)), own))
                  for f in concat.args[0].fields]

@@ -56,11 +56,11 @@ from cl_validate.compile.passes.movement_chains import (
 )
 from cl_validate.ir import (
     is_identity,
-    is_own,
     is_weight_derived,
     mark_own,
     ndim,
     op_name,
+    own_tag,
     permute_axes,
     shape_exprs,
     static_shape,
@@ -323,7 +323,7 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
             src, q = self.a.absorbed[var]
             perm = compose(self.a.plans[src].out_perm, q)
             w = self.new[src]
-            own = is_own(binding.value)  # what is left of a model's permute stays the model's
+            own = own_tag(binding.value)  # what is left of a model's permute stays the model's
             _alias(self.builder_, self, var, w if is_identity(perm) else mark_own(
                 relax.op.permute_dims(w, list(perm)), own))
         else:

@@ -36,10 +36,10 @@ from cl_validate.compile.passes._util import (
 from cl_validate.ir import (
     PERMUTE_OP,
     is_identity,
-    is_own,
     is_weight_derived,
     mark_own,
     op_name,
+    own_tag,
     permute_axes,
     static_shape,
     use_sites,
@@ -142,7 +142,7 @@ def _prod(values: Iterable[int]) -> int:
 
 
 def folded_movement(expr: relax.Expr, root_shape: tuple[int, ...], steps: list[Step],
-                    out_shape: tuple[int, ...], own: bool = False,
+                    out_shape: tuple[int, ...], own: str | None = None,
                     emit: Callable[[relax.Expr], relax.Expr] | None = None
                     ) -> tuple[relax.Expr, Cost] | None:
     """``steps`` applied to ``expr`` as at most reshape -> permute -> reshape (nested calls;
@@ -178,7 +178,7 @@ class Chain:
     steps: list[Step]
     cost: Cost  # run-time cost of the chain's permutes as they are
     internal: tuple[relax.Var, ...]  # the intermediates, which die with the chain
-    own: bool = False  # one of its permutes is the model's own
+    own: str | None = None  # one of its permutes is the model's own: its mark
 
 
 class MovementChains:
@@ -217,7 +217,7 @@ class MovementChains:
         cost: list[Cost] = []
         internal: list[relax.Var] = []
         value = self.values[end]
-        own = False
+        own: str | None = None
         while True:
             src = value.args[0]
             shape, out = static_shape(src), static_shape(value)
@@ -226,7 +226,7 @@ class MovementChains:
             axes = permute_axes(value)
             if axes is not None:
                 steps.append(("permute", axes))
-                own = own or is_own(value)
+                own = own or own_tag(value)
                 if not is_weight_derived(src, self.weights):
                     cost.append(permute_cost(shape, axes))
             else:
