@@ -12,6 +12,7 @@ from cl_validate.compile.factory import build_model
 from cl_validate.run.options import RunOptions
 from cl_validate.run.suite import run_in_process
 from cl_validate.spec import load_case
+from tests.conftest import tiny_case
 
 pytestmark = pytest.mark.compile
 ZOO = Path(__file__).parents[1] / "model_cases"
@@ -60,20 +61,9 @@ def test_qdq_ir_holds_int8_tensors(write_case):
 
 def test_float_floor_and_trunc_division_by_a_python_int_import_and_match(write_case):
     """TVM's converter makes the divisor int32 and the import fails on a float tensor."""
-    case = load_case(write_case("""
-        model = "tiny_models:floor_div_positions"
-        targets = ["llvm"]
-        [[inputs]]
-        name = "x"
-        shape = [1, 3, 8, 8]
-        [layout]
-        "relax.nn.conv2d" = ["NHWC", "OHWI"]
-        [budget]
-        layout_transforms = 2
-        [tolerance]
-        rtol = 1e-5
-        atol = 1e-5
-        """))
+    case = load_case(write_case(tiny_case(model="tiny_models:floor_div_positions",
+                                          tolerance=(1e-5, 1e-5)).replace(
+        "[1, 3, 16, 16]", "[1, 3, 8, 8]")))
     (result,) = run_in_process([case], RunOptions(isolate=False))
     assert result.check("compile").status is Status.PASSED, result.check("compile").message
     assert result.check("numerics").status is Status.PASSED, result.check("numerics").message
@@ -83,21 +73,9 @@ def test_amax_amin_and_a_view_head_with_channels_last_input(write_case):
     """amax/amin import through our converter; with NHWC input the model still sees a tensor
     it can ``view(n, -1)`` (the wrapper's permute is made contiguous), and nothing is left to
     transpose: the flatten folds into the Linear weight."""
-    case = load_case(write_case("""
-        model = "tiny_models:spatial_gate_view_head"
-        targets = ["llvm"]
-        [[inputs]]
-        name = "x"
-        shape = [1, 3, 8, 8]
-        layout = "NHWC"
-        [layout]
-        "relax.nn.conv2d" = ["NHWC", "OHWI"]
-        [budget]
-        layout_transforms = 0
-        [tolerance]
-        rtol = 1e-5
-        atol = 1e-5
-        """))
+    case = load_case(write_case(tiny_case(0, model="tiny_models:spatial_gate_view_head",
+                                          tolerance=(1e-5, 1e-5)).replace(
+        "shape = [1, 3, 16, 16]", 'shape = [1, 3, 8, 8]\nlayout = "NHWC"')))
     (result,) = run_in_process([case], RunOptions(isolate=False))
     for check in ("compile", "layout_transforms", "numerics"):
         assert result.check(check).status is Status.PASSED, result.check(check).message

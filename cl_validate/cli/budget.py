@@ -32,7 +32,7 @@ from cl_validate.checks.verdict import CaseResult
 from cl_validate.cli.common import DEFAULT_PATH, add_paths, add_target, expand, measure_static
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.paths import display_path
-from cl_validate.run.options import positive_int
+from cl_validate.run.options import add_to_argparse
 from cl_validate.spec import CaseSpec, load_cases
 from cl_validate.spec.budgets import Measured, plan, rewrite, verify
 
@@ -74,10 +74,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     for p in (tighten, record):
         add_paths(p)
         add_target(p, "targets to measure (repeatable; default: each case's own)", multi=True)
-        p.add_argument("-j", "--jobs", type=positive_int, metavar="N",
-                       help="worker processes (default: the number of cores)")
-        p.add_argument("--no-isolation", action="store_true",
-                       help="compile in this process (no worker processes)")
+        add_to_argparse(p, only=("jobs", "no_isolation"))
     tighten.add_argument("--allow-increase", action="store_true",
                          help="also raise budgets the case now exceeds (needs --reason)")
     tighten.add_argument("--reason", metavar="TEXT",

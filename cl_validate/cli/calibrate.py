@@ -139,6 +139,7 @@ def _run(case: CaseSpec, target: str, seeds: int, weight_seeds: int
     from cl_validate.compile.target import device_for
     from cl_validate.ir import weight_params
     from cl_validate.run.execute import (
+        float64_model,
         make_inputs,
         run_torch,
         run_torch64,
@@ -152,6 +153,7 @@ def _run(case: CaseSpec, target: str, seeds: int, weight_seeds: int
     for w in range(case.seed, case.seed + weight_seeds):
         wcase = replace(case, seed=w)
         model = build_model(wcase)
+        model64 = float64_model(model) if need64 else None
         try:
             front = export_and_import(model, wcase, torch_inputs(
                 wcase, make_inputs(wcase)))
@@ -171,9 +173,9 @@ def _run(case: CaseSpec, target: str, seeds: int, weight_seeds: int
                                   f"{len(expected)}")
                 pairs.extend((w, s, i, a, e) for i, (a, e) in enumerate(zip(
                     actual, expected, strict=True)))
-                if need64:
+                if model64 is not None:
                     try:
-                        ref64 = run_torch64(model, inputs)
+                        ref64 = run_torch64(model64, inputs)
                     except Exception as exc:
                         raise _Failed(f"the model cannot run in float64 for the reference: "
                                       f"{type(exc).__name__}: {str(exc).strip()[:300]} "

@@ -24,6 +24,12 @@ def add_paths(p: argparse.ArgumentParser) -> None:
                    help=f"case files or folders of them (default: {DEFAULT_PATH})")
 
 
+def add_patterns(p: argparse.ArgumentParser) -> None:
+    """``-k PATTERN``: select cases by name (`select`)."""
+    p.add_argument("-k", dest="patterns", action="append", metavar="PATTERN",
+                   help="only cases whose name contains PATTERN (glob wildcards allowed)")
+
+
 def add_target(p: argparse.ArgumentParser, help: str, *, multi: bool) -> None:
     """``--target``: llvm, cuda or a declared target (checked against the cases)."""
     p.add_argument("--target", dest="targets" if multi else "target", metavar="TARGET",

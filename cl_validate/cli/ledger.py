@@ -16,6 +16,7 @@ from cl_validate.checks.verdict import CaseResult
 from cl_validate.cli.common import (
     DEFAULT_PATH,
     add_paths,
+    add_patterns,
     add_target,
     expand,
     measure_static,
@@ -26,7 +27,7 @@ from cl_validate.paths import display_path, report_file
 from cl_validate.report.ledger import ledgers, render_ledger
 from cl_validate.report.markdown import ledger_section
 from cl_validate.run.cache import resolve_dir
-from cl_validate.run.options import positive_int
+from cl_validate.run.options import add_to_argparse, positive_int
 from cl_validate.spec import load_cases
 
 HELP = "what the runtime transforms of a suite are there for, most transforms first"
@@ -35,16 +36,8 @@ HELP = "what the runtime transforms of a suite are there for, most transforms fi
 def configure(parser: argparse.ArgumentParser) -> None:
     add_paths(parser)
     add_target(parser, "targets to measure (repeatable; default: each case's own)", multi=True)
-    parser.add_argument("-k", dest="patterns", action="append", metavar="PATTERN",
-                        help="only cases whose name contains PATTERN (glob wildcards allowed)")
-    parser.add_argument("-j", "--jobs", type=positive_int, metavar="N",
-                        help="worker processes (default: the number of cores)")
-    parser.add_argument("--no-isolation", action="store_true",
-                        help="compile in this process (no worker processes)")
-    parser.add_argument("--cache-dir", metavar="DIR", help="measurement cache (default: "
-                        ".cl_validate_cache)")
-    parser.add_argument("--no-cache", action="store_true", help="neither read nor write the "
-                        "cache")
+    add_patterns(parser)
+    add_to_argparse(parser, only=("jobs", "no_isolation", "cache_dir", "no_cache"))
     parser.add_argument("--limit", type=positive_int, metavar="N",
                         help="show the first N reasons per target (default: all)")
     parser.add_argument("--markdown", metavar="FILE", help="also write the ledger as "

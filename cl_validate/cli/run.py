@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from cl_validate.checks.cost import schedule_text
 from cl_validate.checks.judge import declaring_line
 from cl_validate.checks.verdict import CHECKS, COMPILE, CaseResult, CheckResult, Status
-from cl_validate.cli.common import DEFAULT_PATH, add_paths, expand, select
+from cl_validate.cli.common import DEFAULT_PATH, add_paths, add_patterns, expand, select
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.paths import display_path, report_file
 from cl_validate.report.annotations import emit_annotations
@@ -39,8 +39,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", metavar="FILE", help="write a Markdown report to FILE: "
                         "tables, why each failure failed, kernel-chain charts (GitHub renders "
                         "it)")
-    parser.add_argument("-k", dest="patterns", action="append", metavar="PATTERN",
-                        help="only cases whose name contains PATTERN (glob wildcards allowed)")
+    add_patterns(parser)
     add_to_argparse(parser)
 
 

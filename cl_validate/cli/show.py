@@ -104,13 +104,19 @@ def _bisect(case: CaseSpec, target: str, model: Any, front: Any, compiled: Any) 
     sample, judged by `target`'s tolerance."""
     # lazy: torch and TVM (running the stages here, in this process)
     from cl_validate.run.bisect import bisect
-    from cl_validate.run.execute import make_inputs, run_torch, run_torch64, torch_inputs
+    from cl_validate.run.execute import (
+        float64_model,
+        make_inputs,
+        run_torch,
+        run_torch64,
+        torch_inputs,
+    )
 
     sample = case.samples()[0]
     arrays = make_inputs(case, sample.sizes, sample.seed)
     expected = run_torch(model, torch_inputs(case, arrays))
-    ref64 = run_torch64(model, torch_inputs(case, arrays)) if case.needs_float64(target) \
-        else None
+    ref64 = (run_torch64(float64_model(model), torch_inputs(case, arrays))
+             if case.needs_float64(target) else None)
     result = bisect(case, target, compiled, front, inputs=arrays, expected=expected,
                     reference64=ref64, label=sample.label, stop_at_break=False)
     print(f"{case.label} [{target}]  pipeline {case.pipeline}  ({display_path(case.path)})\n")

@@ -88,10 +88,15 @@ def run_torch(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np
     return [_to_numpy(o) for o in flatten_outputs(out)]
 
 
-def run_torch64(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
-    """The float64 reference: a float64 copy of the model on the same inputs in float64
-    (integer inputs stay integers). The model itself is left as it is."""
-    model64 = copy.deepcopy(model).double()
+def float64_model(model: torch.nn.Module) -> torch.nn.Module:
+    """A float64 copy of the model for the float64 reference (the model itself is left as it
+    is); made once per case, run on every sample with `run_torch64`."""
+    return copy.deepcopy(model).double()
+
+
+def run_torch64(model64: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
+    """The float64 reference: `float64_model`'s copy on the same inputs in float64 (integer
+    inputs stay integers)."""
     args = [t.double() if t.is_floating_point() else t for t in inputs]
     with torch.no_grad():
         out = model64(*args)

@@ -37,7 +37,14 @@ from cl_validate.errors import CompileStageError, ErrorRecord, UsageError
 from cl_validate.ir import weight_params
 from cl_validate.run.bisect import bisect_failure, wants_bisection
 from cl_validate.run.cache import Cache, key
-from cl_validate.run.execute import make_inputs, run_torch, run_torch64, run_tvm, torch_inputs
+from cl_validate.run.execute import (
+    float64_model,
+    make_inputs,
+    run_torch,
+    run_torch64,
+    run_tvm,
+    torch_inputs,
+)
 from cl_validate.run.options import RunOptions, selected_targets
 from cl_validate.run.profile import profile_case, wants_profile
 from cl_validate.run.remote import RpcError, run_remote
@@ -260,7 +267,8 @@ def _float64_reference(case: CaseSpec, model: Any, targets: list[str],
     if options.static_only or not any(case.needs_float64(t) for t in targets):
         return [None] * len(samples), None
     try:
-        return [run_torch64(model, torch_inputs(case, arrays)) for _, arrays in samples], None
+        model64 = float64_model(model)
+        return [run_torch64(model64, torch_inputs(case, arrays)) for _, arrays in samples], None
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         line = next(case.tolerance_for(t, None)[1] for t in targets if case.needs_float64(t))

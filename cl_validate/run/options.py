@@ -166,9 +166,12 @@ RUN_OPTIONS: tuple[Option, ...] = (
 )
 
 
-def add_to_argparse(parser: argparse.ArgumentParser) -> None:
+def add_to_argparse(parser: argparse.ArgumentParser, only: Sequence[str] | None = None
+                    ) -> None:
+    """The run options (those whose dest is in `only`, when given) on an argparse parser."""
     for opt in RUN_OPTIONS:
-        parser.add_argument(*opt.flags, **opt.kwargs())
+        if only is None or opt.dest in only:
+            parser.add_argument(*opt.flags, **opt.kwargs())
 
 
 def add_to_pytest(group: Any) -> None:
