@@ -28,12 +28,12 @@ def main() -> None:
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
 
-    from cl_validate.analysis.kernels import kernel_list
-    from cl_validate.analysis.model import bytes_text, share_text
-    from cl_validate.compile.build import compile_case
+    from cl_validate.analysis.fused_kernels import read_kernel_list
     from cl_validate.compile.factory import build_model
     from cl_validate.compile.frontend import export_and_import
-    from cl_validate.run.execute import make_inputs, torch_inputs
+    from cl_validate.compile.program import compile_case
+    from cl_validate.measurements.units import bytes_text, share_text
+    from cl_validate.session.inputs import make_inputs, torch_inputs
     from cl_validate.spec import load_cases
 
     header = ("case", "traffic", "transform bytes", "share", *(f"cuda {r}" for r in RULES),
@@ -44,12 +44,13 @@ def main() -> None:
         if args.pattern and args.pattern not in case.name:
             continue
         front = export_and_import(build_model(case), case, torch_inputs(case, make_inputs(case)))
-        llvm = kernel_list(compile_case(front, case, "llvm", build=False), case.max_sizes())
+        llvm = read_kernel_list(compile_case(front, case, "llvm", build=False), case.max_sizes())
         cells = [case.name, bytes_text(llvm.traffic), bytes_text(llvm.transform_bytes),
                  share_text(llvm.share(llvm.transform_bytes))]
         if "cuda" in case.targets:
             t0 = time.perf_counter()
-            cuda = kernel_list(compile_case(front, case, "cuda", build=False), case.max_sizes())
+            cuda = read_kernel_list(compile_case(front, case, "cuda", build=False),
+                                    case.max_sizes())
             seconds = time.perf_counter() - t0
             counts = cuda.schedule_counts()
             cells += [str(counts.get(r, 0)) for r in RULES] + [f"{seconds:.1f}"]

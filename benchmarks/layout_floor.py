@@ -31,11 +31,11 @@ def main() -> None:
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
 
-    from cl_validate.analysis.kernels import kernel_list
-    from cl_validate.compile.build import compile_case
+    from cl_validate.analysis.fused_kernels import read_kernel_list
     from cl_validate.compile.factory import build_model
     from cl_validate.compile.frontend import export_and_import
-    from cl_validate.run.execute import make_inputs, torch_inputs
+    from cl_validate.compile.program import compile_case
+    from cl_validate.session.inputs import make_inputs, torch_inputs
     from cl_validate.spec import load_cases
 
     rows = []
@@ -58,7 +58,7 @@ def main() -> None:
                 cells[pipe] = (-1, -1, time.perf_counter() - t0)
                 continue
             seconds = time.perf_counter() - t0 + front.export_seconds + front.import_seconds
-            kernels = kernel_list(compiled)
+            kernels = read_kernel_list(compiled)
             cells[pipe] = (len(kernels.runtime_transforms), len(kernels), seconds)
         plain, ours = cells["nhwc-plain"], cells["nhwc"]
 

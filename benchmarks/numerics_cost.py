@@ -42,17 +42,12 @@ def main() -> None:
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
 
-    from cl_validate.compile.build import compile_case
     from cl_validate.compile.factory import build_model
     from cl_validate.compile.frontend import export_and_import
-    from cl_validate.run.bisect import bisect
-    from cl_validate.run.execute import (
-        float64_model,
-        make_inputs,
-        run_torch,
-        run_torch64,
-        torch_inputs,
-    )
+    from cl_validate.compile.program import compile_case
+    from cl_validate.session.execute import float64_model, run_torch, run_torch64
+    from cl_validate.session.first_break import bisect
+    from cl_validate.session.inputs import make_inputs, torch_inputs
     from cl_validate.spec import load_case
 
     print(f"{'case':<20} {'f32 ref s':>9} {'f64 ref s':>9} {'f64/f32':>7} "

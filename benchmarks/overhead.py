@@ -71,8 +71,8 @@ STAGES = textwrap.dedent('''
     sys.path[:0] = [{case_dir!r}, {cwd!r}]
     from cl_validate.spec import load_case
     from cl_validate.compile.factory import build_model
-    from cl_validate.run.execute import make_inputs
-    from cl_validate.compile.build import compile_case
+    from cl_validate.session.inputs import make_inputs
+    from cl_validate.compile.program import compile_case
     from cl_validate.compile.frontend import export_and_import
     case = load_case({case_path!r})
     model = build_model(case)

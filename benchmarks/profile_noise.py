@@ -1,6 +1,6 @@
 """How noisy ``--profile`` is: the same compiled program profiled in several sessions.
 
-For each case: compile once for llvm, then run `cl_validate.run.profile.profile_program`
+For each case: compile once for llvm, then run `cl_validate.session.kernel_timer.profile_program`
 `--sessions` times (each a fresh VirtualMachine: one warm-up run, then `--repeats` timed
 runs, as ``--profile`` does). Prints, per session, the median time of each runtime-transform
 kernel and of all kernels, and the transforms' time share (median and the fastest–slowest
@@ -31,15 +31,14 @@ def main() -> None:
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
 
-    from cl_validate.analysis.kernels import kernel_list
-    from cl_validate.analysis.model import share_text
-    from cl_validate.analysis.timing import time_text
-    from cl_validate.compile.build import compile_case
+    from cl_validate.analysis.fused_kernels import read_kernel_list
     from cl_validate.compile.factory import build_model
     from cl_validate.compile.frontend import export_and_import
-    from cl_validate.compile.target import device_for
-    from cl_validate.run.execute import make_inputs, program_args, torch_inputs
-    from cl_validate.run.profile import profile_program
+    from cl_validate.compile.program import compile_case
+    from cl_validate.compile.tvm_targets import device_for
+    from cl_validate.measurements.units import share_text, time_text
+    from cl_validate.session.inputs import make_inputs, program_args, torch_inputs
+    from cl_validate.session.kernel_timer import profile_program
     from cl_validate.spec import load_case
 
     for path in args.paths:
@@ -47,7 +46,7 @@ def main() -> None:
         arrays = make_inputs(case, case.max_sizes())
         front = export_and_import(build_model(case), case, torch_inputs(case, arrays))
         compiled = compile_case(front, case, "llvm")
-        kernels = kernel_list(compiled, case.max_sizes())
+        kernels = read_kernel_list(compiled, case.max_sizes())
         device = device_for(case.target_def("llvm").device)
         prog = program_args(case, arrays, device)
         transform_kernels = sorted({t.kernel for t in kernels.runtime_transforms})

@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 TOKEN_ENV = "CL_VALIDATE_SOAK"
 sys.path.insert(0, str(ROOT))
-from cl_validate.checks.verdict import CHECKS as _ALL  # noqa: E402
+from cl_validate.checks.registry import names  # noqa: E402
 
-CHECKS = len(_ALL)  # one testcase per check for every case
+CHECKS = len(names())  # one testcase per check for every case
 
 CASE = """model = "{model}"
 targets = ["llvm"]

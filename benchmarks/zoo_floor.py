@@ -63,7 +63,7 @@ class Row:
 
 
 def _counts(kernels: Any) -> tuple[int, int]:
-    from cl_validate.compile.reasons import Reason  # lazy: after sys.path is set
+    from cl_validate.measurements.attribution import Reason  # lazy: after sys.path is set
 
     own = sum(1 for t in kernels.runtime_transforms
               if t.attribution is not None and t.attribution.reason is Reason.OWN_PERMUTE)
@@ -76,10 +76,11 @@ def measure(name: str, factory: Callable[[], Any], size: int, folder: Path) -> R
     import torch
     import tvm
 
-    from cl_validate.analysis.kernels import kernel_list
-    from cl_validate.compile.build import compile_case
+    from cl_validate.analysis.fused_kernels import read_kernel_list
     from cl_validate.compile.frontend import export_and_import
-    from cl_validate.run.execute import make_inputs, run_torch, run_tvm, torch_inputs
+    from cl_validate.compile.program import compile_case
+    from cl_validate.session.execute import run_torch, run_tvm
+    from cl_validate.session.inputs import make_inputs, torch_inputs
     from cl_validate.spec import load_case
 
     row = Row(name)
@@ -109,13 +110,13 @@ def measure(name: str, factory: Callable[[], Any], size: int, folder: Path) -> R
         worst = max(float(np.max(np.abs(o - r) / (TOLERANCE + TOLERANCE * np.abs(r))))
                     for o, r in zip(out, ref, strict=True))
         row.worst = max(worst, row.worst) if row.worst == row.worst else worst
-        counts = _counts(kernel_list(compiled))
+        counts = _counts(read_kernel_list(compiled))
         if layout == "NCHW":
             row.nchw = counts
             try:
                 plain = compile_case(front, dataclasses.replace(case, pipeline="nhwc-plain"),
                                      "llvm", build=False)
-                row.plain = len(kernel_list(plain).runtime_transforms)
+                row.plain = len(read_kernel_list(plain).runtime_transforms)
             except Exception as exc:
                 row.error = f"plain: {exc}".splitlines()[0][:160]
         else:

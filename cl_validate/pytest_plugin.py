@@ -40,18 +40,19 @@ from typing import Any
 import pytest
 
 from cl_validate.checks.judge import declaring_line
-from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status, check_id
+from cl_validate.checks.registry import names
+from cl_validate.checks.verdict import CaseResult, CheckResult, Status, check_id
 from cl_validate.errors import UsageError
-from cl_validate.run.options import (
+from cl_validate.spec import CaseSpec, load_case, tomllib
+from cl_validate.spec.options import (
     RunOptions,
     add_to_pytest,
     check_target_names,
     run_options,
     selected_targets,
 )
-from cl_validate.run.suite import run_suite
-from cl_validate.run.workers import WorkerPool
-from cl_validate.spec import CaseSpec, load_case, tomllib
+from cl_validate.suite.driver import Measurer, run_suite
+from cl_validate.suite.pool import WorkerPool
 
 CASE_DIRS_INI = "cl_validate_case_dirs"
 _options_key = pytest.StashKey["RunOptions"]()
@@ -154,7 +155,7 @@ class CaseNode(pytest.Collector):
         for run in self.case.expand():
             variant = run.variant.name if run.variant else None
             for target in selected_targets(run, _run_options(self.config)):
-                for check in CHECKS:
+                for check in names():
                     yield CheckItem.from_parent(self, name=check_id(check, target, variant),
                                                 check=check, target=target, run=run)
 
@@ -176,12 +177,18 @@ class CaseNode(pytest.Collector):
             warnings.simplefilter("ignore", FutureWarning)
             warnings.filterwarnings("ignore", category=UserWarning, module="torch")
             results: list[CaseResult] = []
-            run_suite([run], options, results.append,
-                      pool=self._pool(options) if options.isolate else None)
+            run_suite([run], options, results.append, self._measurer(options))
         (result,) = [r for r in results if r.target == target]
         return result
 
-    def _pool(self, options: RunOptions) -> WorkerPool:
+    def _measurer(self, options: RunOptions) -> Measurer:
+        """This process (the default), or the session's worker pool under --cl-timeout or
+        --cl-max-memory-mb."""
+        if not options.isolate:
+            # lazy: torch and TVM (the case is measured in the pytest process)
+            from cl_validate.session.in_process import InProcess
+
+            return InProcess(options)
         pool = self.config.stash.get(_pool_key, None)
         if pool is None:
             pool = self.config.stash[_pool_key] = WorkerPool(options)
@@ -210,7 +217,7 @@ class CheckItem(pytest.Item):
             unusable = ""
         if unusable:
             pytest.fail(unusable, pytrace=False)
-        self.user_properties.extend(self._check.measured.properties())
+        self.user_properties.extend(self._check.figures.properties())
         if self._check.status is Status.ERROR:  # the compile or the model failed
             pytest.fail(_text(self._check), pytrace=False)
 

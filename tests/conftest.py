@@ -148,3 +148,14 @@ def left_behind(token: str) -> list[str]:
         if f"{TOKEN_ENV}={token}".encode() in env.split(b"\0"):
             out.append(f"{pid}: {cmd.decode(errors='replace')}")
     return out
+
+
+def judge_check(name: str, case: Any, target: str, stale: Any = None, **measured: Any) -> Any:
+    """One check's verdict on a hand-built measurement (`measured`: `Measurement` fields)."""
+    from cl_validate.checks.registry import Judging, get
+    from cl_validate.measurements.measurement import Measurement
+    from cl_validate.spec.config import StalePolicy
+
+    m = Measurement(target, **measured)
+    return get(name).judge(Judging(case, m, stale or StalePolicy.FAIL))
+

@@ -25,9 +25,9 @@ from cl_validate.report.annotations import (
     github_annotations,
 )
 from cl_validate.report.junit import build_junit
-from cl_validate.run.options import RunOptions
-from cl_validate.run.suite import run_in_process
+from cl_validate.session.in_process import judge_in_process
 from cl_validate.spec import load_case
+from cl_validate.spec.options import RunOptions
 from tests.conftest import tiny_case
 
 DATA = Path(__file__).parent / "data"
@@ -49,7 +49,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def results(workspace: Path) -> list[CaseResult]:
     case = load_case(workspace / FOLDER / "over_budget.toml")
-    return run_in_process([case], RunOptions(isolate=False))
+    return judge_in_process([case], RunOptions(isolate=False))
 
 
 def _parse(command: str) -> tuple[str, dict[str, str], str]:
@@ -101,7 +101,7 @@ def test_errors_stale_warnings_and_hostile_messages(results):
         if c.check == "layout":
             c = replace(c, status=Status.ERROR, message="100% broken: a,b\r\nsecond", line=None)
         elif c.check == "kernels":
-            c = replace(c, measured=replace(c.measured, stale=True))
+            c = replace(c, figures=replace(c.figures, stale=True))
         checks.append(c)
     commands = github_annotations([replace(r, checks=checks)], env={})
     parsed = [_parse(c) for c in commands]

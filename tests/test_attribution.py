@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from cl_validate.analysis.kernels import kernel_list
-from cl_validate.compile.build import compile_case
+from cl_validate.analysis.fused_kernels import read_kernel_list
 from cl_validate.compile.factory import build_model
 from cl_validate.compile.frontend import export_and_import
-from cl_validate.compile.reasons import Reason
-from cl_validate.run.execute import make_inputs, torch_inputs
+from cl_validate.compile.program import compile_case
+from cl_validate.measurements.attribution import Reason
+from cl_validate.session.inputs import make_inputs, torch_inputs
 from cl_validate.spec import load_case
 
 pytestmark = pytest.mark.compile
@@ -29,7 +29,7 @@ def _transforms(write_case, model, pipeline="nhwc-plain", shape="[1, 3, 16, 16]"
     case = load_case(write_case(CASE.format(model=model, pipeline=pipeline, shape=shape)))
     tensors = torch_inputs(case, make_inputs(case))
     front = export_and_import(build_model(case), case, tensors)
-    kernels = kernel_list(compile_case(front, case, "llvm", build=False))
+    kernels = read_kernel_list(compile_case(front, case, "llvm", build=False))
     return kernels.transforms
 
 

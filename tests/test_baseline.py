@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from junitparser import Failure, JUnitXml
 
-from cl_validate.analysis.model import Kernel, KernelList, Transform
-from cl_validate.checks.kernel_list import (
+from cl_validate.checks.kernel_baseline import (
     BaselineKernel,
     baseline_path,
     check_kernel_list,
@@ -24,8 +23,10 @@ from cl_validate.checks.kernel_list import (
     render,
     snapshot,
 )
-from cl_validate.checks.verdict import CHECKS, Status
+from cl_validate.checks.registry import names
+from cl_validate.checks.verdict import Status
 from cl_validate.errors import ExitCode, UsageError
+from cl_validate.measurements.kernel_list import Kernel, KernelList, Transform
 from cl_validate.spec import load_case
 from tests.conftest import DATA, MINIMAL, run_cli, tiny_case
 
@@ -116,7 +117,7 @@ def test_check_skips_without_baseline_passes_and_fails_with_a_diff(write_case):
     assert r.message == ("kernel list differs from the baseline (llvm): 1 removed; "
                          "4 -> 3 kernels")
     assert "\n->> transpose = transpose" in r.body
-    assert "kernel_list" in CHECKS
+    assert "kernel_list" in names()
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 from junitparser import Failure, JUnitXml
 
-from cl_validate.analysis.model import Kernel, KernelList, StageCount, Transform
-from cl_validate.checks.budget import check_kernels, check_layout_transforms
 from cl_validate.checks.verdict import Status
 from cl_validate.errors import ExitCode
+from cl_validate.measurements.kernel_list import Kernel, KernelList, StageCount, Transform
 from cl_validate.spec import load_case
-from cl_validate.spec.budgets import Measured, plan, rewrite
+from cl_validate.spec.budgets import MeasuredCounts, plan, rewrite
 from cl_validate.spec.config import StalePolicy
-from tests.conftest import DATA, MINIMAL, run_cli, tiny_case
+from tests.conftest import DATA, MINIMAL, judge_check, run_cli, tiny_case
 
 ROOT = Path(__file__).parents[1]
 COUNTS = [StageCount("import", 0, 0)]
@@ -43,36 +42,37 @@ OVERRIDDEN = (MINIMAL + "kernels = 3\n\n[targets_override.cuda]\n"
 # --------------------------------------------------------------------------------------------
 def test_under_budget_is_stale_and_fails_by_default(write_case):
     case = load_case(write_case(OVERRIDDEN))
-    r = check_layout_transforms(case, "llvm", _kernels(1), COUNTS)
+    r = judge_check("layout_transforms", case, "llvm", kernels=_kernels(1), stage_counts=COUNTS)
     assert r.status is Status.FAILED and r.kind == "BudgetStale"
     assert r.message == ("budget stale: layout_transforms 1 < 2 (llvm) — run cl-validate "
                          "budget tighten")
-    assert r.measured.stale and r.line == 11
-    r = check_kernels(case, "llvm", _kernels(1))
+    assert r.figures.stale and r.line == 11
+    r = judge_check("kernels", case, "llvm", kernels=_kernels(1))
     assert r.kind == "BudgetStale" and r.message.startswith("budget stale: kernels 2 < 3")
 
 
 def test_warn_policy_passes_but_still_says_stale(write_case):
     case = load_case(write_case(OVERRIDDEN))
-    r = check_layout_transforms(case, "llvm", _kernels(1), COUNTS, stale=StalePolicy.WARN)
+    r = judge_check("layout_transforms", case, "llvm", StalePolicy.WARN,
+                    kernels=_kernels(1), stage_counts=COUNTS)
     assert r.status is Status.PASSED and r
-    assert "budget stale" in r.message and r.measured.stale
+    assert "budget stale" in r.message and r.figures.stale
 
 
 def test_exact_budget_passes_without_stale_mark(write_case):
     case = load_case(write_case(OVERRIDDEN))
-    r = check_layout_transforms(case, "llvm", _kernels(2), COUNTS)
-    assert r.status is Status.PASSED and not r.measured.stale
+    r = judge_check("layout_transforms", case, "llvm", kernels=_kernels(2), stage_counts=COUNTS)
+    assert r.status is Status.PASSED and not r.figures.stale
 
 
 def test_budget_source_names_the_override_and_its_line(write_case):
     case = load_case(write_case(OVERRIDDEN))
-    r = check_layout_transforms(case, "cuda", _kernels(2), COUNTS)
+    r = judge_check("layout_transforms", case, "cuda", kernels=_kernels(2), stage_counts=COUNTS)
     assert r.message.startswith("layout_transforms 2 > budget 1 (cuda)")
-    assert r.measured.budget_source == "targets_override.cuda, line 15"
+    assert r.figures.budget_source == "targets_override.cuda, line 15"
     assert r.body.startswith("budget 1 (targets_override.cuda, line 15)\n")
-    r = check_kernels(case, "cuda", _kernels(2, extra=1))
-    assert r.measured.budget_source == "budget, line 12"  # cuda inherits the kernels budget
+    r = judge_check("kernels", case, "cuda", kernels=_kernels(2, extra=1))
+    assert r.figures.budget_source == "budget, line 12"  # cuda inherits the kernels budget
     assert r.body.startswith("budget 3 (budget, line 12)")
 
 
@@ -116,7 +116,8 @@ def test_tighten_adds_an_override_only_where_a_target_differs(tmp_path):
     assert "kernels = 4   # why five\n" in new
     assert new.endswith("[targets_override.cuda]\nbudget = { kernels = 3 }\n")
     after = _case(tmp_path, new, "after.toml")
-    assert after.budget_for("llvm").kernels == 4 and after.budget_for("cuda").kernels == 3
+    assert after.budget_for("llvm").get("kernels") == 4
+    assert after.budget_for("cuda").get("kernels") == 3
 
 
 def test_a_target_not_measured_keeps_its_budget(tmp_path):
@@ -125,15 +126,15 @@ def test_a_target_not_measured_keeps_its_budget(tmp_path):
              allow_increase=False,
              reason="")
     after = _case(tmp_path, rewrite(case.path.read_text(), p), "after.toml")
-    assert after.budget_for("llvm").layout_transforms == 1
-    assert after.budget_for("cuda").layout_transforms == 2  # pinned in an override
-    assert after.budget.kernels is None  # an undeclared kernel budget is not added
+    assert after.budget_for("llvm").get("layout_transforms") == 1
+    assert after.budget_for("cuda").get("layout_transforms") == 2  # pinned in an override
+    assert after.budget.get("kernels") is None  # an undeclared kernel budget is not added
     assert any("not measured" in e for e in p.effective)
 
 
 def test_an_increase_is_refused_unless_allowed_with_a_reason(tmp_path):
     case = _case(tmp_path, OVERRIDDEN)
-    measured: Measured = {None: {"llvm": {"layout_transforms": 2, "kernels": 3},
+    measured: MeasuredCounts = {None: {"llvm": {"layout_transforms": 2, "kernels": 3},
                                  "cuda": {"layout_transforms": 2, "kernels": 3}}}
     p = plan(case, measured, allow_increase=False, reason="")
     assert not p.writes
@@ -144,7 +145,7 @@ def test_an_increase_is_refused_unless_allowed_with_a_reason(tmp_path):
     assert ('budget = { layout_transforms = 2, reason = "the new head needs a transpose" }'
             in new)
     after = _case(tmp_path, new, "after.toml")
-    assert after.budget_for("cuda").layout_transforms == 2
+    assert after.budget_for("cuda").get("layout_transforms") == 2
     assert after.budget_for("cuda").reason == "the new head needs a transpose"
 
 

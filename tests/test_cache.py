@@ -30,17 +30,18 @@ import torch
 from junitparser import JUnitXml
 from torch import nn
 
-from cl_validate.checks.measurement import Measurement, Sample
 from cl_validate.cli import main
 from cl_validate.compile.factory import weights_digest
 from cl_validate.errors import ExitCode
-from cl_validate.run import cache as cache_mod
-from cl_validate.run import sources
-from cl_validate.run.cache import Cache, cacheable, key, resolve_dir
-from cl_validate.run.measure import target_description
-from cl_validate.run.options import RunOptions
-from cl_validate.run.rpc import RpcSettings
+from cl_validate.measurements import cache as cache_mod
+from cl_validate.measurements import sources
+from cl_validate.measurements.cache import Cache, cacheable, key
+from cl_validate.measurements.measurement import Measurement, Sample
+from cl_validate.session.case_session import CaseSession
 from cl_validate.spec import CaseSpec, load_case
+from cl_validate.spec import options as cache_options
+from cl_validate.spec.options import RunOptions, resolve_dir
+from cl_validate.spec.placement import RpcSettings
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = 'targets = ["llvm"]\n'
@@ -165,6 +166,11 @@ def test_key_changes_with_target_weights_and_run_mode(arg, value, tmp_path, tiny
     assert _key(case, **{arg: value}) != _key(case)
 
 
+def target_description(case, target, options):
+    plan = CaseSession(case, options).plan(target)
+    return plan.numerics, plan.describe()
+
+
 def test_target_description_feeds_the_numerics_flag(tmp_path):
     case = _load(tmp_path, BASE)
     numerics, desc = target_description(case, "llvm", RunOptions())
@@ -191,7 +197,7 @@ def test_key_is_the_same_in_another_process(tmp_path, src_dir):
         import sys
         sys.path.insert(0, {str(src_dir)!r})
         import ckm_proc
-        from cl_validate.run.cache import key
+        from cl_validate.measurements.cache import key
         from cl_validate.spec import load_case
         print(key(load_case({str(case.path)!r}), "llvm", "w0", True, "llvm", False))
     """)
@@ -504,8 +510,8 @@ def test_a_failed_put_leaves_neither_entry_nor_temporary_file(tmp_path):
 _WRITER = """
 import sys
 import numpy as np
-from cl_validate.run.cache import Cache
-from cl_validate.checks.measurement import Measurement, Sample
+from cl_validate.measurements.cache import Cache
+from cl_validate.measurements.measurement import Measurement, Sample
 root, k, wid = sys.argv[1], sys.argv[2], int(sys.argv[3])
 c = Cache(root)
 for i in range(40):
@@ -563,7 +569,7 @@ def test_resolve_dir(monkeypatch):
     assert resolve_dir(None, no_cache=False) is None  # the env turns the default off
     for off in ("", "0"):
         monkeypatch.setenv("CL_VALIDATE_NO_CACHE", off)
-        assert resolve_dir(None, no_cache=False) == cache_mod.DEFAULT_DIR
+        assert resolve_dir(None, no_cache=False) == cache_options.DEFAULT_DIR
     monkeypatch.delenv("CL_VALIDATE_NO_CACHE")
     assert resolve_dir(None, no_cache=False) == ".cl_validate_cache"
     assert resolve_dir(None, no_cache=True) is None
@@ -579,7 +585,7 @@ def test_resolve_dir(monkeypatch):
 ])
 def test_cli_flags_and_env_reach_run_options(argv, env, expected, monkeypatch, tmp_path):
     from cl_validate.cli.main import _parser
-    from cl_validate.run.options import run_options
+    from cl_validate.spec.options import run_options
 
     monkeypatch.chdir(tmp_path)  # no pyproject.toml settings from the repository
     if env is None:
@@ -665,7 +671,7 @@ class Run:
 def _cli(workdir: Path, *argv: str) -> Run:
     """`cl-validate run ...` in this process, from `workdir`, recording what got compiled here
     (with --no-isolation)."""
-    from cl_validate.run import measure
+    from cl_validate.session import case_session as measure
 
     compiled: list[str] = []
     compile_case = measure.compile_case

@@ -85,7 +85,7 @@ def test_calibrate_proposes_then_writes_only_when_asked(tmp_path):
 
 
 def test_calibrate_usage_errors(tmp_path):
-    from cl_validate.compile.target import device_available
+    from cl_validate.compile.tvm_targets import device_available
 
     code, out = run_cli(["calibrate", str(tmp_path / "nope.toml")]).both()
     assert code == ExitCode.USAGE_ERROR and "case file not found" in out

@@ -7,13 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from cl_validate.analysis.model import Kernel, KernelList, OpLayout, StageCount, Transform
-from cl_validate.checks.budget import check_kernels, check_layout_transforms
 from cl_validate.checks.layout import check_layout
 from cl_validate.checks.numerics import check_numerics, compare
 from cl_validate.checks.verdict import Status
+from cl_validate.measurements.kernel_list import Kernel, KernelList, OpLayout, StageCount, Transform
 from cl_validate.spec import Tolerance, load_case
-from tests.conftest import MINIMAL
+from tests.conftest import MINIMAL, judge_check
 
 
 @pytest.fixture
@@ -37,13 +36,15 @@ COUNTS = [StageCount("import", 0, 0), StageCount("convert_layout", 2, 1)]
 
 
 def test_layout_transforms_within_budget(case):
-    r = check_layout_transforms(case, "llvm", _kernels(2), COUNTS)
+    r = judge_check("layout_transforms", case, "llvm", kernels=_kernels(2),
+                    stage_counts=COUNTS)
     assert r.status is Status.PASSED and r
-    assert r.measured.layout_transforms == 2
+    assert r.figures.layout_transforms == 2
 
 
 def test_layout_transforms_over_budget_names_count_budget_target_and_line(case):
-    r = check_layout_transforms(case, "cuda", _kernels(2), COUNTS)
+    r = judge_check("layout_transforms", case, "cuda", kernels=_kernels(2),
+                    stage_counts=COUNTS)
     assert r.status is Status.FAILED and not r
     assert r.message.startswith("layout_transforms 2 > budget 1 (cuda) — next: ")
     assert r.kind == "BudgetExceeded"
@@ -52,22 +53,24 @@ def test_layout_transforms_over_budget_names_count_budget_target_and_line(case):
 
 
 def test_any_weight_transform_fails_even_within_budget(case):
-    r = check_layout_transforms(case, "llvm", _kernels(0, n_weight=1), COUNTS)
+    r = judge_check("layout_transforms", case, "llvm", kernels=_kernels(0, n_weight=1),
+                    stage_counts=COUNTS)
     assert r.status is Status.FAILED
     assert r.kind == "WeightTransform"
     assert "should have folded" in r.message
 
 
 def test_kernels_budget(case):
-    assert check_kernels(case, "llvm", _kernels(1, extra=2)).status is Status.PASSED
-    r = check_kernels(case, "llvm", _kernels(2, extra=2))
+    ok = judge_check("kernels", case, "llvm", kernels=_kernels(1, extra=2))
+    assert ok.status is Status.PASSED
+    r = judge_check("kernels", case, "llvm", kernels=_kernels(2, extra=2))
     assert r.status is Status.FAILED
     assert r.message.startswith("kernels 4 > budget 3 (llvm) — next: ")
 
 
 def test_kernels_skipped_without_budget(write_case):
     case = load_case(write_case(MINIMAL))
-    r = check_kernels(case, "llvm", _kernels(1))
+    r = judge_check("kernels", case, "llvm", kernels=_kernels(1))
     assert r.status is Status.SKIPPED and "2 kernels" in r.message
 
 

@@ -58,7 +58,7 @@ def test_usage_errors(tmp_path, monkeypatch):
 
 
 def test_require_device_without_gpu_is_an_error():
-    from cl_validate.compile.target import device_available
+    from cl_validate.compile.tvm_targets import device_available
 
     if device_available("cuda"):
         pytest.skip("this machine has a CUDA device")

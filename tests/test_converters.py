@@ -9,9 +9,9 @@ import pytest
 
 from cl_validate.checks.verdict import Status
 from cl_validate.compile.factory import build_model
-from cl_validate.run.options import RunOptions
-from cl_validate.run.suite import run_in_process
+from cl_validate.session.in_process import judge_in_process
 from cl_validate.spec import load_case
+from cl_validate.spec.options import RunOptions
 from tests.conftest import tiny_case
 
 pytestmark = pytest.mark.compile
@@ -37,7 +37,7 @@ def test_qdq_conv_imports_int8_and_matches_torch_within_one_step(write_case):
     if str(ZOO) not in sys.path:
         sys.path.insert(0, str(ZOO))
     case = load_case(write_case(CASE))
-    (result,) = run_in_process([case], RunOptions(isolate=False))
+    (result,) = judge_in_process([case], RunOptions(isolate=False))
     assert result.check("numerics").status is Status.PASSED, result.check("numerics").message
     assert result.check("layout").status is Status.PASSED
     assert result.kernels is not None
@@ -48,7 +48,7 @@ def test_qdq_conv_imports_int8_and_matches_torch_within_one_step(write_case):
 
 def test_qdq_ir_holds_int8_tensors(write_case):
     from cl_validate.compile.frontend import export_and_import
-    from cl_validate.run.execute import make_inputs, torch_inputs
+    from cl_validate.session.inputs import make_inputs, torch_inputs
 
     if str(ZOO) not in sys.path:
         sys.path.insert(0, str(ZOO))
@@ -64,7 +64,7 @@ def test_float_floor_and_trunc_division_by_a_python_int_import_and_match(write_c
     case = load_case(write_case(tiny_case(model="tiny_models:floor_div_positions",
                                           tolerance=(1e-5, 1e-5)).replace(
         "[1, 3, 16, 16]", "[1, 3, 8, 8]")))
-    (result,) = run_in_process([case], RunOptions(isolate=False))
+    (result,) = judge_in_process([case], RunOptions(isolate=False))
     assert result.check("compile").status is Status.PASSED, result.check("compile").message
     assert result.check("numerics").status is Status.PASSED, result.check("numerics").message
 
@@ -76,6 +76,6 @@ def test_amax_amin_and_a_view_head_with_channels_last_input(write_case):
     case = load_case(write_case(tiny_case(0, model="tiny_models:spatial_gate_view_head",
                                           tolerance=(1e-5, 1e-5)).replace(
         "shape = [1, 3, 16, 16]", 'shape = [1, 3, 8, 8]\nlayout = "NHWC"')))
-    (result,) = run_in_process([case], RunOptions(isolate=False))
+    (result,) = judge_in_process([case], RunOptions(isolate=False))
     for check in ("compile", "layout_transforms", "numerics"):
         assert result.check(check).status is Status.PASSED, result.check(check).message

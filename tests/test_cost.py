@@ -12,22 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from cl_validate.analysis.model import Kernel, KernelList, Transform, bytes_text, share_text
-from cl_validate.checks.cost import check_transform_bytes
 from cl_validate.checks.verdict import Status
 from cl_validate.errors import CaseFileError, ExitCode
-from cl_validate.run.options import RunOptions
-from cl_validate.run.suite import run_in_process
+from cl_validate.measurements.kernel_list import Kernel, KernelList, Transform
+from cl_validate.measurements.units import bytes_text, share_text
+from cl_validate.session.in_process import judge_in_process
 from cl_validate.spec import load_case
 from cl_validate.spec.budgets import plan, rewrite
-from tests.conftest import run_cli, tiny_case
+from cl_validate.spec.options import RunOptions
+from tests.conftest import judge_check, run_cli, tiny_case
 
 F32 = 4
 INPUT = 1 * 3 * 16 * 16 * F32  # the tiny cases' NCHW input, 3,072 bytes
 
 
 def _measure(path: Path, **kw):
-    (result,) = run_in_process([load_case(path)], RunOptions(isolate=False, **kw))
+    (result,) = judge_in_process([load_case(path)], RunOptions(isolate=False, **kw))
     return result
 
 
@@ -92,7 +92,7 @@ def test_a_bytes_budget_passes_the_cheap_transform_and_fails_a_costly_one_in_the
     assert bad.check("layout_transforms").status is Status.PASSED  # still two transforms
     c = bad.check("layout_transform_bytes")
     assert c.status is Status.FAILED and c.kind == "BudgetExceeded"
-    assert c.measured.transform_bytes == 4 * activation
+    assert c.figures.transform_bytes == 4 * activation
     assert c.message.startswith("layout_transform_bytes 32,768 B (32.8 kB) > budget 22,528 B "
                                 "(22.5 kB) (llvm) — next: the costliest moves 16.4 kB: "
                                 "permute_dims[0, 2, 3, 1] of [1, 8, 16, 16]")
@@ -120,8 +120,9 @@ def test_the_same_count_can_move_very_different_bytes(write_case):
     image = _one_transform((1, 3, 224, 224), "transpose")
     activation = _one_transform((1, 256, 56, 56), "transpose1")
     assert len(image.runtime_transforms) == len(activation.runtime_transforms) == 1
-    assert check_transform_bytes(case, "llvm", image).status is Status.PASSED
-    costly = check_transform_bytes(case, "llvm", activation)
+    assert judge_check("layout_transform_bytes", case, "llvm",
+                       kernels=image).status is Status.PASSED
+    costly = judge_check("layout_transform_bytes", case, "llvm", kernels=activation)
     assert costly.status is Status.FAILED
     assert costly.message.startswith("layout_transform_bytes 6,422,528 B (6.42 MB) > budget "
                                      "1,204,224 B (1.20 MB) (llvm)")
@@ -130,15 +131,17 @@ def test_the_same_count_can_move_very_different_bytes(write_case):
 def test_a_bytes_budget_above_the_measured_bytes_is_stale(write_case):
     case = load_case(write_case(tiny_case(1).replace(
         "layout_transforms = 1", "layout_transforms = 1\nlayout_transform_bytes = 1_300_000")))
-    r = check_transform_bytes(case, "llvm", _one_transform((1, 3, 224, 224), "transpose"))
-    assert r.status is Status.FAILED and r.kind == "BudgetStale" and r.measured.stale
+    r = judge_check("layout_transform_bytes", case, "llvm",
+                    kernels=_one_transform((1, 3, 224, 224), "transpose"))
+    assert r.status is Status.FAILED and r.kind == "BudgetStale" and r.figures.stale
     assert r.message.startswith("budget stale: layout_transform_bytes 1,204,224 B (1.20 MB) "
                                 "< 1,300,000 B (1.30 MB) (llvm)")
 
 
 def test_without_a_bytes_budget_the_figures_are_reported_not_judged(write_case):
     case = load_case(write_case(tiny_case(1)))
-    r = check_transform_bytes(case, "llvm", _one_transform((1, 3, 224, 224), "transpose"))
+    r = judge_check("layout_transform_bytes", case, "llvm",
+                    kernels=_one_transform((1, 3, 224, 224), "transpose"))
     assert r.status is Status.SKIPPED
     assert r.message == ("no layout_transform_bytes budget declared (runtime transforms move "
                          "1.20 MB, 5.7% of the program's traffic)")
@@ -174,7 +177,7 @@ def test_tighten_lowers_a_bytes_budget_to_the_exact_figure_with_digit_groups(tmp
     new = rewrite(path.read_text(), p)
     assert "layout_transform_bytes = 1_204_224   # the input transpose only\n" in new
     path.write_text(new)
-    assert load_case(path).budget_for("cuda").layout_transform_bytes == 1_204_224
+    assert load_case(path).budget_for("cuda").get("layout_transform_bytes") == 1_204_224
 
 
 @pytest.mark.compile

@@ -20,9 +20,13 @@ import pytest
 import xmlschema
 from junitparser import Error, JUnitXml
 
-from cl_validate.checks.verdict import CHECKS, COMPILE, NOT_RUN_ERRORED
+from cl_validate.checks.registry import names
+from cl_validate.checks.verdict import NOT_RUN_ERRORED
 from cl_validate.errors import ExitCode
 from tests.conftest import PARENT, TOKEN_ENV, by_case, left_behind, tiny_case
+
+CHECKS = names()
+COMPILE = CHECKS[0]  # the case's own check
 
 pytestmark = pytest.mark.compile
 DATA = Path(__file__).parent / "data"

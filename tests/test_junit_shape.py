@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from cl_validate.checks.verdict import CHECKS
+from cl_validate.checks.registry import names
 from cl_validate.errors import ExitCode
 from tests.conftest import DATA, run_cli, tiny_case
+
+CHECKS = names()
 
 pytestmark = pytest.mark.compile
 NAME = re.compile(rf"^({'|'.join(CHECKS)})\[(llvm|cuda)\]$")

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from cl_validate.analysis.kernels import kernel_list
-from cl_validate.analysis.layouts import op_layouts
-from cl_validate.analysis.stages import op_level_stage
+from cl_validate.analysis.fused_kernels import read_kernel_list
+from cl_validate.analysis.op_layouts import op_layouts
+from cl_validate.analysis.stage_counts import op_level_stage
 from cl_validate.checks.layout import check_layout
 from cl_validate.checks.verdict import Status
-from cl_validate.compile.build import compile_case
 from cl_validate.compile.factory import build_model
 from cl_validate.compile.frontend import export_and_import
-from cl_validate.compile.reasons import Reason
+from cl_validate.compile.program import compile_case
 from cl_validate.errors import CaseFileError
-from cl_validate.run.execute import make_inputs, torch_inputs
-from cl_validate.run.measure import validated_model
-from cl_validate.run.options import RunOptions
+from cl_validate.measurements.attribution import Reason
+from cl_validate.session.case_session import CaseSession
+from cl_validate.session.inputs import make_inputs, torch_inputs
 from cl_validate.spec import load_case
+from cl_validate.spec.options import RunOptions
 
 CASE = """
 model = "tiny_models:conv_relu"
@@ -34,7 +34,7 @@ shape = [1, 3, 16, 16]
 def test_unknown_module_is_a_case_file_error_before_compiling(write_case):
     case = load_case(write_case(CASE.format(override='"conv9" = ["NCHW", "OIHW"]')))
     with pytest.raises(CaseFileError) as info:
-        validated_model(case, RunOptions())
+        CaseSession(case, RunOptions()).model  # noqa: B018
     assert info.value.line == 8 and "did you mean 'conv" in str(info.value)
 
 
@@ -54,6 +54,6 @@ def test_pinned_module_stays_nchw_and_its_border_transforms_are_attributed(write
     convs = {op.module: op.layouts["data_layout"] for op in ops if op.op == "relax.nn.conv2d"}
     assert convs == {"conv1": "NHWC", "conv2": "NCHW"}
     assert check_layout(case, "llvm", ops).status is Status.PASSED
-    pinned = [t for t in kernel_list(compiled).transforms
+    pinned = [t for t in read_kernel_list(compiled).transforms
               if t.attribution and t.attribution.reason == Reason.PINNED]
     assert pinned and all("conv2" in (t.attribution.source or "") for t in pinned)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from cl_validate.analysis.model import Kernel, KernelList, Transform
 from cl_validate.checks.verdict import CaseResult
-from cl_validate.compile.reasons import Attribution, Reason
 from cl_validate.errors import ExitCode
+from cl_validate.measurements.attribution import Attribution, Reason
+from cl_validate.measurements.kernel_list import Kernel, KernelList, Transform
 from cl_validate.report.ledger import headline, ledger, render_ledger
 from cl_validate.spec import load_case
 from tests.conftest import run_cli, tiny_case

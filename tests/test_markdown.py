@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from cl_validate.analysis.model import Kernel, KernelList, Transform
 from cl_validate.checks.verdict import CaseResult
+from cl_validate.measurements.kernel_list import Kernel, KernelList, Transform
 from cl_validate.report.markdown import (
     Gap,
     append_step_summary,
@@ -32,9 +32,9 @@ from cl_validate.report.markdown import (
     render_markdown,
     write_markdown,
 )
-from cl_validate.run.options import RunOptions
-from cl_validate.run.suite import run_in_process
+from cl_validate.session.in_process import judge_in_process
 from cl_validate.spec import load_case
+from cl_validate.spec.options import RunOptions
 from tests.conftest import tiny_case
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> list[CaseResult]:
         (cases / f"{name}.toml").write_text(tiny_case(transforms, kernels=4),
                                             encoding="utf-8")
     specs = [load_case(cases / f"{n}.toml") for n in ("over_budget", "on_budget")]
-    return run_in_process(specs, RunOptions(isolate=False))
+    return judge_in_process(specs, RunOptions(isolate=False))
 
 
 def _failing(results: list[CaseResult]) -> CaseResult:

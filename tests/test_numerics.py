@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cl_validate.run.execute import flatten_outputs, make_inputs
+from cl_validate.session.execute import flatten_outputs
+from cl_validate.session.inputs import make_inputs
 from cl_validate.spec import load_case
 from tests.conftest import MINIMAL
 

@@ -8,12 +8,12 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from cl_validate.checks.bisection import Bisection, StageRun
-from cl_validate.checks.error_stats import compare
 from cl_validate.errors import CaseFileError, ExitCode
-from cl_validate.run.options import RunOptions
-from cl_validate.run.suite import run_in_process
+from cl_validate.measurements.bisection import Bisection, StageRun
+from cl_validate.measurements.error_stats import compare
+from cl_validate.session.in_process import judge_in_process
 from cl_validate.spec import Tolerance, load_case
+from cl_validate.spec.options import RunOptions
 from tests.conftest import run_cli, tiny_case
 
 PERTURBED = tiny_case(extra='pipeline = "perturb_pipeline:nhwc_perturbed"')
@@ -150,11 +150,11 @@ def test_show_bisect_runs_every_stage_on_demand(write_case, data_dir, tmp_path):
 
 @pytest.mark.compile
 def test_bisection_costs_nothing_when_numerics_pass(write_case, monkeypatch):
-    from cl_validate.run import bisect
+    from cl_validate.session import first_break as bisect
 
     built: list[object] = []
     monkeypatch.setattr(bisect, "build_stage", lambda mod: built.append(mod))
-    (result,) = run_in_process([load_case(write_case(tiny_case()))], RunOptions(isolate=False))
+    (result,) = judge_in_process([load_case(write_case(tiny_case()))], RunOptions(isolate=False))
     assert result.check("numerics") and result.bisection is None and built == []
 
 
@@ -167,7 +167,7 @@ def test_a_bisection_out_of_time_says_so_and_the_verdict_stands(write_case, data
     case = load_case(write_case(PERTURBED))
     # In this process nothing stops a case at its timeout; the bisection still gives up at
     # three quarters of it, long passed here.
-    (result,) = run_in_process([case], RunOptions(isolate=False, timeout=0.01))
+    (result,) = judge_in_process([case], RunOptions(isolate=False, timeout=0.01))
     numerics = result.check("numerics")
     assert not numerics and numerics.kind == "NumericsMismatch"
     assert "before the bisection stopped (out of time after 0 of 12 stages" in numerics.message
@@ -178,16 +178,16 @@ def test_float64_reference_accepts_what_float32_cannot_do_better(write_case):
     """A model whose float32 error is large, but no worse in TVM than in eager float32: a
     tight rtol fails it, the float64 reference passes it with no tolerance set."""
     tight = tiny_case(model="tiny_models:cancelling", tolerance=(1e-6, 1e-6))
-    (strict,) = run_in_process([load_case(write_case(tight, "tight.toml"))],
+    (strict,) = judge_in_process([load_case(write_case(tight, "tight.toml"))],
                                RunOptions(isolate=False))
     assert not strict.check("numerics")
-    assert strict.check("numerics").measured.max_abs > 1e-4
+    assert strict.check("numerics").figures.max_abs > 1e-4
     ref64 = tight.replace("[tolerance]\nrtol = 1e-06\natol = 1e-06\n", FLOAT64)
-    (f64,) = run_in_process([load_case(write_case(ref64, "f64.toml"))],
+    (f64,) = judge_in_process([load_case(write_case(ref64, "f64.toml"))],
                             RunOptions(isolate=False))
     numerics = f64.check("numerics")
     assert numerics, numerics.message
-    ratio = numerics.measured.float64_ratio
+    ratio = numerics.figures.float64_ratio
     assert ratio is not None and ratio <= 3.0
     assert "against float64" in numerics.message and "eager float32" in numerics.message
     assert "reference=float64" in numerics.body and "eager_rmse=" in numerics.body
@@ -198,7 +198,7 @@ def test_float64_reference_catches_a_broken_stage_too(write_case, data_dir, tmp_
     import shutil
 
     shutil.copy(data_dir / "perturb_pipeline.py", tmp_path)
-    (result,) = run_in_process([load_case(write_case(_float64(PERTURBED)))],
+    (result,) = judge_in_process([load_case(write_case(_float64(PERTURBED)))],
                                RunOptions(isolate=False))
     numerics = result.check("numerics")
     assert not numerics and "first break after `perturb` (RMSE" in numerics.message
@@ -208,7 +208,7 @@ def test_float64_reference_catches_a_broken_stage_too(write_case, data_dir, tmp_
 def test_a_model_that_cannot_run_in_float64_is_an_error_at_its_reference_line(write_case):
     # budget 1: the NCHW input; the flatten's transpose folds into the constant matrix.
     text = _float64(tiny_case(1, model="tiny_models:float32_only"))
-    (result,) = run_in_process([load_case(write_case(text))], RunOptions(isolate=False))
+    (result,) = judge_in_process([load_case(write_case(text))], RunOptions(isolate=False))
     numerics = result.check("numerics")
     assert numerics.kind == "Float64ReferenceError" and numerics.line == 14  # [tolerance]
     assert "cannot run in float64" in numerics.message and "rtol/atol" in numerics.message
@@ -217,7 +217,7 @@ def test_a_model_that_cannot_run_in_float64_is_an_error_at_its_reference_line(wr
 
 @pytest.mark.compile
 def test_several_seeds_each_checked(write_case):
-    (result,) = run_in_process([load_case(write_case("seeds = 3\n" + tiny_case()))],
+    (result,) = judge_in_process([load_case(write_case("seeds = 3\n" + tiny_case()))],
                                RunOptions(isolate=False))
     numerics = result.check("numerics")
     assert numerics and "over 3 samples (seed=0; seed=1; seed=2)" in numerics.message

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from cl_validate.analysis.model import Kernel, KernelList, Transform
-from cl_validate.analysis.timing import Profile
-from cl_validate.checks.cost import check_transform_time_share
 from cl_validate.checks.verdict import Status
 from cl_validate.errors import CaseFileError, ExitCode
-from cl_validate.run.options import RunOptions
-from cl_validate.run.suite import run_in_process
+from cl_validate.measurements.kernel_list import Kernel, KernelList, Transform
+from cl_validate.measurements.profile import Profile
+from cl_validate.session.in_process import judge_in_process
 from cl_validate.spec import load_case
-from tests.conftest import run_cli, tiny_case
+from cl_validate.spec.options import RunOptions
+from tests.conftest import judge_check, run_cli, tiny_case
 
 BUDGETED = tiny_case(2).replace("layout_transforms = 2",
                                 "layout_transforms = 2\ntransform_time_share = {share}")
@@ -25,7 +24,7 @@ BUDGETED = tiny_case(2).replace("layout_transforms = 2",
 @pytest.mark.compile
 def test_profile_times_every_kernel_in_every_run(write_case):
     case = load_case(write_case(tiny_case(2)))
-    (r,) = run_in_process([case], RunOptions(isolate=False, profile=True, profile_repeats=3))
+    (r,) = judge_in_process([case], RunOptions(isolate=False, profile=True, profile_repeats=3))
     assert r.profile is not None and r.kernels is not None
     assert r.profile.repeats == 3 and len(r.profile.kernel_ns) == len(r.kernels)
     assert all(len(ts) == 3 and all(t > 0 for t in ts) for ts in r.profile.kernel_ns)
@@ -41,7 +40,7 @@ def test_profile_times_every_kernel_in_every_run(write_case):
 @pytest.mark.compile
 def test_without_profile_nothing_is_timed(write_case):
     case = load_case(write_case(tiny_case(2)))
-    (r,) = run_in_process([case], RunOptions(isolate=False))
+    (r,) = judge_in_process([case], RunOptions(isolate=False))
     assert r.profile is None
     c = r.check("transform_time_share")
     assert c.status is Status.SKIPPED and c.message.startswith("not profiled (--profile")
@@ -65,13 +64,13 @@ def test_profile_on_llvm_prints_each_transforms_measured_time(write_case, tmp_pa
 @pytest.mark.compile
 def test_a_time_share_budget_profiles_the_case_and_fails_above_its_ceiling(write_case):
     tight = load_case(write_case(BUDGETED.format(share="1e-9"), "tight.toml"))
-    (r,) = run_in_process([tight], RunOptions(isolate=False, profile_repeats=2))
+    (r,) = judge_in_process([tight], RunOptions(isolate=False, profile_repeats=2))
     c = r.check("transform_time_share")
     assert r.profile is not None  # the budget asks for the times; no --profile needed
     assert c.status is Status.FAILED and c.kind == "BudgetExceeded" and c.line == 13
     assert " > budget 1e-07% (llvm, median of 2 runs, " in c.message
     loose = load_case(write_case(BUDGETED.format(share="1.0"), "loose.toml"))
-    (r,) = run_in_process([loose], RunOptions(isolate=False, profile_repeats=2))
+    (r,) = judge_in_process([loose], RunOptions(isolate=False, profile_repeats=2))
     assert r.check("transform_time_share").status is Status.PASSED
 
 
@@ -89,7 +88,7 @@ def test_the_share_is_the_median_of_each_runs_ratio(write_case):
     assert share is not None
     assert (share.low, share.median, share.high) == (0.1, 0.1, 12 / 72)
     case = load_case(write_case(BUDGETED.format(share="0.12")))
-    c = check_transform_time_share(case, "llvm", _kernels(), profile, None)
+    c = judge_check("transform_time_share", case, "llvm", kernels=_kernels(), profile=profile)
     assert c.status is Status.PASSED and c.message == ("transform_time_share 10.0% <= budget "
                                                         "12.0% (median of 3 runs)")
 

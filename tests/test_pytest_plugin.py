@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from cl_validate.checks.verdict import CHECKS
+from cl_validate.checks.registry import names
 from tests.conftest import tiny_case
+
+CHECKS = names()
 
 DATA = Path(__file__).parent / "data"
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from cl_validate.analysis.model import FALLBACK
 from cl_validate.checks.verdict import Status
 from cl_validate.errors import ExitCode
-from cl_validate.run.options import RunOptions
-from cl_validate.run.suite import run_in_process
+from cl_validate.measurements.kernel_list import FALLBACK
+from cl_validate.session.in_process import judge_in_process
 from cl_validate.spec import load_case
 from cl_validate.spec.budgets import plan, rewrite
+from cl_validate.spec.options import RunOptions
 from tests.conftest import run_cli, tiny_case
 
 ROOT = Path(__file__).parents[1]
@@ -29,13 +29,13 @@ def test_our_observed_schedule_is_exactly_tvms_and_names_the_rule_of_every_kerne
     from tvm import relax
     from tvm.s_tir import dlight as dl
 
-    from cl_validate.compile.build import compile_case
     from cl_validate.compile.factory import build_model
     from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case
     from cl_validate.compile.schedule import schedule_gpu
-    from cl_validate.compile.target import make_target
+    from cl_validate.compile.tvm_targets import make_target
     from cl_validate.ir import SCHEDULE_ATTR
-    from cl_validate.run.execute import make_inputs, torch_inputs
+    from cl_validate.session.inputs import make_inputs, torch_inputs
 
     case = load_case(write_case(CLASSIFIER))
     front = export_and_import(build_model(case), case, torch_inputs(case, make_inputs(case)))
@@ -57,7 +57,7 @@ def test_our_observed_schedule_is_exactly_tvms_and_names_the_rule_of_every_kerne
 
 @pytest.mark.compile
 def test_every_cuda_kernel_has_its_rule_and_llvm_kernels_have_none(write_case):
-    results = run_in_process([load_case(write_case(CLASSIFIER))],
+    results = judge_in_process([load_case(write_case(CLASSIFIER))],
                              RunOptions(isolate=False, static_only=True))
     by_target = {r.target: r for r in results}
     llvm, cuda = by_target["llvm"].kernels, by_target["cuda"].kernels

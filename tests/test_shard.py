@@ -9,13 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status
+from cl_validate.checks.registry import names
+from cl_validate.checks.verdict import CaseResult, CheckResult, Status
 from cl_validate.cli import main
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.report.junit import write_junit
-from cl_validate.run import shard
 from cl_validate.spec import CaseSpec, load_case
+from cl_validate.spec.options import parse_shard
+from cl_validate.suite import shard
 from tests.conftest import DATA, MINIMAL
+
+CHECKS = names()
 
 NAMES = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf"]
 
@@ -103,9 +107,9 @@ def test_a_case_without_a_recorded_time_weighs_the_median(cases):
 ])
 def test_bad_shard_values_are_one_line_usage_errors(text, message):
     with pytest.raises(UsageError) as exc:
-        shard.parse_shard(text)
+        parse_shard(text)
     assert exc.value.message == message
-    assert shard.parse_shard("2/4") == (2, 4)
+    assert parse_shard("2/4") == (2, 4)
 
 
 def test_cli_bad_shard_exits_2_in_one_line(tmp_path, capsys):
@@ -170,7 +174,7 @@ def test_cli_shard_timings_error_comes_before_any_compile(tmp_path, capsys):
 
 
 def test_shard_is_not_a_pytest_option():
-    from cl_validate.run.options import RUN_OPTIONS
+    from cl_validate.spec.options import RUN_OPTIONS
 
     by_dest = {o.dest: o for o in RUN_OPTIONS}
     assert by_dest["shard"].pytest_flag is None and by_dest["shard_timings"].pytest_flag is None

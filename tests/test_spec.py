@@ -20,9 +20,9 @@ def test_minimal_case_defaults(write_case):
     assert case.inputs[0].dtype == "float32"
     assert case.inputs[0].layout is None
     assert case.layout == {"relax.nn.conv2d": ("NHWC", "OHWI")}
-    assert case.budget.layout_transforms == 2
-    assert case.budget.layout_transforms_line == 11
-    assert case.budget.kernels is None
+    assert case.budget.get("layout_transforms") == 2
+    assert case.budget.line("layout_transforms") == 11
+    assert case.budget.get("kernels") is None
 
 
 def test_design_example_parses(write_case):
@@ -60,10 +60,10 @@ def test_design_example_parses(write_case):
     assert (tol.rtol, tol.atol) == (1e-3, 1e-3) and line == 25
     tol, line = case.tolerance_for("llvm")
     assert (tol.rtol, tol.atol) == (1e-5, 1e-5) and line == 20
-    assert case.budget_for("cuda").layout_transforms == 3
-    assert case.budget_for("cuda").layout_transforms_line == 26
-    assert case.budget_for("llvm").layout_transforms == 2
-    assert case.budget_for("llvm").kernels == 110
+    assert case.budget_for("cuda").get("layout_transforms") == 3
+    assert case.budget_for("cuda").line("layout_transforms") == 26
+    assert case.budget_for("llvm").get("layout_transforms") == 2
+    assert case.budget_for("llvm").get("kernels") == 110
 
 
 def test_per_output_tolerance_precedence(write_case):

@@ -14,9 +14,9 @@ from junitparser import Error, JUnitXml, Skipped
 from tvm.support.rocm import find_rocm_path
 
 from cl_validate.errors import ExitCode, UsageError
-from cl_validate.run.rpc import RpcSettings, placement, rpc_settings
 from cl_validate.spec import load_case
 from cl_validate.spec.config import load_config
+from cl_validate.spec.placement import RpcSettings, placement, rpc_settings
 from cl_validate.spec.targets import BUILTIN, TargetDef
 from tests.conftest import by_case, run_cli, tiny_case
 
@@ -290,15 +290,15 @@ def test_a_misspelled_tvm_attribute_gets_a_did_you_mean(project):
 
 @pytest.mark.compile
 def test_an_aarch64_module_is_cross_linked_for_upload(project, tmp_path):
-    from cl_validate.compile.build import compile_case
     from cl_validate.compile.frontend import export_and_import
-    from cl_validate.run.execute import make_inputs, torch_inputs
-    from cl_validate.run.measure import validated_model
-    from cl_validate.run.options import RunOptions
-    from cl_validate.run.remote import RpcError, export
+    from cl_validate.compile.program import compile_case
+    from cl_validate.session.case_session import CaseSession
+    from cl_validate.session.inputs import make_inputs, torch_inputs
+    from cl_validate.session.remote import RpcError, export
+    from cl_validate.spec.options import RunOptions
 
     case = load_case(_case(project, tiny_case(targets=("arm64",))))
-    model = validated_model(case, RunOptions())
+    model = CaseSession(case, RunOptions()).model
     front = export_and_import(model, case, torch_inputs(case, make_inputs(case)))
     compiled = compile_case(front, case, "arm64")
     arm = case.target_def("arm64")

@@ -15,10 +15,10 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from cl_validate.errors import CaseFileError, ExitCode
-from cl_validate.run.options import RunOptions
-from cl_validate.run.shard import _junit_timings
-from cl_validate.run.suite import run_in_process
+from cl_validate.session.in_process import judge_in_process
 from cl_validate.spec import load_case
+from cl_validate.spec.options import RunOptions
+from cl_validate.suite.shard import _junit_timings
 from tests.conftest import DATA, run_cli, tiny_case
 
 SEQ = tiny_case(1, model="tiny_models:sequence_first").replace(
@@ -38,9 +38,9 @@ def test_variants_expand_into_runs_with_their_own_shapes_budgets_and_lines(write
     base, b8 = case.expand()
     assert (base.label, b8.label) == ("case", "case[b8]")
     assert base.inputs[0].shape == (1, 3, 8, 8) and b8.inputs[0].shape == (8, 3, 8, 8)
-    assert base.budget_for("llvm").layout_transforms == 1
-    assert b8.budget_for("llvm").layout_transforms == 2
-    assert b8.budget_for("llvm").layout_transforms_line == 21
+    assert base.budget_for("llvm").get("layout_transforms") == 1
+    assert b8.budget_for("llvm").get("layout_transforms") == 2
+    assert b8.budget_for("llvm").line("layout_transforms") == 21
     assert b8.budget_source("llvm", "layout_transforms") == ("variants.b8", 21)
     tol, line = b8.tolerance_for("llvm")
     assert (tol.rtol, tol.atol, line) == (1e-4, 0.5, 24)
@@ -199,7 +199,7 @@ def test_tighten_gives_a_variant_its_own_budget_only_where_it_differs(tmp_path):
 @pytest.mark.compile
 def test_a_dynamic_batch_compiles_once_and_checks_numerics_at_three_sizes(write_case,
                                                                          monkeypatch):
-    from cl_validate.run import measure
+    from cl_validate.session import case_session as measure
 
     compiled: list[str] = []
     compile_case = measure.compile_case
@@ -210,7 +210,7 @@ def test_a_dynamic_batch_compiles_once_and_checks_numerics_at_three_sizes(write_
 
     monkeypatch.setattr(measure, "compile_case", spy)
     case = load_case(write_case(DYNAMIC))
-    (result,) = run_in_process([case], RunOptions(isolate=False))
+    (result,) = judge_in_process([case], RunOptions(isolate=False))
     assert compiled == ["llvm"]
     assert all(c for c in result.checks), [(c.check, c.message) for c in result.checks]
     numerics = result.check("numerics")
@@ -228,7 +228,7 @@ def test_a_dynamic_batch_compiles_once_and_checks_numerics_at_three_sizes(write_
 def test_a_numerics_failure_names_the_size_it_failed_at(write_case):
     text = DYNAMIC.replace("rtol = 0.0001\natol = 0.0001", "rtol = 0\natol = 0").replace(
         "tiny_models:conv_relu", "tiny_models:classifier")
-    (result,) = run_in_process([load_case(write_case(text))], RunOptions(isolate=False))
+    (result,) = judge_in_process([load_case(write_case(text))], RunOptions(isolate=False))
     numerics = result.check("numerics")
     assert not numerics and "numerics output 0 at batch=" in numerics.message
 
@@ -236,7 +236,7 @@ def test_a_numerics_failure_names_the_size_it_failed_at(write_case):
 @pytest.mark.compile
 def test_a_dimension_the_model_fixes_is_a_case_file_error_at_its_line(write_case):
     case = load_case(write_case(DYNAMIC.replace("conv_relu", "fixed_batch")))
-    (result,) = run_in_process([case], RunOptions(isolate=False))
+    (result,) = judge_in_process([case], RunOptions(isolate=False))
     error = result.check("compile")
     assert error.kind == "CaseFileError" and error.line == 19
     assert "cannot be exported with 'batch' dynamic: the model's code fixes it to 4" in \
@@ -244,7 +244,7 @@ def test_a_dimension_the_model_fixes_is_a_case_file_error_at_its_line(write_case
 
 
 def test_the_cache_key_follows_a_dynamic_range(write_case):
-    from cl_validate.run.cache import key
+    from cl_validate.measurements.cache import key
 
     a = load_case(write_case(DYNAMIC))
     b = load_case(write_case(DYNAMIC.replace("max = 8", "max = 16"), "other.toml"))

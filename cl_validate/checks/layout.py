@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from cl_validate.analysis.model import OpLayout
-from cl_validate.checks.verdict import CheckResult, Measured, Status
+from cl_validate.checks.registry import Check, FailureKind, Judging, register
+from cl_validate.checks.verdict import CheckResult, Figures, Status
+from cl_validate.measurements.kernel_list import OpLayout
+from cl_validate.measurements.kinds import SkipKind
 from cl_validate.spec import CaseSpec
 
+NAME = "layout"
 _LAYOUT_KEYS = ("data_layout", "kernel_layout")
+
+
+class LayoutKind(FailureKind):
+    MISMATCH = "LayoutMismatch", "a layout-sensitive op runs in another layout than declared"
+    MISSING = "LayoutMissing", "no op of the declared layouts is in the final IR"
+
+
+@dataclass(frozen=True)
+class LayoutFigures(Figures):
+    layout_sensitive_ops: int | None = None
 
 
 def expected_layouts(case: CaseSpec, op: OpLayout) -> dict[str, str]:
@@ -33,10 +47,10 @@ def expected_layouts(case: CaseSpec, op: OpLayout) -> dict[str, str]:
 
 
 def check_layout(case: CaseSpec, target: str, ops: Sequence[OpLayout]) -> CheckResult:
-    line = case.line_of("layout")
+    line = case.line_of(NAME)
     if not case.layout:
-        return CheckResult("layout", Status.SKIPPED, "no [layout] declared for this case",
-                           line=line)
+        return CheckResult(NAME, Status.SKIPPED, "no [layout] declared for this case",
+                           kind=SkipKind.NOT_DECLARED, line=line)
     wrong: list[str] = []
     checked = 0
     for op in ops:
@@ -48,19 +62,32 @@ def check_layout(case: CaseSpec, target: str, ops: Sequence[OpLayout]) -> CheckR
                  for key, want in exp.items() if op.layouts.get(key) != want]
         if diffs:
             wrong.append(f"{op.op} ({op.var}) " + ", ".join(diffs))
-    measured = Measured(layout_sensitive_ops=checked)
+    figures = LayoutFigures(layout_sensitive_ops=checked)
     if not checked:
-        return CheckResult("layout", Status.FAILED,
+        return CheckResult(NAME, Status.FAILED,
                            f"no op of the declared layouts found in the final IR ({target})",
-                           kind="LayoutMissing", line=line, measured=measured,
+                           kind=LayoutKind.MISSING, line=line, figures=figures,
                            body="declared: " + ", ".join(case.layout))
     if wrong:
-        first_line = case.line_of("layout", wrong[0].split(" ", 1)[0]) or line
+        first_line = case.line_of(NAME, wrong[0].split(" ", 1)[0]) or line
         return CheckResult(
-            "layout", Status.FAILED,
+            NAME, Status.FAILED,
             f"{len(wrong)} of {checked} layout-sensitive ops not in the declared layout "
             f"({target}): {wrong[0]}",
-            kind="LayoutMismatch", line=first_line, body="\n".join(wrong), measured=measured)
-    return CheckResult("layout", Status.PASSED,
+            kind=LayoutKind.MISMATCH, line=first_line, body="\n".join(wrong), figures=figures)
+    return CheckResult(NAME, Status.PASSED,
                        f"{checked} layout-sensitive ops in the declared layout", line=line,
-                       measured=measured)
+                       figures=figures)
+
+
+@register
+class Layout(Check):
+    name = NAME
+    order = 10
+    summary = ('every layout-sensitive op (convolutions, pooling, resize, …) runs in the declared '
+               'layout')
+    declared_by = (NAME,)
+    kinds = (LayoutKind,)
+
+    def judge(self, j: Judging) -> CheckResult:
+        return check_layout(j.case, j.target, j.m.op_layouts)

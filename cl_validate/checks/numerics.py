@@ -12,23 +12,63 @@ Two rules, chosen per case (and target and output) by ``[tolerance] reference``:
 
 NaN or Inf in either output always fails: a model that produces them cannot be validated, and
 a tolerance must never hide them. `ErrorStats` carries the figures that explain a mismatch;
-a failure also names the first pipeline stage that broke them (`cl_validate.checks.bisection`).
+a failure also names the first pipeline stage that broke them
+(`cl_validate.session.first_break`).
 """
-# ErrorStats and compare live in error_stats (the bisection judges by them too); they are
-# re-exported here, where the check's readers look for them.
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from cl_validate.checks.bisection import Bisection
-from cl_validate.checks.error_stats import ErrorStats, compare
-from cl_validate.checks.measurement import Sample
-from cl_validate.checks.verdict import CheckResult, Measured, Status
+from cl_validate.checks.registry import Check, FailureKind, Judging, register
+from cl_validate.checks.verdict import CheckResult, Figures, Status
+from cl_validate.measurements.bisection import Bisection
+from cl_validate.measurements.error_stats import ErrorStats, compare
+from cl_validate.measurements.measurement import Measurement, Sample
 from cl_validate.spec import CaseSpec
+
+NAME = "numerics"
+
+
+class NumericsKind(FailureKind):
+    """How the numerics check fails (or errors)."""
+
+    MISMATCH = "NumericsMismatch", "an output is outside the tolerance"
+    SHAPE_MISMATCH = "ShapeMismatch", "an output of TVM has another shape than PyTorch's"
+    NON_FINITE = "NonFinite", "an output holds NaN or Inf (no tolerance may hide them)"
+    OUTPUT_COUNT = "OutputCountMismatch", "TVM returned another number of outputs than PyTorch"
+    NO_OUTPUTS = "NoOutputs", "the model has no outputs to compare"
+    CASE_FILE_ERROR = ("CaseFileError", "the case declares more [[outputs]] than the model "
+                       "returns")
+    FLOAT64_MISSING = ("Float64ReferenceMissing", "the tolerance asks for a float64 reference "
+                       "the measurement does not have")
+    FLOAT64_ERROR = "Float64ReferenceError", "the model cannot run in float64 for the reference"
+    RUNTIME_ERROR = "RuntimeError", "running the compiled program raised"
+    BUILD_UNAVAILABLE = ("BuildUnavailable", "this machine cannot build for the target, "
+                         "which has a device to run on")
+    RPC_ERROR = "RPCError", "running on the remote device failed"
+    RPC_UNAVAILABLE = ("RPCUnavailable", "the RPC tracker or a server of the key cannot be "
+                       "reached")
+    EXPORT_ERROR = "ExportError", "the module could not be linked for the remote device"
+
+
+@dataclass(frozen=True)
+class NumericsFigures(Figures):
+    max_abs: float | None = None
+    max_rel: float | None = None
+    rmse: float | None = None  # root-mean-square error against the reference
+    float64_ratio: float | None = None  # TVM's RMSE / eager float32's, both against float64
+    first_break: str | None = None  # the first pipeline stage that broke the numerics
+
+    def figure(self) -> str | None:
+        """``1.0e-04`` (max abs error), or ``1.3x f64`` (TVM's error over eager float32's,
+        against float64)."""
+        if self.float64_ratio is not None:
+            return f"{self.float64_ratio:.2g}x f64"
+        return f"{self.max_abs:.1e}" if self.max_abs is not None else None
 
 
 def compare_all(case: CaseSpec, target: str, actual: Sequence[np.ndarray],
@@ -60,28 +100,28 @@ def worst_failure(stats: Sequence[ErrorStats]) -> ErrorStats | None:
 def check_numerics(case: CaseSpec, target: str, stats: Sequence[ErrorStats],
                    bisection: Bisection | None = None) -> CheckResult:
     if not stats:
-        return CheckResult("numerics", Status.ERROR, f"the model has no outputs ({target})",
-                           kind="NoOutputs")
+        return CheckResult(NAME, Status.ERROR, f"the model has no outputs ({target})",
+                           kind=NumericsKind.NO_OUTPUTS)
     worst = max(stats, key=lambda s: s.max_abs)
     f64 = [s for s in stats if s.tolerance.float64]
-    measured = Measured(max_abs=worst.max_abs, max_rel=max(s.max_rel for s in stats),
-                        rmse=max(s.rmse for s in stats),
-                        float64_ratio=max(s.ratio for s in f64) if f64 else None)
+    figures = NumericsFigures(max_abs=worst.max_abs, max_rel=max(s.max_rel for s in stats),
+                              rmse=max(s.rmse for s in stats),
+                              float64_ratio=max(s.ratio for s in f64) if f64 else None)
     body = "\n".join(s.detail() for s in stats)
     samples = list(dict.fromkeys(s.sample for s in stats))
     failed = worst_failure(stats)
     if failed is not None:
         _, line = case.tolerance_for(target, failed.output)
         nonfinite = failed.nonfinite_tvm or failed.nonfinite_torch
-        kind = "ShapeMismatch" if failed.shape_mismatch else "NonFinite" if nonfinite else \
-            "NumericsMismatch"
+        kind = NumericsKind.SHAPE_MISMATCH if failed.shape_mismatch else \
+            NumericsKind.NON_FINITE if nonfinite else NumericsKind.MISMATCH
         message = f"numerics {failed.summary()} ({target})"
         if bisection is not None:
             message += f"; {bisection.summary()}"
             body = bisection.render() + "\n\n" + body
-            measured = replace(measured, first_break=bisection.first_break)
-        return CheckResult("numerics", Status.FAILED, message, kind=kind, line=line,
-                           body=body, measured=measured)
+            figures = replace(figures, first_break=bisection.first_break)
+        return CheckResult(NAME, Status.FAILED, message, kind=kind, line=line, body=body,
+                           figures=figures)
     _, line = case.tolerance_for(target, 0)
     over = f" over {len(samples)} samples ({'; '.join(samples)})" if len(samples) > 1 else ""
     if f64:
@@ -89,9 +129,64 @@ def check_numerics(case: CaseSpec, target: str, stats: Sequence[ErrorStats],
         head = (f"RMSE {s.rmse:.3g} against float64, {s.ratio:.3g}x eager float32's "
                 f"(allowed {s.tolerance.multiplier:g}x + {s.tolerance.floor:g})")
     else:
-        head = f"max abs {worst.max_abs:.3g}, max rel {measured.max_rel:.3g}"
-    return CheckResult("numerics", Status.PASSED, head + over, line=line, body=body,
-                       measured=measured)
+        head = f"max abs {worst.max_abs:.3g}, max rel {figures.max_rel:.3g}"
+    return CheckResult(NAME, Status.PASSED, head + over, line=line, body=body, figures=figures)
+
+
+@register
+class Numerics(Check):
+    name = NAME
+    order = 70
+    summary = ('TVM matches PyTorch eager on the same seeded weights and inputs within `atol + '
+               'rtol·|ref|`, or with `reference = "float64"` is no more than 3× as far from a '
+               'float64 run as eager float32 is; NaN/Inf always fail; a failure names the first '
+               'pipeline stage that broke it')
+    declared_by = ("tolerance",)
+    kinds = (NumericsKind,)
+    title = "numerics: max abs err (or TVM × eager vs float64)"
+
+    def seconds(self, m: Measurement) -> float:
+        return m.numerics_seconds
+
+    def cell(self, result: CheckResult, compact: bool = True) -> str | None:
+        f = result.figures
+        return f.figure() if isinstance(f, NumericsFigures) else None
+
+    def judge(self, j: Judging) -> CheckResult:
+        case, m = j.case, j.m
+        if m.model_outputs is not None and len(case.outputs) > m.model_outputs:
+            # Known only once forward() has run (in the worker), so judged here, not exit 2;
+            # the static checks stand.
+            return CheckResult(NAME, Status.ERROR,
+                               f"case declares {len(case.outputs)} [[outputs]] but the model "
+                               f"returns {m.model_outputs}", kind=NumericsKind.CASE_FILE_ERROR,
+                               line=case.line_of("outputs", str(m.model_outputs)))
+        if m.numerics_skip is not None:
+            return CheckResult(NAME, Status.SKIPPED, m.numerics_skip.reason,
+                               kind=m.numerics_skip.kind)
+        if m.numerics_error is not None:
+            return CheckResult(NAME, Status.ERROR, m.numerics_error.message,
+                               kind=m.numerics_error.kind, body=m.numerics_error.detail,
+                               line=m.numerics_error.line)
+        stats = []
+        for s in m.samples:  # every sample, every output: the verdict is the worst
+            if len(s.actual) != len(s.expected):
+                at = f" at {s.label}" if s.label else ""
+                return CheckResult(NAME, Status.FAILED, f"TVM returned {len(s.actual)} "
+                                   f"outputs, PyTorch {len(s.expected)}{at} ({m.target})",
+                                   kind=NumericsKind.OUTPUT_COUNT)
+            if s.reference64 is None and any(case.tolerance_for(m.target, i)[0].float64
+                                             for i in range(len(s.expected))):
+                return CheckResult(NAME, Status.ERROR, "this measurement has no float64 "
+                                   "reference run, which the tolerance now asks for",
+                                   kind=NumericsKind.FLOAT64_MISSING,
+                                   line=case.tolerance_for(m.target, None)[1])
+            stats.extend(sample_stats(case, m.target, s))
+        result = check_numerics(case, m.target, stats, m.bisection)
+        if m.ran_on:  # a reviewer must see that the figures come from the device, not the runner
+            result = replace(result, message=f"{result.message} (on {m.ran_on})",
+                             body=f"ran on {m.ran_on}\n{result.body}")
+        return result
 
 
 __all__ = ["ErrorStats", "check_numerics", "compare", "compare_all", "sample_stats",

@@ -1,28 +1,22 @@
 """Typed results: one `CheckResult` per case × target × check, grouped in a `CaseResult`.
 
 No formatting decisions live here beyond the one-line message each check writes; reporters
-(JUnit, console, Markdown, annotations) render these objects. The figures behind a verdict
-are typed fields (`Measured`), never strings to be parsed back.
+(JUnit, console, Markdown, annotations) render these objects, asking each check
+(`cl_validate.checks.registry`) how its figure reads. The figures behind a verdict are typed
+fields of the check's own `Figures`, never strings to be parsed back.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, fields
+from typing import Any
 
-from cl_validate.analysis.model import KernelList, StageCount
-from cl_validate.analysis.timing import Profile
-from cl_validate.checks.bisection import Bisection
+from cl_validate.measurements.bisection import Bisection
+from cl_validate.measurements.kernel_list import KernelList, StageCount
+from cl_validate.measurements.profile import Profile
 from cl_validate.spec import CaseSpec
 
-#: Every case × target gets one verdict per check. ``compile`` is the case itself: it passes
-#: when the case was built, exported and compiled, and it is where an error that stops the
-#: case (a factory that raises, a compile error, a worker that crashed or timed out) is
-#: reported, once, with the others marked not run.
-COMPILE = "compile"
-CHECKS: tuple[str, ...] = (COMPILE, "layout", "layout_transforms", "layout_transform_bytes",
-                           "kernels", "fallback_kernels", "kernel_list", "numerics",
-                           "transform_time_share")
 #: The skip message of the other checks when the case errored.
 NOT_RUN_ERRORED = "not run: the case errored"
 
@@ -57,47 +51,23 @@ class Status(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Measured:
-    """The figures a check measured. Every field is optional: each check sets its own."""
+class Figures:
+    """The figures one check measured: each check defines its own (a frozen dataclass with
+    this base). Every field that is set is reported, as JUnit ``<properties>`` and pytest's
+    ``user_properties``; `stale` marks a budget above the measured figure."""
 
-    layout_transforms: int | None = None  # runtime layout transforms
-    weight_transforms: int | None = None
-    kernels: int | None = None
-    budget: float | None = None  # the budget that applied on this target
-    budget_source: str | None = None  # "targets_override.cuda, line 22", "budget, line 14"
-    stale: bool = False  # under budget: `budget tighten` would lower it
-    layout_sensitive_ops: int | None = None
-    max_abs: float | None = None
-    max_rel: float | None = None
-    rmse: float | None = None  # root-mean-square error against the reference
-    float64_ratio: float | None = None  # TVM's RMSE / eager float32's, both against float64
-    first_break: str | None = None  # the first pipeline stage that broke the numerics
-    baseline: str | None = None  # kernel-list baseline file
-    baseline_kernels: int | None = None
-    kernel_changes: tuple[tuple[str, int], ...] = ()  # ("split", 2), ("added", 1), …
-    transform_bytes: int | None = None  # what the runtime transforms read and write
-    traffic: int | None = None  # what every kernel reads and writes
-    fallback_kernels: int | None = None  # GPU kernels left to dlight's Fallback rule
-    time_share: float | None = None  # median share of kernel time in transform kernels
-
-    def numerics_figure(self) -> str | None:
-        """The numerics figure a table shows: ``1.0e-04`` (max abs error), or ``1.3x f64``
-        (TVM's error over eager float32's, against float64)."""
-        if self.float64_ratio is not None:
-            return f"{self.float64_ratio:.2g}x f64"
-        return f"{self.max_abs:.1e}" if self.max_abs is not None else None
+    stale = False  # a budget check's figures declare it as a field
 
     def properties(self) -> list[tuple[str, str]]:
-        """The figures that are set, as (name, text) pairs: JUnit ``<properties>``, pytest's
-        ``user_properties``."""
+        """The figures that are set, as (name, text) pairs, in field order."""
         out: list[tuple[str, str]] = []
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "kernel_changes":
-                out.extend((kind, str(n)) for kind, n in value)
-            elif f.name == "stale":
+            if isinstance(value, bool):
                 if value:
-                    out.append(("stale", "true"))
+                    out.append((f.name, "true"))
+            elif isinstance(value, tuple) and all(isinstance(v, tuple) for v in value):
+                out.extend((str(k), str(n)) for k, n in value)  # counted kinds: ("split", 2)
             elif isinstance(value, float):
                 out.append((f.name, f"{value:.6g}"))
             elif value is not None:
@@ -105,16 +75,24 @@ class Measured:
         return out
 
 
+def _plain_kind(kind: Any) -> str:
+    """A failure kind as the text JUnit's ``type`` carries (an enum member's value)."""
+    return str(getattr(kind, "value", kind))
+
+
 @dataclass(frozen=True)
 class CheckResult:
-    check: str
+    check: str  # the check's name (`cl_validate.checks.registry`)
     status: Status
     message: str  # one line a reviewer understands alone
-    kind: str = ""  # failure type, e.g. "BudgetExceeded"
+    kind: str = ""  # failure type (JUnit ``type``): a member of the check's kinds
     line: int | None = None  # case-file line that declares what was checked
     body: str = ""  # kernel list, stage counts, error figures
-    measured: Measured = field(default_factory=Measured)
+    figures: Figures = field(default_factory=Figures)
     seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", _plain_kind(self.kind))
 
     def __bool__(self) -> bool:
         return not self.status.bad

@@ -16,7 +16,7 @@ values go:
 It never raises a budget unless ``--allow-increase`` is given, and then only with
 ``--reason TEXT``, recorded as ``reason = "..."`` in the budget table it raised. A file whose
 budgets are already exact is not touched. ``record`` writes ``baselines/<case>.<target>.txt``
-(see `cl_validate.checks.kernel_list`).
+(see `cl_validate.checks.kernel_baseline`).
 """
 
 from __future__ import annotations
@@ -25,16 +25,18 @@ import argparse
 import difflib
 from collections.abc import Sequence
 
-from cl_validate.analysis.model import FALLBACK, KernelList
 from cl_validate.atomic import write_atomic
-from cl_validate.checks import kernel_list as baseline
+from cl_validate.checks import kernel_baseline as baseline
+from cl_validate.checks.ratchet import BudgetCheck
+from cl_validate.checks.registry import checks
 from cl_validate.checks.verdict import CaseResult
 from cl_validate.cli.common import DEFAULT_PATH, add_paths, add_target, expand, measure_static
 from cl_validate.errors import ExitCode, UsageError
+from cl_validate.measurements.kernel_list import KernelList
 from cl_validate.paths import display_path
-from cl_validate.run.options import add_to_argparse
 from cl_validate.spec import CaseSpec, load_cases
-from cl_validate.spec.budgets import Measured, plan, rewrite, verify
+from cl_validate.spec.budgets import MeasuredCounts, plan, rewrite, verify
+from cl_validate.spec.options import add_to_argparse
 
 HELP = "tighten budgets to the measured counts, or record kernel-list baselines"
 
@@ -142,20 +144,16 @@ def _record(results: Sequence[CaseResult]) -> ExitCode:
 
 
 def _figures(kernels: KernelList) -> dict[str, int]:
-    """What tighten may write, where it applies: the transform bytes where every shape is
-    known, the kernels left to dlight's Fallback where dlight scheduled the target (GPU)."""
-    out = {"layout_transforms": len(kernels.runtime_transforms), "kernels": len(kernels)}
-    if kernels.transform_bytes is not None:
-        out["layout_transform_bytes"] = kernels.transform_bytes
-    rules = kernels.schedule_counts()
-    if rules:
-        out["fallback_kernels"] = rules.get(FALLBACK, 0)
-    return out
+    """What tighten may write, where it applies: each budget check's exact figure (the
+    transform bytes where every shape is known, the kernels left to dlight's Fallback where
+    dlight scheduled the target, ...)."""
+    return {c.name: n for c in checks() if isinstance(c, BudgetCheck)
+            and (n := c.figure(kernels)) is not None}
 
 
 def _tighten(cases: Sequence[CaseSpec], results: Sequence[CaseResult], *,
              allow_increase: bool, reason: str, dry_run: bool) -> ExitCode:
-    measured: dict[str, Measured] = {}  # case → variant → target → counts
+    measured: dict[str, MeasuredCounts] = {}  # case → variant → target → counts
     broken = []
     for r in results:
         if r.kernels is None:

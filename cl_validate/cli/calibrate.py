@@ -24,20 +24,24 @@ from __future__ import annotations
 import argparse
 import difflib
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tomlkit
 
 from cl_validate.atomic import write_atomic
 from cl_validate.checks.calibration import FLOOR, HEADROOM, Observed, observe, propose
-from cl_validate.checks.error_stats import ErrorStats
 from cl_validate.checks.numerics import compare_all
 from cl_validate.cli.common import find_case, pick_variant
 from cl_validate.errors import CompileStageError, ExitCode, UsageError
+from cl_validate.measurements.error_stats import ErrorStats
 from cl_validate.paths import display_path
-from cl_validate.run.options import RunOptions, positive_int
 from cl_validate.spec import CaseSpec
 from cl_validate.spec.casefile import load_text_as_case, set_section, tidy, toml_number
+from cl_validate.spec.options import RunOptions, positive_int
+
+if TYPE_CHECKING:  # torch and TVM: imported where calibrate runs the case
+    from cl_validate.session.case_session import CaseSession
 
 HELP = "measure numerical error over several seeds and propose rtol/atol"
 
@@ -69,8 +73,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> ExitCode:
     case = pick_variant(find_case(args.case), args.variant)
     # lazy: torch and TVM (calibrate compiles and runs the case here, in this process)
-    from cl_validate.compile.target import device_available
-    from cl_validate.run.measure import validated_model
+    from cl_validate.compile.tvm_targets import device_available
+    from cl_validate.session.case_session import CaseSession
 
     if args.target not in case.targets:
         raise UsageError(f"case '{case.name}' does not run on {args.target}",
@@ -90,9 +94,10 @@ def main(args: argparse.Namespace) -> ExitCode:
                          hint="the float64 rule needs no tuning; calibrate without --write "
                          "to see its ratios, or set reference = \"float32\" to judge by "
                          "rtol/atol")
-    validated_model(case, RunOptions(targets=(args.target,)))  # a bad factory: exit 2
+    session = CaseSession(case, RunOptions(targets=(args.target,), isolate=False))
+    session.model  # noqa: B018 - a bad factory: exit 2, before anything is compiled
     try:
-        pairs, by_float64 = _run(case, args.target, args.seeds, args.weight_seeds)
+        pairs, by_float64 = _run(session, args.target, args.seeds, args.weight_seeds)
     except _Failed as exc:
         print(f"cl-validate: calibrate: {exc}")
         return ExitCode.CHECK_FAILED
@@ -128,54 +133,40 @@ Pairs = list[tuple[int, int, int, np.ndarray, np.ndarray]]
 Float64Stats = list[tuple[int, int, ErrorStats]]
 
 
-def _run(case: CaseSpec, target: str, seeds: int, weight_seeds: int
+def _run(first: CaseSession, target: str, seeds: int, weight_seeds: int
          ) -> tuple[Pairs, Float64Stats]:
     """(weight seed, input seed, output, TVM, eager float32) for every output of every
-    sample; and where an output is judged against float64, its figures by that rule."""
+    sample; and where an output is judged against float64, its figures by that rule. `first`
+    is the case's session (weights from its seed); each other weight seed gets its own."""
     # lazy: torch and TVM (compiling and running the case here, in this process)
-    from cl_validate.compile.build import compile_case
-    from cl_validate.compile.factory import build_model
-    from cl_validate.compile.frontend import export_and_import
-    from cl_validate.compile.target import device_for
-    from cl_validate.ir import weight_params
-    from cl_validate.run.execute import (
-        float64_model,
-        make_inputs,
-        run_torch,
-        run_torch64,
-        run_tvm,
-        torch_inputs,
-    )
+    from cl_validate.session.case_session import CaseSession
+    from cl_validate.session.inputs import make_inputs
 
     pairs: Pairs = []
     by_float64: Float64Stats = []
+    case = first.case
     need64 = case.needs_float64(target)
     for w in range(case.seed, case.seed + weight_seeds):
-        wcase = replace(case, seed=w)
-        model = build_model(wcase)
-        model64 = float64_model(model) if need64 else None
+        # the weights are drawn from the case's seed: another seed, another session
+        session = first if w == case.seed else CaseSession(replace(case, seed=w),
+                                                           first.options)
         try:
-            front = export_and_import(model, wcase, torch_inputs(
-                wcase, make_inputs(wcase)))
-            compiled = compile_case(front, wcase, target)
+            session.compiled(target)
         except CompileStageError as exc:
             raise _Failed(str(exc)) from exc
-        unbound = [front.params[p.name] for p in weight_params(compiled.final["main"])]
         for s in range(case.seed, case.seed + seeds):
             for sizes in case.sample_sizes():  # every size of a dynamic dimension
                 arrays = make_inputs(replace(case, seed=s), sizes)
-                inputs = torch_inputs(case, arrays)
-                expected = run_torch(model, inputs)
-                actual = run_tvm(compiled.executable, case, arrays,
-                                 device_for(case.target_def(target).device), unbound)
+                expected = session.reference(arrays)
+                actual = session.run_program(target, arrays)
                 if len(actual) != len(expected):
                     raise _Failed(f"TVM returned {len(actual)} outputs, PyTorch "
                                   f"{len(expected)}")
                 pairs.extend((w, s, i, a, e) for i, (a, e) in enumerate(zip(
                     actual, expected, strict=True)))
-                if model64 is not None:
+                if need64:
                     try:
-                        ref64 = run_torch64(model64, inputs)
+                        ref64 = session.reference64(arrays)
                     except Exception as exc:
                         raise _Failed(f"the model cannot run in float64 for the reference: "
                                       f"{type(exc).__name__}: {str(exc).strip()[:300]} "

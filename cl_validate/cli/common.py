@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import os
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from cl_validate.checks.verdict import CaseResult
 from cl_validate.errors import UsageError
 from cl_validate.paths import display_path
-from cl_validate.run.options import RunOptions, check_target_names, selected_targets
-from cl_validate.run.suite import run_suite
 from cl_validate.spec import CaseSpec, load_case, load_cases
 from cl_validate.spec.config import StalePolicy
+from cl_validate.spec.options import (
+    RunOptions,
+    check_target_names,
+    run_options,
+    selected_targets,
+)
+from cl_validate.suite.driver import Measurer, run_suite
+from cl_validate.suite.pool import WorkerPool
 
 DEFAULT_PATH = "model_cases"
 
@@ -98,17 +104,27 @@ def pick_variant(case: CaseSpec, name: str | None) -> CaseSpec:
                      hint=f"its [[variants]]: {declared}")
 
 
-def measure_static(runs: Sequence[CaseSpec], args: argparse.Namespace,
-                   say: Callable[[CaseResult], str], cache_dir: str | None = None
+def measurer(options: RunOptions, *, reap_orphans: bool = False) -> Measurer:
+    """Worker processes, or this process with ``--no-isolation``."""
+    if options.isolate:
+        return WorkerPool(options, reap_orphans=reap_orphans)
+    # lazy: torch and TVM (cases are measured in this process)
+    from cl_validate.session.in_process import InProcess
+
+    return InProcess(options)
+
+
+def measure_static(cases: Sequence[CaseSpec], args: argparse.Namespace,
+                   say: Callable[[CaseResult], str], *, cached: bool = False
                    ) -> list[CaseResult]:
-    """Compile every run on its selected targets (``args.targets``, ``args.jobs``,
-    ``args.no_isolation``), static checks only, printing a line per result (`say` for one
-    that compiled), and return the results."""
-    options = RunOptions(targets=tuple(args.targets) if args.targets else None,
-                         jobs=args.jobs or os.cpu_count() or 1, isolate=not args.no_isolation,
-                         stale_budget=StalePolicy.WARN, static_only=True, cache_dir=cache_dir)
-    check_target_names(runs, options)
-    if not any(selected_targets(c, options) for c in runs):
+    """Compile every case on its selected targets (the run options of `args`), static checks
+    only, printing a line per result (`say` for one that compiled), and return the results.
+    Without `cached` the cache is neither read nor written."""
+    options = run_options(vars(args).get, stale_budget=StalePolicy.WARN, static_only=True)
+    if not cached:
+        options = replace(options, cache_dir=None)
+    check_target_names(cases, options)
+    if not any(selected_targets(c, options) for c in cases):
         raise UsageError("no case runs on the selected targets",
                          hint="check the cases' targets = [...] against --target")
     results: list[CaseResult] = []
@@ -118,5 +134,9 @@ def measure_static(runs: Sequence[CaseSpec], args: argparse.Namespace,
         what = say(r) if r.kernels is not None else f"not measured: {r.checks[0].message}"
         print(f"  {r.case.label} [{r.target}]: {what}", flush=True)
 
-    run_suite(runs, options, on_result)
+    m = measurer(options)
+    try:
+        run_suite(cases, options, on_result, m)
+    finally:
+        m.shutdown()
     return results

@@ -26,9 +26,8 @@ from cl_validate.errors import ExitCode
 from cl_validate.paths import display_path, report_file
 from cl_validate.report.ledger import ledgers, render_ledger
 from cl_validate.report.markdown import ledger_section
-from cl_validate.run.cache import resolve_dir
-from cl_validate.run.options import add_to_argparse, positive_int
 from cl_validate.spec import load_cases
+from cl_validate.spec.options import add_to_argparse, positive_int
 
 HELP = "what the runtime transforms of a suite are there for, most transforms first"
 
@@ -55,7 +54,7 @@ def main(args: argparse.Namespace) -> ExitCode:
         report_file(args.markdown, "--markdown")
     cases = select(expand(load_cases(args.paths or [DEFAULT_PATH])), args.patterns)
     print(f"measuring {len(cases)} case run(s) (static checks only)", flush=True)
-    results = measure_static(cases, args, _say, resolve_dir(args.cache_dir, args.no_cache))
+    results = measure_static(cases, args, _say, cached=True)
     print()
     for led in ledgers(results):
         print(render_ledger(led, args.limit, names=None) + "\n")

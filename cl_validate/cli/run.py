@@ -7,28 +7,38 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from cl_validate.checks.cost import schedule_text
+from cl_validate.checks.compiled import CaseKind
+from cl_validate.checks.fallback_kernels import schedule_text
 from cl_validate.checks.judge import declaring_line
-from cl_validate.checks.verdict import CHECKS, COMPILE, CaseResult, CheckResult, Status
-from cl_validate.cli.common import DEFAULT_PATH, add_paths, add_patterns, expand, select
+from cl_validate.checks.registry import case_check, names
+from cl_validate.checks.verdict import CaseResult, CheckResult, Status
+from cl_validate.cli.common import (
+    DEFAULT_PATH,
+    add_paths,
+    add_patterns,
+    expand,
+    measurer,
+    select,
+)
 from cl_validate.errors import ExitCode, UsageError
+from cl_validate.measurements.kinds import SkipKind
 from cl_validate.paths import display_path, report_file
 from cl_validate.report.annotations import emit_annotations
 from cl_validate.report.console import progress_line, summary_table
 from cl_validate.report.junit import write_junit
 from cl_validate.report.ledger import console_ledger
 from cl_validate.report.markdown import append_step_summary, write_markdown
-from cl_validate.run.options import (
+from cl_validate.spec import CaseSpec, load_cases
+from cl_validate.spec.options import (
     RunOptions,
     add_to_argparse,
     check_target_names,
     run_options,
     selected_targets,
 )
-from cl_validate.run.shard import shard_cases
-from cl_validate.run.suite import SuiteStats, run_suite
-from cl_validate.run.workers import WorkerPool
-from cl_validate.spec import CaseSpec, load_cases
+from cl_validate.suite.driver import SuiteStats, run_suite
+from cl_validate.suite.pool import WorkerPool
+from cl_validate.suite.shard import shard_cases
 
 HELP = "compile and check cases, write JUnit"
 
@@ -70,21 +80,18 @@ def main(args: argparse.Namespace) -> ExitCode:
 
     interrupted: str | None = None
     stats = SuiteStats()
-    pool = None
-    if options.isolate:
-        # Workers import torch and TVM while this process gets ready; this process ends
-        # whatever a dead worker's tree leaves behind (reap_orphans).
-        pool = WorkerPool(options, reap_orphans=True)
-        pool.prestart(len(cases))
+    # This process ends whatever a dead worker's tree leaves behind (reap_orphans).
+    m = measurer(options, reap_orphans=True)
+    if isinstance(m, WorkerPool):  # workers import torch and TVM while this one gets ready
+        m.prestart(len(cases))
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        stats = run_suite(cases, options, on_result, pool=pool)
+        stats = run_suite(cases, options, on_result, m)
     except KeyboardInterrupt as exc:
         interrupted = str(exc) or "SIGINT"
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if pool is not None:
-            pool.shutdown()
+        m.shutdown()
     if interrupted:
         results.extend(_not_run(cases, options, results, interrupted))
     order = {c.label: i for i, c in enumerate(cases)}
@@ -129,9 +136,9 @@ def _unusable(results: Sequence[CaseResult]) -> dict[str, str]:
     worker)."""
     errors: dict[str, dict[str, str]] = {}
     for r in results:
-        c = r.check(COMPILE)
+        c = r.check(case_check().name)
         errors.setdefault(r.case.name, {})[f"{r.case.label} {r.target}"] = (
-            c.message if c.status is Status.ERROR and c.kind == "CaseFileError" else "")
+            c.message if c.status is Status.ERROR and c.kind == CaseKind.CASE_FILE_ERROR else "")
     return {name: next(iter(by_target.values())) for name, by_target in errors.items()
             if all(by_target.values())}
 
@@ -161,5 +168,6 @@ def _not_run(cases: Sequence[CaseSpec], options: RunOptions, done: Sequence[Case
             if (c.label, t) not in finished:
                 out.append(CaseResult(c, t, [
                     CheckResult(ch, Status.SKIPPED, f"not run: run interrupted ({why})",
-                                kind="NotRun", line=declaring_line(c, ch)) for ch in CHECKS]))
+                                kind=SkipKind.NOT_RUN, line=declaring_line(c, ch))
+                    for ch in names()]))
     return out

@@ -9,7 +9,8 @@ Three facts are joined:
 - the attribution is written into the transform call's span, which our legalization copies
   onto the transform's PrimFunc, so the fused kernel list can show it after fusion.
 
-The reasons themselves (`Reason`, `Attribution`) are plain data in `cl_validate.compile.reasons`.
+The reasons themselves (`Reason`, `Attribution`) are plain data in
+`cl_validate.measurements.attribution`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Any
 from tvm import ir, relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from cl_validate.compile.reasons import Attribution, Reason
 from cl_validate.ir import (
     TRANSFORM_OPS,
     bindings,
@@ -35,6 +35,7 @@ from cl_validate.ir import (
     use_sites,
     weight_derived,
 )
+from cl_validate.measurements.attribution import Attribution, Reason
 
 #: Ops that take whatever layout their input has: a transform after one of them was caused
 #: further up, so attribution walks past them to the op that decided the layout.

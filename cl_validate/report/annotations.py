@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from cl_validate.checks.cost import BYTES, FALLBACK_KERNELS
+from cl_validate.checks.ratchet import BudgetCheck
+from cl_validate.checks.registry import get
 from cl_validate.checks.verdict import CaseResult, CheckResult, Status
 from cl_validate.paths import repo_path
 
@@ -54,8 +55,7 @@ def _command(kind: str, result: CaseResult, check: CheckResult,
                            f"{check.check} {what}"))
     head = ",".join(f"{k}={escape_property(v)}" for k, v in props)
     message = check.message
-    if result.kernels is not None and check.check in ("layout_transforms", "kernels",
-                                                      BYTES, FALLBACK_KERNELS):
+    if result.kernels is not None and isinstance(get(check.check), BudgetCheck):
         message += (f"\ncl-validate show {shlex.quote(repo_path(result.case.path))} --target "
                     f"{result.target} lists the stages and the kernels")
     return f"::{kind} {head}::{escape_data(message)}"
@@ -69,7 +69,7 @@ def github_annotations(results: Sequence[CaseResult],
         for c in r.checks:
             if c.status.bad:
                 out.append(_command("error", r, c, env))
-            elif c.status is Status.PASSED and c.measured.stale:
+            elif c.status is Status.PASSED and c.figures.stale:
                 out.append(_command("warning", r, c, env))
     return out
 

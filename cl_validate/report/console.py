@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cl_validate.checks.verdict import CHECKS, CaseResult, Status
+from cl_validate.checks.registry import Check, checks
+from cl_validate.checks.verdict import CaseResult, Status
 from cl_validate.paths import display_path
-from cl_validate.report.figures import cost_figure
 
 _SHORT = {Status.PASSED: "ok", Status.FAILED: "FAIL", Status.SKIPPED: "skip", Status.ERROR: "ERR"}
 
@@ -21,23 +21,13 @@ def progress_line(result: CaseResult, done: int, total: int) -> str:
             f"{verdicts}  {result.seconds:.1f}s")
 
 
-def _cell(result: CaseResult, check: str) -> str:
+def _cell(result: CaseResult, check: Check) -> str:
     try:
-        c = result.check(check)
+        c = result.check(check.name)
     except KeyError:
         return "-"
-    m = c.measured
-    if check == "layout_transforms" and m.layout_transforms is not None:
-        s = f"{m.layout_transforms}/{m.budget}"
-        if m.weight_transforms:
-            s += f" +{m.weight_transforms}w"
-    elif check == "kernels" and m.kernels is not None:
-        s = f"{m.kernels}" + (f"/{m.budget}" if m.budget is not None else "")
-    elif check == "numerics" and m.numerics_figure() is not None:
-        s = m.numerics_figure() or ""
-    else:
-        s = cost_figure(check, m) or ""
-    if m.stale:
+    s = check.cell(c, compact=True) or ""
+    if c.figures.stale:
         s += " stale"  # under budget: `cl-validate budget tighten` would lower it
     mark = {Status.PASSED: "", Status.FAILED: "FAIL ", Status.SKIPPED: "skip ",
             Status.ERROR: "ERR "}[c.status]
@@ -47,9 +37,10 @@ def _cell(result: CaseResult, check: str) -> str:
 def summary_table(results: Sequence[CaseResult]) -> str:
     """One table per target, then every failure's one-line message."""
     out: list[str] = []
-    headers = ["case", *CHECKS, "time", "peak MB"]
+    every = checks()
+    headers = ["case", *(c.name for c in every), "time", "peak MB"]
     for target in dict.fromkeys(r.target for r in results):
-        rows = [[r.case.label, *(_cell(r, c) for c in CHECKS), f"{r.seconds:.1f}s",
+        rows = [[r.case.label, *(_cell(r, c) for c in every), f"{r.seconds:.1f}s",
                  f"{r.peak_rss_mb:.0f}" if r.peak_rss_mb else "-"]
                 for r in results if r.target == target]
         widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
@@ -66,7 +57,7 @@ def summary_table(results: Sequence[CaseResult]) -> str:
             out.append(f"{c.status.value.upper()} {r.case.label} [{r.target}] {c.check}: "
                        f"{c.message}  ({where})")
     stale = [(r, c) for r in results for c in r.checks
-             if c.status is Status.PASSED and c.measured.stale]
+             if c.status is Status.PASSED and c.figures.stale]
     if stale:  # stale_budget = "warn": passes, but the budget should come down
         out.append("")
         for r, c in stale:

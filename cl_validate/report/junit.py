@@ -1,4 +1,5 @@
-"""JUnit XML per DESIGN.md: one <testsuite> per target, one <testcase> per case × check.
+"""JUnit XML as the README's contract says: one <testsuite> per target, one <testcase> per case
+× check.
 
 ``classname`` is the case name, ``file``/``line`` point at the case file line that declares
 what failed (GitHub's JUnit publishers annotate that line), ``failure@message`` is one line a
@@ -73,7 +74,7 @@ def _testcase(result: CaseResult, index: int) -> CheckTestCase:
     tc.file = repo_path(result.case.path)
     if check.line:
         tc.line = check.line
-    figures = check.measured.properties()
+    figures = check.figures.properties()
     if figures:
         props = Properties()
         for k, v in figures:

@@ -15,9 +15,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cl_validate.analysis.model import bytes_text, share_text
 from cl_validate.checks.verdict import CaseResult
-from cl_validate.compile.reasons import Reason
+from cl_validate.measurements.attribution import Reason
+from cl_validate.measurements.units import bytes_text, share_text
 
 _UNATTRIBUTED = "unattributed"
 

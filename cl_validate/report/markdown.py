@@ -20,19 +20,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cl_validate.analysis.model import Kernel, KernelList, bytes_text, shape_text, share_text
 from cl_validate.atomic import write_atomic
-from cl_validate.checks.bisection import Bisection
-from cl_validate.checks.cost import (
-    BYTES,
-    FALLBACK_KERNELS,
-    TIME_SHARE,
-    schedule_text,
-    transform_costs,
-)
-from cl_validate.checks.verdict import CHECKS, CaseResult, CheckResult, Status
+from cl_validate.checks.fallback_kernels import schedule_text
+from cl_validate.checks.registry import Check, checks
+from cl_validate.checks.transform_bytes import transform_costs
+from cl_validate.checks.verdict import CaseResult, CheckResult, Status
+from cl_validate.measurements.bisection import Bisection
+from cl_validate.measurements.kernel_list import Kernel, KernelList, shape_text
+from cl_validate.measurements.units import bytes_text, share_text
 from cl_validate.paths import repo_path
-from cl_validate.report.figures import cost_figure
 from cl_validate.report.ledger import counted, headline, ledgers
 
 MARK = {Status.PASSED: "✅", Status.FAILED: "❌", Status.ERROR: "⚠️", Status.SKIPPED: "⏭️"}
@@ -200,26 +196,17 @@ def _cell(text: str) -> str:
         "|", "\\|")
 
 
-def _check_cell(result: CaseResult, name: str) -> str:
+def _check_cell(result: CaseResult, check: Check) -> str:
     try:
-        c = result.check(name)
+        c = result.check(check.name)
     except KeyError:
         return "–"
-    m = c.measured
-    count = m.layout_transforms if name == "layout_transforms" else m.kernels
-    if name in ("layout_transforms", "kernels") and count is not None:
-        value = f"{count} / {m.budget}" if m.budget is not None else f"{count} (no budget)"
-        if m.weight_transforms:
-            value += f" +{m.weight_transforms} weight"
-        if m.stale:
-            value += " (stale)"
-    elif name == "numerics" and m.numerics_figure() is not None:
-        value = m.numerics_figure() or ""
-    elif cost_figure(name, m) is not None:
-        value = str(cost_figure(name, m, " / "))
-    else:
+    value = check.cell(c, compact=False)
+    if value is None:
         value = {Status.PASSED: "ok", Status.FAILED: "failed", Status.ERROR: "error",
                  Status.SKIPPED: "skipped"}[c.status]
+    elif c.figures.stale:
+        value += " (stale)"
     return f"{MARK[c.status]} {_cell(value)}"
 
 
@@ -242,19 +229,14 @@ def _heading(results: Sequence[CaseResult]) -> list[str]:
             "✅ passed · ❌ failed · ⚠️ error · ⏭️ skipped; budgets read *measured / budget*"]
 
 
-_HEADERS = {"layout_transforms": "transforms / budget", "kernels": "kernels / budget",
-            "numerics": "numerics: max abs err (or TVM × eager vs float64)",
-            BYTES: "transform bytes, share of traffic",
-            FALLBACK_KERNELS: "GPU fallback kernels", TIME_SHARE: "transform time share"}
-
-
 def _table(results: Sequence[CaseResult], target: str) -> list[str]:
-    head = ["case", *(_HEADERS.get(c, c.replace("_", " ")) for c in CHECKS), "time"]
+    every = checks()
+    head = ["case", *(c.heading() for c in every), "time"]
     out = [f"### {_cell(target)}", "", "| " + " | ".join(head) + " |",
-           "|" + "|".join([" --- "] + [" :---: "] * len(CHECKS) + [" ---: "]) + "|"]
+           "|" + "|".join([" --- "] + [" :---: "] * len(every) + [" ---: "]) + "|"]
     for r in results:
         if r.target == target:
-            cells = [f"`{_cell(r.case.label)}`", *(_check_cell(r, c) for c in CHECKS),
+            cells = [f"`{_cell(r.case.label)}`", *(_check_cell(r, c) for c in every),
                      f"{r.seconds:.1f} s"]
             out.append("| " + " | ".join(cells) + " |")
     return out

@@ -26,14 +26,14 @@ from typing import Any
 
 import tomlkit
 
+from cl_validate.spec.budget_keys import budget_keys
 from cl_validate.spec.casefile import load_text_as_case, set_section, tidy
 from cl_validate.spec.model import CaseSpec, Variant
 
-KEYS = ("layout_transforms", "kernels", "layout_transform_bytes", "fallback_kernels")
 #: Where a value is written: (variant index or None for the case, target or None for all).
 Where = tuple[int | None, str | None]
 #: measured counts: variant name (None: the case's own shapes) → target → key → count
-Measured = dict[str | None, dict[str, dict[str, int]]]
+MeasuredCounts = dict[str | None, dict[str, dict[str, int]]]
 
 
 @dataclass
@@ -49,6 +49,11 @@ class Plan:
 
     def set(self, where: Where, key: str, value: Any) -> None:
         self.writes.setdefault(where, {})[key] = value
+
+
+def _int(value: int | float | None) -> int | None:
+    """An exact budget as declared (counts and bytes are integers)."""
+    return None if value is None else int(value)
 
 
 def _has_override(case: CaseSpec, target: str, key: str) -> bool:
@@ -68,7 +73,7 @@ def _desired(p: Plan, run: CaseSpec, measured: dict[str, dict[str, int]], key: s
     for t in run.targets:
         if t in measured and key not in measured[t]:
             continue  # the key does not apply there (fallback_kernels on llvm): left alone
-        cur: int | None = getattr(run.budget_for(t), key)
+        cur = _int(run.budget_for(t).get(key))
         m = measured.get(t, {}).get(key)
         new[t] = cur
         if cur is None or m is None or m == cur:
@@ -83,18 +88,19 @@ def _desired(p: Plan, run: CaseSpec, measured: dict[str, dict[str, int]], key: s
     return new
 
 
-def plan(case: CaseSpec, runs: Measured, *, allow_increase: bool, reason: str) -> Plan:
+def plan(case: CaseSpec, runs: MeasuredCounts, *, allow_increase: bool, reason: str) -> Plan:
     """Budgets after tightening `case` to the counts measured in `runs` (variant → target →
     key → count; None: the case's own shapes); see the module docstring for where each value
     goes."""
     p = Plan(case)
     base_new: dict[str, dict[str, int | None]] = {}
-    for key in KEYS:
+    keys = [k.name for k in budget_keys() if k.exact]  # a ceiling (a time) is never written
+    for key in keys:
         base_new[key] = _plan_case(p, case, runs.get(None, {}), key,
                                    allow_increase=allow_increase, reason=reason)
     for run in case.expand()[1:]:
         assert run.variant is not None
-        for key in KEYS:
+        for key in keys:
             _plan_variant(p, run, run.variant, runs.get(run.variant.name, {}), key,
                           base_new[key], allow_increase=allow_increase, reason=reason)
     return p
@@ -104,7 +110,7 @@ def _plan_case(p: Plan, case: CaseSpec, measured: dict[str, dict[str, int]], key
                allow_increase: bool, reason: str) -> dict[str, int | None]:
     """[budget] and [targets_override.<t>] for the case's own shapes; its new budgets (for
     the targets the key applies on: the primary is the first of those)."""
-    case_old: int | None = getattr(case.budget, key)
+    case_old = _int(case.budget.get(key))
     new = _desired(p, case, measured, key, allow_increase=allow_increase, reason=reason)
     primary = next((t for t in case.targets if t in new), case.targets[0])
     new_case = new[primary] if primary in measured and primary in new and not _has_override(
@@ -114,7 +120,7 @@ def _plan_case(p: Plan, case: CaseSpec, measured: dict[str, dict[str, int]], key
         if _above(new_case, case_old):
             p.set((None, None), "reason", reason)
     for t in new:
-        cur = getattr(case.budget_for(t), key)
+        cur = _int(case.budget_for(t).get(key))
         if not _has_override(case, t, key) and new[t] == new_case:
             continue  # inherits the case-level value, which is right for it
         if new[t] is None or (new[t] == cur and _has_override(case, t, key)):
@@ -150,7 +156,7 @@ def _plan_variant(p: Plan, run: CaseSpec, v: Variant, measured: dict[str, dict[s
         differ = [t for t in rest if new[t] != inherited[t] and new[t] is not None]
         if differ and len(differ) == len(rest) and len({new[t] for t in differ}) == 1:
             p.set((v.index, None), key, new[differ[0]])
-            if _above(new[differ[0]], getattr(run.budget_for(differ[0]), key)):
+            if _above(new[differ[0]], _int(run.budget_for(differ[0]).get(key))):
                 p.set((v.index, None), "reason", reason)
             gets = dict.fromkeys(rest, new[differ[0]])
         else:
@@ -160,7 +166,7 @@ def _plan_variant(p: Plan, run: CaseSpec, v: Variant, measured: dict[str, dict[s
     for t in per_target:
         if new[t] != (v.overrides.get(t, {}).get("budget") or {}).get(key):
             p.set((v.index, t), key, new[t])
-            if _above(new[t], getattr(run.budget_for(t), key)):
+            if _above(new[t], _int(run.budget_for(t).get(key))):
                 p.set((v.index, t), "reason", reason)
         gets[t] = new[t]
     for t in new:
@@ -185,7 +191,7 @@ def verify(path: Path, text: str, p: Plan) -> None:
     for (variant, t), want in p.expected.items():
         got = runs[variant].budget_for(t)
         for key, value in want.items():
-            if getattr(got, key) != value:
+            if got.get(key) != value:
                 where = f"[{variant}] " if variant else ""
                 raise AssertionError(f"rewriting {path} would give {where}{t} {key} "
-                                     f"{getattr(got, key)}, not {value}")
+                                     f"{got.get(key)}, not {value}")

@@ -12,16 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from cl_validate.errors import CaseFileError
+from cl_validate.spec.budget_keys import budget_keys
 from cl_validate.spec.lines import locate_lines
-from cl_validate.spec.model import IO_LAYOUTS, KNOWN_TARGETS, REFERENCES, nearest_line
-from cl_validate.spec.targets import NAME_RE
+from cl_validate.spec.model import IO_LAYOUTS, REFERENCES, nearest_line
+from cl_validate.spec.targets import BUILTIN_TARGETS, NAME_RE
 
 __all__ = ["IDENT_RE", "NAME_RE", "Checker"]
 
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOL_KEYS = ("rtol", "atol", "reference", "multiplier", "floor")
-_BUDGET_KEYS = ("layout_transforms", "kernels", "layout_transform_bytes", "fallback_kernels",
-                "transform_time_share", "reason")
 _OVERRIDE_KEYS = ("budget", "tolerance")
 
 
@@ -34,7 +33,7 @@ class Checker:
         self.lines = locate_lines(text)
         #: the targets a ``targets_override`` may name: built in until the case's own
         #: targets and the project's are known (`cl_validate.spec.targets.override_names`)
-        self.targets: tuple[str, ...] = KNOWN_TARGETS
+        self.targets: tuple[str, ...] = BUILTIN_TARGETS
 
     def line(self, *path: str) -> int | None:
         return nearest_line(self.lines, path)
@@ -105,26 +104,26 @@ class Checker:
         return s
 
     def budget(self, value: Any, path: tuple[str, ...]) -> dict[str, Any]:
+        """A budget table: every key a check declared (`cl_validate.spec.budget_keys`),
+        and the ``reason`` that ``budget tighten --allow-increase`` records."""
         tab = self.table(value, path, "budget")
-        self.keys(tab, _BUDGET_KEYS, path, "[" + ".".join(path) + "]")
+        keys = budget_keys()
+        self.keys(tab, [*(k.name for k in keys), "reason"], path, "[" + ".".join(path) + "]")
         out: dict[str, Any] = {}
         if "reason" in tab:  # written by `budget tighten --allow-increase --reason TEXT`
             out["reason"] = self.string(tab["reason"], (*path, "reason"), "reason")
-        if "layout_transforms" in tab:
-            out["layout_transforms"] = self.integer(
-                tab["layout_transforms"], (*path, "layout_transforms"), "layout_transforms", 0)
-        if "kernels" in tab:
-            out["kernels"] = self.integer(tab["kernels"], (*path, "kernels"), "kernels", 1)
-        for key in ("layout_transform_bytes", "fallback_kernels"):
-            if key in tab:
-                out[key] = self.integer(tab[key], (*path, key), key, 0)
-        if "transform_time_share" in tab:
-            share = self.number(tab["transform_time_share"], (*path, "transform_time_share"),
-                                "transform_time_share")
-            if not 0 < share <= 1:
-                raise self.fail((*path, "transform_time_share"), "transform_time_share must be "
-                                f"a fraction in (0, 1], got {share:g}", "0.05 is 5%")
-            out["transform_time_share"] = share
+        for key in keys:
+            if key.name not in tab:
+                continue
+            where = (*path, key.name)
+            if key.value == "fraction":
+                share = self.number(tab[key.name], where, key.name)
+                if not 0 < share <= 1:
+                    raise self.fail(where, f"{key.name} must be a fraction in (0, 1], got "
+                                    f"{share:g}", "0.05 is 5%")
+                out[key.name] = share
+            else:
+                out[key.name] = self.integer(tab[key.name], where, key.name, key.minimum)
         return out
 
     def io_layout(self, value: Any, path: tuple[str, ...]) -> str:

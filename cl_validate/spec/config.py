@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,9 +54,17 @@ def find_pyproject(start: Path | None = None) -> Path | None:
 
 
 def load_config(start: Path | None = None) -> Config:
+    """``[tool.cl_validate]`` of the nearest pyproject.toml (read once per version of the
+    file: every command asks for it several times)."""
     path = find_pyproject(start)
     if path is None:
         return Config()
+    st = path.stat()
+    return _parse_config(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_config(path: Path, mtime_ns: int, size: int) -> Config:
     text = path.read_text(encoding="utf-8")
     try:
         data = tomllib.loads(text)

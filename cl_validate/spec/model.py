@@ -12,11 +12,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cl_validate.spec.targets import BUILTIN, BUILTIN_TARGETS, TargetDef
+from cl_validate.spec.budget_keys import budget_keys
+from cl_validate.spec.targets import BUILTIN, TargetDef
 
-#: The targets every case may name without declaring them; others are declared
-#: (`cl_validate.spec.targets`).
-KNOWN_TARGETS: tuple[str, ...] = BUILTIN_TARGETS
 DTYPES: tuple[str, ...] = (
     "float32", "float16", "float64", "bfloat16", "int8", "uint8", "int32", "int64", "bool",
 )
@@ -139,36 +137,27 @@ class OutputSpec:
     line: int | None = None
 
 
-#: Budgets a case may declare besides ``layout_transforms``, each optional. Counts and bytes
-#: are exact figures of the compiled IR, kept exact by the ratchet; ``transform_time_share`` is
-#: a measured time, so only a ceiling (`cl_validate.checks.cost`).
-OPTIONAL_BUDGETS: tuple[str, ...] = ("kernels", "layout_transform_bytes", "fallback_kernels",
-                                     "transform_time_share")
-BUDGET_KEYS: tuple[str, ...] = ("layout_transforms", *OPTIONAL_BUDGETS)
-
-
 @dataclass(frozen=True)
 class Budget:
-    """Maximum counts a case may reach on one target, with the lines that declare them."""
+    """The budgets that apply to a case on one target, with the lines that declare them: each
+    ``[budget]`` key a check declared (`cl_validate.spec.budget_keys`), at its declared value
+    or its default (None: not judged)."""
 
-    layout_transforms: int
-    kernels: int | None = None
-    layout_transforms_line: int | None = None
-    kernels_line: int | None = None
+    values: Mapping[str, int | float | None] = field(default_factory=dict)
+    lines: Mapping[str, int | None] = field(default_factory=dict)
     reason: str | None = None  # why the budget was last raised (`budget tighten --reason`)
-    #: bytes every runtime layout transform reads and writes, together
-    layout_transform_bytes: int | None = None
-    layout_transform_bytes_line: int | None = None
-    #: GPU kernels that dlight's generic Fallback rule scheduled (slow on a real GPU)
-    fallback_kernels: int | None = None
-    fallback_kernels_line: int | None = None
-    #: the largest share of kernel time runtime transforms may take (measured: ``--profile``)
-    transform_time_share: float | None = None
-    transform_time_share_line: int | None = None
+
+    def get(self, key: str) -> int | float | None:
+        """The budget `key` (a declared `BudgetKey` name), None when it does not apply."""
+        return self.values.get(key)
 
     def line(self, key: str) -> int | None:
-        """The case-file line that declares budget `key` (one of `BUDGET_KEYS`)."""
-        return getattr(self, f"{key}_line")  # type: ignore[no-any-return]
+        """The case-file line that declares budget `key`."""
+        return self.lines.get(key)
+
+    def declared(self) -> dict[str, int | float]:
+        """Every budget that applies, by key, in the order the checks declare them."""
+        return {k.name: v for k in budget_keys() if (v := self.values.get(k.name)) is not None}
 
 
 @dataclass(frozen=True)
@@ -257,8 +246,10 @@ class CaseSpec:
 
     def profiled(self, target: str) -> bool:
         """Whether runs of this case time their kernels on `target` without ``--profile``: the
-        case says ``profile = true``, or a ``transform_time_share`` budget needs the times."""
-        return self.profile or self.budget_for(target).transform_time_share is not None
+        case says ``profile = true``, or it declares a budget on measured times."""
+        budget = self.budget_for(target)
+        return self.profile or any(budget.get(k.name) is not None for k in budget_keys()
+                                   if k.needs_profile)
 
     def max_sizes(self) -> dict[str, int]:
         """Every dynamic dimension at its largest size: where bytes and times are taken."""
@@ -290,16 +281,16 @@ class CaseSpec:
         ``[targets_override.<target>] budget``, then the variant's ``budget`` and its
         ``targets_override.<target>`` (most specific wins, key by key)."""
         b = self.budget
-        values: dict[str, Any] = {k: getattr(b, k) for k in BUDGET_KEYS}
-        lines: dict[str, Any] = {f"{k}_line": b.line(k) for k in BUDGET_KEYS}
+        values = dict(b.values)
+        lines = dict(b.lines)
         reason = b.reason
         for table, path in self._budget_layers(target):
-            for k in BUDGET_KEYS:
-                if k in table:
-                    values[k] = table[k]
-                    lines[f"{k}_line"] = self.line_of(*path, k)
+            for k in budget_keys():
+                if k.name in table:
+                    values[k.name] = table[k.name]
+                    lines[k.name] = self.line_of(*path, k.name)
             reason = table.get("reason", reason)
-        return Budget(**values, **lines, reason=reason)
+        return Budget(values, lines, reason)
 
     def budget_source(self, target: str, key: str) -> tuple[str, int | None] | None:
         """Which table declares the budget `key` that applies on `target` (``budget``,

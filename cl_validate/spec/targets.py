@@ -11,7 +11,7 @@ TVM target config, as TVM 0.27 takes it (a dict; the old string form is refused)
 Only what can be checked without TVM is checked here (key names, value types, the kind, the
 name): this runs in the parent of a run, which never imports TVM. A target TVM itself refuses
 (an attribute its kind does not have) is reported by the worker, as one line at the
-declaration (`cl_validate.compile.target`).
+declaration (`cl_validate.compile.tvm_targets`).
 """
 
 from __future__ import annotations

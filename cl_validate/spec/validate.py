@@ -16,6 +16,7 @@ from typing import Any
 
 from cl_validate.errors import CaseFileError
 from cl_validate.paths import display_path
+from cl_validate.spec.budget_keys import budget_keys
 from cl_validate.spec.checker import IDENT_RE, Checker
 from cl_validate.spec.config import load_config
 from cl_validate.spec.lines import syntax_error, tomllib
@@ -26,7 +27,6 @@ from cl_validate.spec.model import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_TOLERANCE,
     DTYPES,
-    OPTIONAL_BUDGETS,
     Budget,
     CaseSpec,
     DynamicDim,
@@ -142,11 +142,11 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any],
 
     b = v.budget(data.get("budget", {}), ("budget",))
     budget = Budget(
-        layout_transforms=b.get("layout_transforms", 0),
-        layout_transforms_line=v.line("budget", "layout_transforms") or v.line("model"),
+        {k.name: b.get(k.name, k.default) for k in budget_keys()},
+        # a budget that applies by default is about the whole case: its model line
+        {k.name: v.line("budget", k.name) or (v.line("model") if k.default is not None
+                                              else None) for k in budget_keys()},
         reason=b.get("reason"),
-        **{k: b.get(k) for k in OPTIONAL_BUDGETS},
-        **{f"{k}_line": v.line("budget", k) for k in OPTIONAL_BUDGETS},
     )
     t = v.tolerance(data.get("tolerance", {}), ("tolerance",))
     tolerance = Tolerance(DEFAULT_TOLERANCE[0], DEFAULT_TOLERANCE[1]).merged(t)

@@ -226,10 +226,10 @@ class ConvBN(nn.Module):
 
 @pytest.mark.compile
 def test_pipeline_folds_batchnorm_into_convs(tmp_path: Any) -> None:
-    from cl_validate.analysis.kernels import kernel_list
+    from cl_validate.analysis.fused_kernels import read_kernel_list
     from cl_validate.checks.numerics import compare
-    from cl_validate.compile.build import compile_case
     from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case
     from cl_validate.spec import Tolerance, load_case
 
     torch.manual_seed(0)
@@ -253,7 +253,7 @@ def test_pipeline_folds_batchnorm_into_convs(tmp_path: Any) -> None:
     # The two BatchNorms after convs fold; only the one after the ReLU keeps its arithmetic.
     assert ops_after.count("relax.divide") == 1
     assert ops_after.count("relax.multiply") == 1
-    conv_kernels = [k.name for k in kernel_list(compiled) if "conv2d" in k.name]
+    conv_kernels = [k.name for k in read_kernel_list(compiled) if "conv2d" in k.name]
     # Fused kernels are named after their ops in order: between each conv and its ReLU there
     # is at most the one bias add; the unfolded BatchNorm fuses in after the second ReLU.
     assert len(conv_kernels) == 2, conv_kernels

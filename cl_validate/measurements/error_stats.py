@@ -1,0 +1,147 @@
+"""How far one output of TVM is from PyTorch: `ErrorStats` and `compare`, shared by the
+``numerics`` check (`cl_validate.checks.numerics`) and the stage bisection
+(`cl_validate.measurements.bisection`), which judge by the same rule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from cl_validate.spec import Tolerance
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    """How far one TVM output is from the reference; truthy when within tolerance."""
+
+    output: int
+    shape: tuple[int, ...]
+    tolerance: Tolerance
+    max_abs: float
+    max_rel: float
+    mean_abs: float
+    mismatched: int  # elements outside atol + rtol·|ref| (the float32 rule)
+    total: int
+    nonfinite_tvm: int
+    nonfinite_torch: int
+    worst_index: tuple[int, ...] | None
+    shape_mismatch: str | None = None
+    sample: str = ""  # which inputs ("batch=16"); "" for a case's only sample
+    rmse: float = 0.0  # TVM against the reference
+    eager_rmse: float | None = None  # float64 rule: eager float32 against float64
+
+    def __bool__(self) -> bool:
+        if self.shape_mismatch is not None or self.nonfinite_tvm or self.nonfinite_torch:
+            return False
+        if self.tolerance.float64:
+            return self.rmse <= self.bound
+        return self.mismatched == 0
+
+    @property
+    def bound(self) -> float:
+        """The float64 rule's largest allowed RMSE."""
+        t = self.tolerance
+        return t.multiplier * (self.eager_rmse or 0.0) + t.floor
+
+    @property
+    def ratio(self) -> float:
+        """TVM's RMSE over eager float32's, both against float64."""
+        eager = self.eager_rmse or 0.0
+        if eager > 0:
+            return self.rmse / eager
+        return 0.0 if self.rmse == 0 else math.inf
+
+    @property
+    def where(self) -> str:
+        """``output 0`` or ``output 0 at batch=16``."""
+        return f"output {self.output}" + (f" at {self.sample}" if self.sample else "")
+
+    def figure(self) -> str:
+        """The one figure this rule judges by: ``max abs 3.1e-02`` or ``RMSE 2.2e-06 (1.4x
+        eager)``."""
+        if self.shape_mismatch:
+            return self.shape_mismatch
+        if self.tolerance.float64:
+            return f"RMSE {self.rmse:.3g} ({self.ratio:.3g}x eager float32)"
+        return f"max abs {self.max_abs:.3g}"
+
+    def summary(self) -> str:
+        """One line a reviewer can read alone."""
+        if self.shape_mismatch:
+            return f"{self.where}: {self.shape_mismatch}"
+        t = self.tolerance
+        if t.float64:
+            parts = [f"{self.where}: RMSE {self.rmse:.3g} against float64, {self.ratio:.3g}x "
+                     f"eager float32's {self.eager_rmse or 0:.3g} (allowed {t.multiplier:g}x "
+                     f"+ {t.floor:g}); max abs {self.max_abs:.3g}"]
+        else:
+            parts = [f"{self.where}: max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}"]
+        if self.nonfinite_tvm or self.nonfinite_torch:
+            parts.append(f"non-finite values: {self.nonfinite_tvm} in TVM, "
+                         f"{self.nonfinite_torch} in PyTorch")
+        if self.mismatched and not t.float64:
+            parts.append(f"{self.mismatched}/{self.total} elements outside "
+                         f"rtol {t.rtol:g} atol {t.atol:g}")
+        return "; ".join(parts)
+
+    def detail(self) -> str:
+        t = self.tolerance
+        rule = (f"reference=float64 rmse={self.rmse:.6g} eager_rmse={self.eager_rmse or 0:.6g} "
+                f"ratio={self.ratio:.4g} allowed={t.multiplier:g}x+{t.floor:g}" if t.float64
+                else f"mismatched={self.mismatched}/{self.total} rtol={t.rtol:g} atol={t.atol:g}")
+        return (f"{self.where} shape {list(self.shape)}: max_abs={self.max_abs:.6g} "
+                f"max_rel={self.max_rel:.6g} mean_abs={self.mean_abs:.6g} "
+                f"nonfinite(tvm/torch)={self.nonfinite_tvm}/{self.nonfinite_torch} "
+                f"worst_at={list(self.worst_index) if self.worst_index else '-'} {rule}")
+
+
+def _rmse(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(a - b)))) if a.size else 0.0
+
+
+def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance, output: int = 0,
+            sample: str = "", reference64: np.ndarray | None = None) -> ErrorStats:
+    """Error statistics of `actual` (TVM) against PyTorch: against `expected` (eager
+    float32), or with the float64 rule against `reference64`, eager float32's own error
+    against it setting the bar."""
+    ref = expected
+    if tol.float64:
+        if reference64 is None:
+            raise ValueError("the float64 rule needs the float64 reference run")
+        ref = reference64
+    if actual.shape != ref.shape:
+        return ErrorStats(output, tuple(ref.shape), tol, math.inf, math.inf, math.inf,
+                          ref.size, ref.size, 0, 0, None,
+                          f"shape {list(actual.shape)} from TVM, {list(ref.shape)} from "
+                          "PyTorch", sample, math.inf)
+    a = actual.astype(np.float64)
+    e = ref.astype(np.float64)
+    fin_a, fin_e = np.isfinite(a), np.isfinite(e)
+    both = fin_a & fin_e
+    diff = np.where(both, np.abs(a - e), 0.0)
+    # relative to the reference, or to atol where the reference is smaller (a zero reference
+    # would make any difference infinitely relative)
+    floor = max(tol.atol, np.finfo(np.float64).tiny)
+    rel = np.where(both, diff / np.maximum(np.abs(e), floor), 0.0)
+    rel = np.where(diff == 0, 0.0, rel)
+    outside = both & (diff > tol.atol + tol.rtol * np.abs(e))
+    worst = None
+    if diff.size:
+        worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
+    eager = None
+    if tol.float64:
+        f32 = expected.astype(np.float64)
+        eager = _rmse(np.where(both, f32, 0.0), np.where(both, e, 0.0))
+    return ErrorStats(
+        output=output, shape=tuple(ref.shape), tolerance=tol,
+        max_abs=float(diff.max()) if diff.size else 0.0,
+        max_rel=float(rel.max()) if rel.size else 0.0,
+        mean_abs=float(diff.mean()) if diff.size else 0.0,
+        mismatched=int(outside.sum()), total=int(e.size),
+        nonfinite_tvm=int((~fin_a).sum()), nonfinite_torch=int((~fin_e).sum()),
+        worst_index=worst, sample=sample,
+        rmse=_rmse(np.where(both, a, 0.0), np.where(both, e, 0.0)), eager_rmse=eager,
+    )

@@ -1,0 +1,64 @@
+"""What compiling (and running) one case on one target produced — the input of every check.
+
+A `Measurement` holds no verdict: verdicts are a function of a measurement and the case file
+as it is *now* (`cl_validate.checks.judge`), so a cached measurement re-judged after a budget
+or tolerance edit gives the right answer. Plain data: a worker sends it to the parent, the
+cache stores it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cl_validate.errors import ErrorRecord
+from cl_validate.measurements.bisection import Bisection
+from cl_validate.measurements.kernel_list import KernelList, OpLayout, StageCount
+from cl_validate.measurements.profile import Profile
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Why a check was not run (numerics without a device, a static-only run)."""
+
+    reason: str
+    kind: str  # a `SkipKind`'s value, or the failure kind of an error that stopped it
+
+
+@dataclass
+class Sample:
+    """One run of the compiled program and of PyTorch on the same inputs."""
+
+    label: str  # which inputs: "" for a case's only sample, "batch=16" at a dynamic size
+    actual: list[Any]  # TVM's outputs, in PyTorch's layout (numpy)
+    expected: list[Any]  # PyTorch's outputs (numpy)
+    reference64: list[Any] | None = None  # eager float64's, where a tolerance asks for them
+
+
+@dataclass
+class Measurement:
+    target: str
+    error: ErrorRecord | None = None  # nothing was measured: the case errored
+    kernels: KernelList | None = None
+    stage_counts: list[StageCount] = field(default_factory=list)
+    op_layouts: list[OpLayout] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)  # numerics: every sample it ran
+    numerics_skip: Skip | None = None
+    numerics_error: ErrorRecord | None = None  # compiled, but running it failed
+    #: the stages run one by one on the worst failing sample (only when numerics failed)
+    bisection: Bisection | None = None
+    compile_seconds: float = 0.0
+    numerics_seconds: float = 0.0
+    seconds: float = 0.0
+    peak_rss_mb: float | None = None
+    model_outputs: int | None = None  # how many outputs the PyTorch model returns
+    #: processes the model's code started and left running (killed by the worker)
+    stray_processes: list[str] = field(default_factory=list)
+    #: why the program was not built (the static checks come from the IR alone)
+    build_skipped: str | None = None
+    #: where the numerics ran when not on this machine ("RPC key 'rk3588' at host:9190")
+    ran_on: str | None = None
+    #: every kernel's time over repeated runs (``--profile``), or why there is none
+    profile: Profile | None = None
+    profile_skip: Skip | None = None
+    profile_seconds: float = 0.0

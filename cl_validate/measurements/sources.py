@@ -1,0 +1,136 @@
+"""What a measurement depends on besides the case file: source code and versions, hashed.
+
+The cache key (`cl_validate.measurements.cache.key`) includes the source of the model's package (and
+of the local modules it imports, followed transitively), of a user pipeline and of
+cl_validate itself, and the versions of TVM, tvm-ffi, torch, numpy and Python. Files are read,
+never executed: an import hidden behind ``importlib.import_module`` is not followed.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import platform
+import sys
+import sysconfig
+from pathlib import Path
+
+
+def _hash_files(files: dict[Path, str]) -> str:
+    """Hash of files by content, each under its name relative to its root's folder (so a
+    clone elsewhere hashes the same), in name order."""
+    h = hashlib.sha256()
+    for f, label in sorted(files.items(), key=lambda item: item[1]):
+        h.update(label.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _hash_tree(root: Path) -> str:
+    return _hash_files({f: str(f.relative_to(root.parent)) for f in _py_files(root)})
+
+
+@functools.cache
+def own_source() -> str:
+    return _hash_tree(Path(__file__).resolve().parent.parent)
+
+
+def module_source(module_name: str) -> str:
+    """Hash of the source behind `module_name`: its top-level package tree (every folder of a
+    namespace package) or single module, and the local modules those files import, followed
+    transitively: a helper module next to a flat model, or a sibling package. "Local" means
+    found outside the Python installation (stdlib, site-packages). Imports are read from the
+    files, not executed: one hidden behind ``importlib.import_module`` is not followed."""
+    top = module_name.split(".")[0]
+    roots = _source_roots(top)
+    if not roots:
+        return f"unhashable:{module_name}"
+    seen = {top}
+    queue = list(roots)
+    files: dict[Path, str] = {}
+    while queue:
+        root = queue.pop()
+        for f in _py_files(root):
+            if f in files:
+                continue
+            files[f] = str(f.relative_to(root.parent))
+            for name in _imported_tops(f):
+                if name not in seen:
+                    seen.add(name)
+                    queue.extend(_source_roots(name, local_only=True))
+    return _hash_files(files)
+
+
+def _source_roots(top: str, *, local_only: bool = False) -> list[Path]:
+    """The file of a top-level module, or the folder(s) of a package; [] if unknown (or, with
+    `local_only`, part of the Python installation)."""
+    mod = sys.modules.get(top)
+    spec = getattr(mod, "__spec__", None) if mod is not None else None
+    if spec is None:
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:  # a package, regular or namespace
+        paths = [Path(p).resolve() for p in spec.submodule_search_locations]
+    elif spec.origin and spec.origin.endswith(".py"):
+        paths = [Path(spec.origin).resolve()]
+    else:  # built-in, frozen or compiled extension
+        return []
+    if local_only:
+        paths = [p for p in paths if not _installed(p)]
+    return paths
+
+
+@functools.cache
+def _install_dirs() -> tuple[Path, ...]:
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sysconfig.get_paths().values()}
+    return tuple(Path(d).resolve() for d in dirs if d)
+
+
+def _installed(path: Path) -> bool:
+    return any(path.is_relative_to(d) for d in _install_dirs()) or any(
+        part in ("site-packages", "dist-packages") for part in path.parts)
+
+
+def _py_files(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    return [f for f in root.rglob("*.py") if "__pycache__" not in f.parts]
+
+
+_IMPORTS: dict[tuple[Path, int, int], frozenset[str]] = {}
+
+
+def _imported_tops(path: Path) -> frozenset[str]:
+    """Top-level names of the absolute imports in a Python file (memoized per file version)."""
+    st = path.stat()
+    memo = (path, st.st_mtime_ns, st.st_size)
+    if memo not in _IMPORTS:
+        names: set[str] = set()
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (SyntaxError, ValueError):
+            tree = None
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Import):
+                names.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+        _IMPORTS[memo] = frozenset(names)
+    return _IMPORTS[memo]
+
+
+@functools.cache
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "machine": platform.machine()}
+    for dist in ("apache-tvm", "apache-tvm-ffi", "torch", "numpy"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = "absent"
+    return out

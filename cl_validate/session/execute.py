@@ -1,0 +1,77 @@
+"""Running a case: PyTorch's outputs (eager float32, and the float64 reference), and the
+compiled program's on a device, back in PyTorch's layout for the comparison
+(`cl_validate.checks.numerics`). Runs where the model's code runs (it imports torch and TVM).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tvm import relax
+from tvm.runtime import Tensor as TvmTensor
+
+from cl_validate.session.inputs import program_args
+from cl_validate.spec import CaseSpec
+
+
+def flatten_outputs(out: Any) -> list[Any]:
+    """A model or VM result as a flat list of tensors (tuples and lists flattened in order)."""
+    if isinstance(out, (tuple, list)):
+        return [leaf for o in out for leaf in flatten_outputs(o)]
+    # tvm.runtime containers (Array / tuple objects) are sequences
+    if not isinstance(out, TvmTensor) and hasattr(out, "__len__") and hasattr(
+            out, "__getitem__") and not hasattr(out, "numpy"):
+        return [leaf for i in range(len(out)) for leaf in flatten_outputs(out[i])]
+    return [out]
+
+
+def _to_numpy(t: Any) -> np.ndarray:
+    if hasattr(t, "detach"):
+        t = t.detach()
+        if str(t.dtype) == "torch.bfloat16":
+            t = t.float()
+        return np.asarray(t.cpu().numpy())
+    return np.asarray(t.numpy())
+
+
+def run_torch(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
+    """PyTorch eager reference outputs."""
+    with torch.no_grad():
+        out = model(*inputs)
+    return [_to_numpy(o) for o in flatten_outputs(out)]
+
+
+def float64_model(model: torch.nn.Module) -> torch.nn.Module:
+    """A float64 copy of the model for the float64 reference (the model itself is left as it
+    is); made once per case, run on every sample with `run_torch64`."""
+    return copy.deepcopy(model).double()
+
+
+def run_torch64(model64: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
+    """The float64 reference: `float64_model`'s copy on the same inputs in float64 (integer
+    inputs stay integers)."""
+    args = [t.double() if t.is_floating_point() else t for t in inputs]
+    with torch.no_grad():
+        out = model64(*args)
+    return [_to_numpy(o) for o in flatten_outputs(out)]
+
+
+def run_tvm(executable: Any, case: CaseSpec, arrays: Sequence[np.ndarray], device: Any,
+            params: Sequence[Any] = ()) -> list[np.ndarray]:
+    """Run the compiled program with the declared input layouts; outputs back in torch layout.
+
+    `params` are weights a pipeline left as parameters of main (not bound as constants).
+    """
+    vm = relax.VirtualMachine(executable, device)
+    outs = [_to_numpy(o) for o in flatten_outputs(vm["main"](*program_args(
+        case, arrays, device, params)))]
+    for i, o in enumerate(outs):
+        if case.output_layout(i) == "NHWC" and o.ndim == 4:
+            outs[i] = np.ascontiguousarray(np.transpose(o, (0, 3, 1, 2)))
+    return outs
+
+

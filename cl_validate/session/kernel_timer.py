@@ -1,0 +1,109 @@
+"""``--profile``: time every kernel of a compiled program on the target's device.
+
+TVM 0.27 has no VM profiler any more (``VirtualMachine(..., profile=True)`` and
+``vm.profile`` went with ``tvm.runtime.profiling`` in apache/tvm#19455); what the Relax VM
+keeps is its instrument hook, ``vm.set_instrument``, which it calls right before and right
+after every ``Call`` instruction with the callee's name. That is the hook the old profiler sat
+on, so it is what this uses: the device is synchronized and the clock read at both ends of
+every call, the program is run once to warm up (the first run pays one-time set-up) and then
+`repeats` times, and each call is matched to its kernel in the fused kernel list by name, in
+execution order (the VM's own builtins between kernels are left out).
+
+What a figure means: the wall time of one kernel call, device synchronized, inside a whole
+run of the program — caches as the real run leaves them. The hook's own cost (a Python call
+on each side, about a microsecond between the clock reads) is inside every figure: kernels of
+a few microseconds read high, whole networks do not. Runs in a worker (it imports TVM).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tvm import relax
+from tvm.runtime.vm import VMInstrumentReturnKind
+
+from cl_validate.checks.time_share import TimeShareKind
+from cl_validate.compile.program import Compiled
+from cl_validate.compile.tvm_targets import device_available, device_for
+from cl_validate.ir import weight_params
+from cl_validate.measurements.kernel_list import KernelList
+from cl_validate.measurements.kinds import SkipKind
+from cl_validate.measurements.measurement import Skip
+from cl_validate.measurements.profile import Profile
+from cl_validate.session.inputs import make_inputs, program_args
+from cl_validate.spec import CaseSpec
+from cl_validate.spec.options import RunOptions
+from cl_validate.spec.placement import placement
+
+
+def wants_profile(case: CaseSpec, target: str, options: RunOptions) -> bool:
+    """``--profile``, ``profile = true`` in the case, or a ``transform_time_share`` budget."""
+    return options.profile or case.profiled(target)
+
+
+def profile_program(executable: Any, device: Any, args: Sequence[Any], kernels: KernelList,
+                    repeats: int, at: Mapping[str, int] | None = None) -> Profile:
+    """Run the program ``1 + repeats`` times with a timer around every call the VM makes;
+    each kernel's time in each of the last `repeats` runs."""
+    vm = relax.VirtualMachine(executable, device)
+    calls: list[tuple[str, int]] = []
+    started = [0]
+
+    def instrument(func: Any, symbol: str, before: bool, ret: Any, *call_args: Any) -> int:
+        device.sync()
+        now = time.perf_counter_ns()
+        if before:
+            started[0] = now
+        else:
+            calls.append((str(symbol), now - started[0]))
+        return int(VMInstrumentReturnKind.NO_OP)
+
+    vm["main"](*args)  # warm-up, untimed
+    vm.set_instrument(instrument)
+    names = [k.name for k in kernels]
+    per_kernel: list[list[int]] = [[] for _ in names]
+    for _ in range(repeats):
+        calls.clear()
+        vm["main"](*args)
+        pos = 0  # the kernel list is in execution order; builtins come between kernels
+        for symbol, ns in calls:
+            # the next kernel of that name: a call that matches none (a builtin, or a kernel
+            # not in the list) leaves the matching of the kernels after it intact
+            hit = next((i for i in range(pos, len(names)) if names[i] == symbol), None)
+            if hit is not None:
+                per_kernel[hit].append(ns)
+                pos = hit + 1
+    return Profile(str(device), repeats, tuple(tuple(ts) for ts in per_kernel), dict(at or {}))
+
+
+def profile_case(case: CaseSpec, compiled: Compiled, params: Mapping[str, Any], target: str,
+                 kernels: KernelList, options: RunOptions) -> tuple[Profile | None, Skip | None]:
+    """The case's profile on `target` when the run asks for one, or why there is none; (None,
+    None) when nobody asked. Inputs are the case's, each dynamic dimension at its maximum (as
+    the bytes)."""
+    if not wants_profile(case, target, options):
+        return None, None
+    if options.static_only:
+        return None, Skip("static checks only: not profiled", SkipKind.STATIC_ONLY)
+    tdef = case.target_def(target)
+    place = placement(tdef, options.rpc, device_available)
+    if place.where != "local":  # the timing hook is a Python callback: it cannot cross RPC
+        why = place.missing if not place.runs else f"{target} runs under {place.remote()}"
+        return None, Skip(f"not profiled: {why}; kernels are timed on this machine only",
+                          SkipKind.DEVICE_UNAVAILABLE)
+    if compiled.executable is None:
+        return None, Skip(f"not profiled: not built here ({compiled.build_skipped})",
+                          SkipKind.DEVICE_UNAVAILABLE)
+    sizes = case.max_sizes()
+    try:
+        device = device_for(tdef.device)
+        unbound = [params[p.name] for p in weight_params(compiled.final["main"])]
+        args = program_args(case, make_inputs(case, sizes), device, unbound)
+        return profile_program(compiled.executable, device, args, kernels,
+                               options.profile_repeats, sizes), None
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        return None, Skip(f"profiling failed ({target}): {type(exc).__name__}: {first}",
+                          TimeShareKind.PROFILE_ERROR)

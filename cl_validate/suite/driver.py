@@ -1,0 +1,92 @@
+"""A suite end to end: judge every case × target, measured (or read from the cache) by a
+`Measurer`: worker processes (`cl_validate.suite.pool.WorkerPool`), or this process with
+``--no-isolation`` (`cl_validate.session.in_process.InProcess`).
+
+With worker processes this process only reads case files, judges measurements and writes
+cache entries and reports: it never imports torch or TVM and never runs a model's code, so
+nothing a model does can take the run down. Everything that runs user code — importing and
+calling the factory, the weights digest that keys the cache, export, compile, run — happens
+in a worker (`cl_validate.session`), under the case's timeout and memory cap.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from cl_validate.checks.judge import judge
+from cl_validate.checks.verdict import CaseResult
+from cl_validate.measurements.cache import Cache, cacheable
+from cl_validate.measurements.messages import TargetMeasured
+from cl_validate.spec import CaseSpec
+from cl_validate.spec.options import RunOptions, selected_targets
+
+#: What a measurer hands each target's result to.
+OnTarget = Callable[[CaseSpec, TargetMeasured], None]
+
+
+class Measurer(Protocol):
+    """Measures cases, handing every selected target's measurement to `report` exactly once
+    (an error measurement when it could not be measured)."""
+
+    def require_devices(self, cases: Sequence[CaseSpec]) -> None:
+        """``--require-device``: a one-line usage error before any case runs when a
+        selected target's numerics could run nowhere."""
+
+    def run(self, cases: Sequence[CaseSpec], report: OnTarget) -> None: ...
+
+    def shutdown(self) -> None:
+        """End whatever it started."""
+
+
+@dataclass
+class SuiteStats:
+    """What the cache did for a run: measurements reused out of all judged."""
+
+    reused: int = 0
+    judged: int = 0
+
+
+class _Judge:
+    """Turns each target's measurement into its verdicts, storing new measurements in the
+    cache on the way (warning once if the cache cannot be written: it is an optimization,
+    the verdict stands without it)."""
+
+    def __init__(self, options: RunOptions, on_result: Callable[[CaseResult], None]) -> None:
+        self.options = options
+        self.on_result = on_result
+        self.cache = Cache(options.cache_dir) if options.cache_dir else None
+        self.stats = SuiteStats()
+        self._warned = False
+
+    def __call__(self, case: CaseSpec, msg: TargetMeasured) -> None:
+        m = msg.measurement
+        self.stats.judged += 1
+        self.stats.reused += msg.cached
+        if (self.cache is not None and msg.key is not None and not msg.cached
+                and cacheable(m)):
+            try:
+                self.cache.put(msg.key, m)
+            except OSError as exc:
+                if not self._warned:
+                    self._warned = True
+                    print(f"cl-validate: warning: cannot write the cache in {self.cache.root}: "
+                          f"{exc.strerror or exc}; measurements are not kept for the next "
+                          "run (hint: check --cache-dir)", file=sys.stderr)
+        self.on_result(judge(case, m, self.options.stale_budget, wall_seconds=msg.wall_seconds,
+                             cached=msg.cached))
+
+
+def run_suite(cases: Sequence[CaseSpec], options: RunOptions,
+              on_result: Callable[[CaseResult], None], measurer: Measurer) -> SuiteStats:
+    """Judge every case × target `measurer` measures, each result to `on_result` as it
+    arrives. Raises `DeviceUnavailableError` before any case runs when ``--require-device``
+    names a device this machine lacks."""
+    judged = _Judge(options, on_result)
+    todo = [c for c in cases if selected_targets(c, options)]
+    if options.require_device:
+        measurer.require_devices(todo)
+    measurer.run(todo, judged)
+    return judged.stats
