@@ -13,9 +13,21 @@ Importing this package does not import torch or TVM. It loads the checks, which 
 ``[budget]`` keys case files may use.
 """
 
-from cl_validate.checks.verdict import CaseResult, CheckResult, Status
-from cl_validate.errors import CaseFileError, ClValidateError, ExitCode, UsageError
-from cl_validate.spec import CaseSpec, load_case, load_cases
+import signal as _signal
+
+from cl_validate.procs import GUARDED_SIGNALS as _GUARDED
+
+# Threads that start while the package loads (NumPy's OpenBLAS pool) start with the signals a
+# run's parent receives on a thread of its own blocked (`cl_validate.suite.signals`): else the
+# kernel could hand them one of those, and the sender would be lost. The importing thread's
+# own mask is restored right after; nothing else changes for whoever imports the package.
+_mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, _GUARDED)
+try:
+    from cl_validate.checks.verdict import CaseResult, CheckResult, Status
+    from cl_validate.errors import CaseFileError, ClValidateError, ExitCode, UsageError
+    from cl_validate.spec import CaseSpec, load_case, load_cases
+finally:
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, _mask)
 
 __version__ = "0.1.0"
 

@@ -1,19 +1,20 @@
-"""Process trees: what a worker (and whatever a model's code spawned) is made of, and how to
-end all of it.
+"""Process trees: what a case (and whatever a model's code spawned) is made of, and how to end
+all of it.
 
-A model's code runs in a worker, and it may start processes of its own: a ``subprocess`` that
-is never waited for, a ``fork``, a daemon that detaches into its own session. None of them
-may outlive the case. Two mechanisms make sure:
+A model's code runs in a case process, and it may start processes of its own: a
+``subprocess`` that is never waited for, a ``fork``, a daemon that detaches into its own
+session with a cleaned environment. None of them may outlive the case. Two mechanisms make
+sure:
 
-- every worker is a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``): a process its
-  descendants leave orphaned is re-parented to the worker, not to init, so the worker's tree
-  (read from ``/proc``) always holds every process the case started, detached or not;
-- the parent of a run is a subreaper too (the CLI asks for it): when a worker dies, its
-  orphans come to the parent, which ends them. It knows them by a token in their environment
-  (`POOL_ENV`), which a worker sets and everything it starts inherits, so the parent never
-  touches a process that is not the run's.
+- every case process is a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``): a process its
+  descendants leave orphaned is re-parented to it, not to init, so its tree (read from
+  ``/proc``) always holds every process the case started, detached or not;
+- the zygote that forks the case processes, and the parent of a run (the CLI asks for it),
+  are subreapers too: when a case process dies, what it leaves comes to the zygote, and when
+  the zygote dies, to the parent; each ends every child of its own that is not one of its
+  own (the zygote's only children are case processes, the parent's only child the zygote).
 
-Elsewhere than Linux the tree is empty and only the worker itself is ended.
+Elsewhere than Linux the tree is empty and only the processes themselves are ended.
 """
 
 from __future__ import annotations
@@ -24,33 +25,54 @@ import os
 import resource
 import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+#: The signals that end (or stop) a process and can be blocked: the run's parent receives them
+#: on one thread of its own, to tell who sent them (`cl_validate.suite.signals`).
+GUARDED_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in (
+        "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM",
+        "SIGVTALRM", "SIGPROF", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGXCPU", "SIGPOLL",
+    ) if hasattr(signal, name))
+
+_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
-#: Set in every worker's environment to its pool's token.
-POOL_ENV = "CL_VALIDATE_POOL"
 _PROC = Path("/proc")
 
 
-def become_subreaper() -> bool:
-    """Make orphaned descendants of this process its children (Linux); False elsewhere."""
+def _prctl(option: int, value: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+        return int(libc.prctl(option, value, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
 
 
-def _stat(pid: int) -> tuple[int, str] | None:
-    """(parent pid, state) of a live process; None if it is gone."""
+def become_subreaper() -> bool:
+    """Make orphaned descendants of this process its children (Linux); False elsewhere."""
+    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> bool:
+    """Have the kernel send `sig` to this process when its parent ends (Linux)."""
+    return _prctl(_PR_SET_PDEATHSIG, int(sig))
+
+
+def _stat(pid: int, *, zombies: bool = True) -> tuple[int, str] | None:
+    """(parent pid, state) of a process (a zombie counts unless `zombies` is off); None if it
+    is gone."""
     try:
         text = (_PROC / str(pid) / "stat").read_text(encoding="ascii", errors="replace")
     except OSError:
         return None
     fields = text[text.rfind(")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
+    if not zombies and fields[0] == "Z":
+        return None
     return int(fields[1]), fields[0]
 
 
@@ -110,13 +132,17 @@ def describe(pid: int) -> str:
     return f"pid {pid}: {cmd[:120] or '?'}"
 
 
-def has_env(pid: int, name: str, value: str) -> bool:
-    """The process's environment (as it started) holds ``name=value``."""
-    try:
-        env = (_PROC / str(pid) / "environ").read_bytes()
-    except OSError:
-        return False
-    return f"{name}={value}".encode() in env.split(b"\0")
+def ancestors(pid: int) -> list[int]:
+    """`pid` and its parent, grandparent, ... up to the first process (a zombie still shows
+    its parent); [] when `pid` is gone."""
+    chain: list[int] = []
+    while pid > 0 and pid not in chain:
+        st = _stat(pid, zombies=True)
+        if st is None:
+            break
+        chain.append(pid)
+        pid = st[0]
+    return chain
 
 
 def kill(pids: list[int]) -> None:
@@ -141,13 +167,20 @@ def reap(pids: list[int] | None = None) -> None:
             if left:
                 time.sleep(0.01)
         return
+    for _ in ended_children():
+        pass
+
+
+def ended_children() -> Iterator[tuple[int, int]]:
+    """(pid, wait status) of every child of this process that has ended, collected now."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        yield pid, status
 
 
 def end_descendants(pid: int, *, settle_s: float = 2.0) -> list[str]:
@@ -169,6 +202,31 @@ def end_descendants(pid: int, *, settle_s: float = 2.0) -> list[str]:
         if time.monotonic() > deadline:
             return found
         time.sleep(0.02)
+
+
+def threads_blocking(signals: tuple[signal.Signals, ...], but: tuple[int, ...] = ()) -> bool:
+    """Whether every thread of this process but the calling one and those in `but` (native
+    ids) blocks all of `signals` (Linux; True elsewhere, where nothing can be told)."""
+    want = 0
+    for s in signals:
+        want |= 1 << (int(s) - 1)
+    skip = {str(threading.get_native_id()), *(str(t) for t in but)}
+    try:
+        tasks = os.listdir(_PROC / "self" / "task")
+    except OSError:
+        return True
+    for tid in tasks:
+        if tid in skip:
+            continue
+        try:
+            status = (_PROC / "self" / "task" / tid / "status").read_text()
+        except OSError:
+            continue
+        blocked = next((int(line.split()[1], 16) for line in status.splitlines()
+                        if line.startswith("SigBlk:")), 0)
+        if blocked & want != want:
+            return False
+    return True
 
 
 def rss_mb(pids: list[int]) -> float | None:

@@ -29,6 +29,10 @@ class CaseKind(FailureKind):
     OUTPUT_FLOOD = "OutputFlood", "the case wrote more than 64 MB to stdout and stderr"
     STRAY_PROCESS = ("StrayProcess", "the model's code left processes running (they were "
                      "killed; the measurement stands)")
+    CORRUPT_RESULT = ("CorruptResult", "the case process sent what is not a well-formed "
+                      "result (the model's code wrote on the result pipe)")
+    SIGNALLED_RUN = ("SignalledRun", "the model's code sent a signal to the cl-validate "
+                     "process (ignored there; the case ended)")
     INTERNAL_ERROR = "InternalError", "a bug in cl_validate: report it with the detail"
 
 

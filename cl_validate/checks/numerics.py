@@ -133,6 +133,19 @@ def check_numerics(case: CaseSpec, target: str, stats: Sequence[ErrorStats],
     return CheckResult(NAME, Status.PASSED, head + over, line=line, body=body, figures=figures)
 
 
+def wants_bisection(case: CaseSpec, m: Measurement) -> bool:
+    """A cached measurement whose numerics fail under the case file as it is now, with no
+    bisection made under the same tolerances: it is measured again, to say where."""
+    failing = any(worst_failure(sample_stats(case, m.target, s)) is not None
+                  for s in m.samples if len(s.actual) == len(s.expected))
+    if not failing:
+        return False
+    if m.bisection is None:
+        return True
+    return any(s.tolerance != case.tolerance_for(m.target, s.output)[0]
+               for run in m.bisection.stages for s in run.stats)
+
+
 @register
 class Numerics(Check):
     name = NAME
@@ -190,4 +203,4 @@ class Numerics(Check):
 
 
 __all__ = ["ErrorStats", "check_numerics", "compare", "compare_all", "sample_stats",
-           "severity", "worst_failure"]
+           "severity", "wants_bisection", "worst_failure"]

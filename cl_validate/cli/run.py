@@ -39,6 +39,7 @@ from cl_validate.spec.options import (
 from cl_validate.suite.driver import SuiteStats, run_suite
 from cl_validate.suite.pool import WorkerPool
 from cl_validate.suite.shard import shard_cases
+from cl_validate.suite.signals import SignalGuard
 
 HELP = "compile and check cases, write JUnit"
 
@@ -80,17 +81,21 @@ def main(args: argparse.Namespace) -> ExitCode:
 
     interrupted: str | None = None
     stats = SuiteStats()
-    # This process ends whatever a dead worker's tree leaves behind (reap_orphans).
+    # This process ends whatever a dead zygote's tree leaves behind (reap_orphans). The zygote
+    # starts only when a case is not answered by the cache.
     m = measurer(options, reap_orphans=True)
-    if isinstance(m, WorkerPool):  # workers import torch and TVM while this one gets ready
-        m.prestart(len(cases))
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # A signal from a case's processes fails that case (`WorkerPool.hostile_signal`); one
+    # from outside interrupts the run, through these handlers.
+    guard = SignalGuard(m.hostile_signal if isinstance(m, WorkerPool) else _ignore_signal)
+    previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        stats = run_suite(cases, options, on_result, m)
+        with guard:
+            stats = run_suite(cases, options, on_result, m)
     except KeyboardInterrupt as exc:
-        interrupted = str(exc) or "SIGINT"
+        interrupted = (guard.last.name if guard.last is not None else str(exc)) or "SIGINT"
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         m.shutdown()
     if interrupted:
         results.extend(_not_run(cases, options, results, interrupted))
@@ -156,6 +161,10 @@ def _github_outputs(results: Sequence[CaseResult]) -> None:
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _ignore_signal(signo: signal.Signals, sender: int, chain: list[int]) -> None:
+    """In this process (--no-isolation) a case's code is this process: nothing to fail."""
 
 
 def _not_run(cases: Sequence[CaseSpec], options: RunOptions, done: Sequence[CaseResult],

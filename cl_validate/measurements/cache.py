@@ -9,49 +9,51 @@ Budgets, tolerances and how many [[outputs]] a case declares are *not* in the ke
 are re-judged from the measurement and the case file as it is now, so editing them never
 needs a recompile and can never be answered from a stale verdict.
 
-The key needs the weights, so it is computed where the model is built: in the worker
-(`cl_validate.session.case_session`), which also reads the entries; the parent writes them.
-Entries are written atomically (temporary file + rename), so several runs or CI jobs may
-share one cache directory; a corrupt or unreadable entry is treated as a miss.
+That key needs the weights, so it is computed where the model is built, in a case process.
+An unchanged case must not need one: its *direct key* (as ccache's direct mode) hashes what
+the parent knows without running any of the model's code — the case file's parts of the key,
+the target's declaration, this machine's devices, cl_validate's source and the versions —
+and leads to a manifest of the files the case read when it was measured
+(`cl_validate.session.file_record`), with their stamps and the full key they gave. When
+every stamped file is as it was, the parent reads the measurement without starting a worker.
+
+Entries are typed data (`cl_validate.measurements.wire`), never pickles: a cache restored in
+CI may come from another branch, and reading it must not run anything. They are written
+atomically (temporary file + rename), so several runs or CI jobs may share one cache
+directory; a corrupt or unreadable entry is treated as a miss.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
-import pickle
+import platform
+from dataclasses import dataclass
 from pathlib import Path
 
 from cl_validate.atomic import write_atomic
+from cl_validate.measurements import wire
 from cl_validate.measurements.measurement import Measurement
-from cl_validate.measurements.sources import module_source, own_source, versions
+from cl_validate.measurements.messages import FileStamp
+from cl_validate.measurements.sources import matches, module_source, own_source, versions
 from cl_validate.spec import CaseSpec
+from cl_validate.spec.options import RunOptions
 
-FORMAT = 1
+FORMAT = 2
+#: Manifests kept per direct key: the file versions a case was measured at, newest first.
+_MANIFEST_ENTRIES = 8
 def key(case: CaseSpec, target: str, weights: str, numerics: bool, target_desc: str,
         static_only: bool = False) -> str:
     """The cache key of one case × target measurement."""
-    inputs = [[i.name, list(i.shape), i.dtype, i.layout, i.range] for i in case.inputs]
     parts = {
-        "format": FORMAT,
-        "model": case.model,
-        "inputs": inputs,
-        # Layouts change the exported program; an [[outputs]] table that only sets a
-        # tolerance does not (how many are declared is judged against the measurement).
-        "outputs": _output_layouts(case),
-        "layout": {k: list(v) for k, v in sorted(case.layout.items())},
-        "layout_overrides": {k: list(v) for k, v in sorted(case.layout_overrides.items())},
-        "pipeline": case.pipeline,
+        **_case_parts(case),
         "pipeline_source": module_source(case.pipeline.partition(":")[0])
         if ":" in case.pipeline else "",
-        "seed": case.seed,
-        "seeds": case.seeds,  # more input draws: more samples
         # a float64 reference run is measured only where a tolerance asks for it
         "float64": case.needs_float64(target) and numerics,
-        # a symbolic dimension's range changes the exported program, its sizes the numerics
-        "dynamic": {n: [d.min, d.max, list(d.values)] for n, d in sorted(case.dynamic.items())},
         "model_source": module_source(case.model.partition(":")[0]),
         "weights": weights,
         "cl_validate": own_source(),
@@ -64,6 +66,67 @@ def key(case: CaseSpec, target: str, weights: str, numerics: bool, target_desc: 
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+def _case_parts(case: CaseSpec) -> dict[str, object]:
+    """What the case file says that changes a measurement."""
+    return {
+        "format": FORMAT,
+        "model": case.model,
+        "inputs": [[i.name, list(i.shape), i.dtype, i.layout, i.range] for i in case.inputs],
+        # Layouts change the exported program; an [[outputs]] table that only sets a
+        # tolerance does not (how many are declared is judged against the measurement).
+        "outputs": _output_layouts(case),
+        "layout": {k: list(v) for k, v in sorted(case.layout.items())},
+        "layout_overrides": {k: list(v) for k, v in sorted(case.layout_overrides.items())},
+        "pipeline": case.pipeline,
+        "seed": case.seed,
+        "seeds": case.seeds,  # more input draws: more samples
+        # a symbolic dimension's range changes the exported program, its sizes the numerics
+        "dynamic": {n: [d.min, d.max, list(d.values)] for n, d in sorted(case.dynamic.items())},
+    }
+
+
+def direct_key(case: CaseSpec, target: str, options: RunOptions) -> str:
+    """The key of a case × target the parent computes without running the model's code:
+    everything of the full key but what the case process learns (the weights, the sources
+    the model imports, the TVM target and where it runs), which the manifest's file stamps
+    and this machine's devices stand for."""
+    tdef = case.target_def(target)
+    parts = {
+        **_case_parts(case),
+        "float64": case.needs_float64(target),
+        "target": target,
+        "target_decl": [dict(tdef.config), dict(tdef.host or {}), tdef.rpc_key, tdef.cc],
+        "rpc": [options.rpc.tracker, options.rpc.key_for(tdef)] if options.rpc.tracker
+        else None,
+        "static_only": options.static_only,
+        "machine": machine(),
+        "cl_validate": own_source(),
+        "versions": versions(),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def machine() -> str:
+    """What of this machine decides where numerics run and what a target compiles to, read
+    without TVM: the architecture, and the GPUs (models and driver) the NVIDIA and AMD
+    drivers list."""
+    found = [platform.machine()]
+    for pattern in ("/proc/driver/nvidia/version", "/proc/driver/nvidia/gpus/*/information",
+                    "/sys/class/kfd/kfd/topology/nodes/*/name"):
+        for path in sorted(glob.glob(pattern)):
+            with contextlib.suppress(OSError):
+                found.append(Path(path).read_text(encoding="utf-8", errors="replace"))
+    return hashlib.sha256("\0".join(found).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """The files a case read when it was measured, and the full key that measurement has."""
+
+    stamps: tuple[FileStamp, ...]
+    key: str
+
+
 def _output_layouts(case: CaseSpec) -> list[str | None]:
     layouts = [o.layout for o in case.outputs]
     while layouts and layouts[-1] is None:
@@ -72,31 +135,52 @@ def _output_layouts(case: CaseSpec) -> list[str | None]:
 
 
 class Cache:
-    """Measurements on disk under `root/<2 hex>/<key>.pkl`."""
+    """Measurements under `root/<2 hex>/<key>.m`; manifests under `root/direct/<2 hex>/<key>`."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
 
     def _path(self, k: str) -> Path:
-        return self.root / k[:2] / f"{k}.pkl"
+        return self.root / k[:2] / f"{k}.m"
+
+    def _manifest(self, direct: str) -> Path:
+        return self.root / "direct" / direct[:2] / direct
 
     def get(self, k: str) -> Measurement | None:
         path = self._path(k)
         try:
-            with open(path, "rb") as f:
-                m = pickle.load(f)
-        except FileNotFoundError:
-            return None
-        except Exception:  # corrupt, truncated or from another version: a miss
-            return None
-        if not isinstance(m, Measurement):
+            m = wire.decode(path.read_bytes(), Measurement)
+        except (OSError, wire.WireError):  # missing, unreadable, corrupt, another format
             return None
         with contextlib.suppress(OSError):  # a read-only cache still answers
             os.utime(path)  # "used by this run": what CI's pruning keeps
         return m
 
     def put(self, k: str, m: Measurement) -> None:
-        write_atomic(self._path(k), pickle.dumps(m, protocol=pickle.HIGHEST_PROTOCOL))
+        write_atomic(self._path(k), wire.encode(m))
+
+    def _entries(self, direct: str) -> list[ManifestEntry]:
+        try:
+            return wire.decode(self._manifest(direct).read_bytes(), list[ManifestEntry])
+        except (OSError, wire.WireError):
+            return []
+
+    def remember(self, direct: str, stamps: tuple[FileStamp, ...], k: str) -> None:
+        """Note that a case × target of direct key `direct` that read `stamps` measured as
+        `k` (the newest first; a few versions kept, for a branch switched back and forth)."""
+        entry = ManifestEntry(stamps, k)
+        entries = [entry, *(e for e in self._entries(direct) if e != entry)]
+        write_atomic(self._manifest(direct), wire.encode(entries[:_MANIFEST_ENTRIES]))
+
+    def recall(self, direct: str, root: Path) -> str | None:
+        """The full key of the measurement whose files are all as they are now, if any (the
+        stamps' relative paths are under `root`, the case's repository)."""
+        for entry in self._entries(direct):
+            if all(matches(s, root) for s in entry.stamps) and self._path(entry.key).is_file():
+                with contextlib.suppress(OSError):
+                    os.utime(self._manifest(direct))
+                return entry.key
+        return None
 
 
 def cacheable(m: Measurement) -> bool:

@@ -9,7 +9,8 @@ cache stores it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+import numpy as np
 
 from cl_validate.errors import ErrorRecord
 from cl_validate.measurements.bisection import Bisection
@@ -30,9 +31,9 @@ class Sample:
     """One run of the compiled program and of PyTorch on the same inputs."""
 
     label: str  # which inputs: "" for a case's only sample, "batch=16" at a dynamic size
-    actual: list[Any]  # TVM's outputs, in PyTorch's layout (numpy)
-    expected: list[Any]  # PyTorch's outputs (numpy)
-    reference64: list[Any] | None = None  # eager float64's, where a tolerance asks for them
+    actual: list[np.ndarray]  # TVM's outputs, in PyTorch's layout
+    expected: list[np.ndarray]  # PyTorch's outputs
+    reference64: list[np.ndarray] | None = None  # eager float64's, where a tolerance asks
 
 
 @dataclass

@@ -1,24 +1,47 @@
-"""What the parent and a worker process say to each other over the pipe, as typed messages.
+"""What the processes of a run say to each other, as typed messages (framed by
+`cl_validate.measurements.wire`).
 
-Parent → worker: `RunCase` (validate, then measure or reuse this case), `Stop` (exit now).
-Worker → parent: `Ready` (imports done; which devices exist), `TargetMeasured` (one target of
-the current case, as soon as it is known), `CaseDone` (every target sent), `CaseFailed` (the
-case could not finish: the model's code called ``sys.exit``, or a bug in cl_validate).
+Three kinds of process take part: the run's *parent* (judges and reports; never imports torch
+or TVM), a *zygote* (imports torch and TVM once, never runs a model's code, forks a fresh
+*case process* for every case), and the case processes (they run the model's code).
+
+- parent → zygote: `RunCase` (with the case's result pipe and lifeline passed alongside as
+  file descriptors), `Stop`;
+- zygote → parent: `Ready` (imports done; which devices exist), `Forked` (a case's process),
+  `Exited` (how it ended);
+- case process → parent, on its own result pipe: `TargetMeasured` for each target as soon as
+  it is known, then `CaseDone` (with the files the case read, for the cache), or `CaseFailed`.
+
+A message is a frame holding ``[name, body]``; `decode` reads the body as the type its name
+says, and refuses any other name or shape (`WireError`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+import msgspec
+
+from cl_validate.measurements import wire
 from cl_validate.measurements.measurement import Measurement
 from cl_validate.spec import CaseSpec
 from cl_validate.spec.options import RunOptions
 
+#: The environment variable the parent gives the zygote its import path in (a model module the
+#: parent can import, the case processes can import too).
+SYS_PATH_ENV = "CL_VALIDATE_SYS_PATH"
+
 
 @dataclass(frozen=True)
 class RunCase:
+    """Fork a case process for `case` (job `job` of this run), its output to `log_path`."""
+
+    job: int
     case: CaseSpec
     options: RunOptions
+    log_path: str
+    threads: int
 
 
 @dataclass(frozen=True)
@@ -34,18 +57,44 @@ class Ready:
 
 
 @dataclass(frozen=True)
+class Forked:
+    job: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class Exited:
+    job: int
+    pid: int
+    status: int  # the wait status, as os.waitpid gives it
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """A file a case read while it was measured, as it was then: the cache's key for an
+    unchanged case is checked against these without running the case again."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    sha256: str
+
+
+@dataclass(frozen=True)
 class TargetMeasured:
     measurement: Measurement
     key: str | None = None  # its cache key (None: not cacheable, or no cache)
     cached: bool = False  # read from the cache, not measured
     #: Wall time this case × target cost the run, by the parent's clock (set by the parent:
-    #: the time since the worker's previous result, its start-up for its first case).
+    #: the time since the case's previous result, or since it was handed out).
     wall_seconds: float | None = None
 
 
 @dataclass(frozen=True)
 class CaseDone:
-    pass
+    #: the files the case read (its model's sources, data files): what the cache's direct
+    #: key is checked against on the next run
+    inputs: tuple[FileStamp, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -55,5 +104,22 @@ class CaseFailed:
     detail: str = ""  # a traceback
 
 
-ToWorker = RunCase | Stop
-FromWorker = Ready | TargetMeasured | CaseDone | CaseFailed
+ToZygote = RunCase | Stop
+FromZygote = Ready | Forked | Exited
+FromCase = TargetMeasured | CaseDone | CaseFailed
+_TYPES: dict[str, type[Any]] = {t.__name__: t for t in (RunCase, Stop, Ready, Forked, Exited,
+                                                          TargetMeasured, CaseDone, CaseFailed)}
+
+
+def frame(msg: Any) -> bytes:
+    """One message as a frame."""
+    return wire.frame((type(msg).__name__, msg))
+
+
+def decode(payload: bytes, allowed: tuple[type[Any], ...]) -> Any:
+    """The message in a frame's payload, one of `allowed`, or `wire.WireError`."""
+    name, body = wire.decode(payload, tuple[str, msgspec.Raw])
+    kind = _TYPES.get(name)
+    if kind is None or kind not in allowed:
+        raise wire.WireError(f"unexpected message {name[:40]!r}")
+    return wire.decode(body, kind)

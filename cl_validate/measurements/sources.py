@@ -13,10 +13,14 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
+import os
 import platform
+import stat
 import sys
 import sysconfig
 from pathlib import Path
+
+from cl_validate.measurements.messages import FileStamp
 
 
 def _hash_files(files: dict[Path, str]) -> str:
@@ -134,3 +138,40 @@ def versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             out[dist] = "absent"
     return out
+
+
+def stamp(path: str) -> FileStamp | None:
+    """`path` as it is now (size, mtime, SHA-256), None when it is not a regular file."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return FileStamp(path, st.st_size, st.st_mtime_ns, _file_sha256(path))
+    except OSError:
+        return None
+
+
+def matches(s: FileStamp, root: Path) -> bool:
+    """Whether the file of `s` (a relative path: under `root`) is still as it was: the same
+    size and mtime (trusted, as ccache trusts them), else the same content."""
+    path = os.path.join(root, s.path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_size != s.size:
+        return False
+    if st.st_mtime_ns == s.mtime_ns:
+        return True
+    try:
+        return _file_sha256(path) == s.sha256
+    except OSError:
+        return False
+
+
+def _file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()

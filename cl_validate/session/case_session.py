@@ -27,7 +27,7 @@ from cl_validate.analysis.op_layouts import op_layouts
 from cl_validate.analysis.stage_counts import op_level_stage, stage_counts
 from cl_validate.checks.compiled import CaseKind
 from cl_validate.checks.kernel_baseline import load_baseline
-from cl_validate.checks.numerics import NumericsKind
+from cl_validate.checks.numerics import NumericsKind, wants_bisection
 from cl_validate.compile.factory import build_model, check_layout_overrides, weights_digest
 from cl_validate.compile.frontend import Frontend, export_and_import
 from cl_validate.compile.pipeline import resolve_pipeline
@@ -45,7 +45,7 @@ from cl_validate.measurements.cache import Cache, key
 from cl_validate.measurements.kinds import SkipKind
 from cl_validate.measurements.measurement import Measurement, Sample, Skip
 from cl_validate.session.execute import float64_model, run_torch, run_torch64, run_tvm
-from cl_validate.session.first_break import bisect, bisect_failure, wants_bisection
+from cl_validate.session.first_break import bisect, bisect_failure
 from cl_validate.session.inputs import make_inputs, torch_inputs
 from cl_validate.session.kernel_timer import profile_case, wants_profile
 from cl_validate.session.remote import RpcError, run_remote

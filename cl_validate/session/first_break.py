@@ -32,7 +32,7 @@ from cl_validate.compile.stage_program import HOST, build_stage
 from cl_validate.compile.tvm_targets import device_for
 from cl_validate.ir import same_ir, weight_params
 from cl_validate.measurements.bisection import Bisection, StageRun
-from cl_validate.measurements.measurement import Measurement, Sample
+from cl_validate.measurements.measurement import Sample
 from cl_validate.session.execute import run_tvm
 from cl_validate.spec import CaseSpec
 
@@ -113,19 +113,6 @@ def bisect_failure(case: CaseSpec, target: str, compiled: Compiled, front: Front
                       reference64=s.reference64, label=s.label, deadline=deadline)
     except Exception as exc:  # the verdict stands without it
         return Bisection(HOST, s.label, (), f"the bisection itself failed: {_reason(exc)}")
-
-
-def wants_bisection(case: CaseSpec, m: Measurement) -> bool:
-    """A cached measurement whose numerics fail under the case file as it is now, with no
-    bisection made under the same tolerances: it is measured again, to say where."""
-    failing = any(worst_failure(sample_stats(case, m.target, s)) is not None
-                  for s in m.samples if len(s.actual) == len(s.expected))
-    if not failing:
-        return False
-    if m.bisection is None:
-        return True
-    return any(s.tolerance != case.tolerance_for(m.target, s.output)[0]
-               for run in m.bisection.stages for s in run.stats)
 
 
 def _reason(exc: BaseException) -> str:

@@ -1,46 +1,59 @@
-"""Worker processes: every case runs isolated, with a timeout, a memory cap and an output cap.
+"""Case processes: every case runs in a fresh process of its own, with a timeout, a memory cap
+and an output cap, and nothing it does reaches another case, the cache or this process.
 
-Everything that runs a model's code happens in a worker: importing the factory's module and
-calling it, the weights digest, export, compile, run (`cl_validate.session`). A segfault,
-a hang, ``sys.exit`` or ``os._exit``, a model that eats the runner's memory or floods its
-output, a child process left running: each costs that one case, never the report. The parent
-sees the worker die, or kills it (its whole process tree), turns that into an `error` verdict
-with the reason and the tail of the worker's output, starts a fresh worker, and goes on.
+A *zygote* (`cl_validate.session.zygote`) imports torch and TVM once and forks a new process
+for every case (`cl_validate.session.worker`): whatever a case's code changes in its process
+(a monkey-patch, a global flag, a closed stdout) dies with it. A case reports on a pipe of its
+own, in typed messages read without ever blocking and bounded in size
+(`cl_validate.measurements.wire`): stray bytes, a forged pickle or a silent half-message are
+that case's error. A segfault, a hang, ``sys.exit`` or ``os._exit``, a model that eats the
+runner's memory or floods its output, a child process left running, a signal sent to this
+process: each costs that one case, never the report. This process sees the case end, or ends
+it (its whole process tree), turns that into an `error` verdict with the reason and the tail of
+the case's output, and goes on. A zygote that dies (a case may kill it) is started again; the
+cases it was about to start are handed to the new one.
 
-Workers are started once (importing torch and TVM costs seconds), take one case at a time,
-and report each target as soon as it is known; the parent prints progress as results arrive.
+This process never imports torch or TVM and never runs a model's code.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import multiprocessing as mp
+import itertools
+import json
 import os
+import queue
 import re
+import select
 import signal
+import socket
+import subprocess
+import sys
 import tempfile
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
 
 from cl_validate import procs
 from cl_validate.checks.compiled import CaseKind
 from cl_validate.errors import ClValidateError, DeviceUnavailableError, ErrorRecord
+from cl_validate.measurements import wire
 from cl_validate.measurements.measurement import Measurement
 from cl_validate.measurements.messages import (
+    SYS_PATH_ENV,
     CaseDone,
     CaseFailed,
-    FromWorker,
+    Exited,
+    FileStamp,
+    Forked,
     Ready,
     RunCase,
     Stop,
     TargetMeasured,
+    decode,
+    frame,
 )
 from cl_validate.spec import CaseSpec
 from cl_validate.spec.options import RunOptions, require_devices, selected_targets
@@ -50,52 +63,78 @@ _TAIL_BYTES = 4000
 #: Output one case may write (stdout and stderr together) before it is stopped: a model that
 #: prints in a loop must not fill the runner's disk.
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
-#: How long a worker may take to import torch and TVM before --require-device gives up.
+#: What one case may send on its result pipe, all messages together.
+MAX_RESULT_BYTES = 2 * wire.MAX_FRAME
+#: How long the zygote may take to import torch and TVM and warm up.
 _READY_TIMEOUT_S = 300.0
+#: How long a case process that closed its result pipe may take to end before it is killed.
+_EXIT_GRACE_S = 2.0
+#: The module the zygote runs. Named, not imported: this process never loads torch or TVM.
+ZYGOTE_MODULE = "cl_validate.session.zygote"
+
 
 #: What the pool hands each target's result to (a failed case arrives as an error measurement)
 OnTarget = Callable[[CaseSpec, TargetMeasured], None]
-
-
-#: The module whose ``main`` a worker process runs (`cl_validate.session.worker`). Named, not
-#: imported: this process never loads the session (torch, TVM); the worker does.
-WORKER_MODULE = "cl_validate.session.worker"
-
-
-def _start_worker(module: str, *args: Any) -> None:
-    """A worker process's entry point: `module`'s ``main(*args)``."""
-    importlib.import_module(module).main(*args)
+#: What the pool hands the files a case read to, with its targets' cache keys
+OnInputs = Callable[[CaseSpec, dict[str, str], tuple[FileStamp, ...]], None]
 
 
 @dataclass
-class _Worker:
-    process: Any
-    conn: Connection
-    log_path: Path
-    case: CaseSpec | None = None
-    started: float = 0.0  # when the current case was handed over
-    spawned: float = field(default_factory=time.perf_counter)
-    last_event: float | None = None  # the previous result, for the next one's wall time
-    log_offset: int = 0
-    pending: list[str] = field(default_factory=list)  # targets not reported yet
+class _Zygote:
+    process: subprocess.Popen[bytes]
+    sock: socket.socket
+    log: Path
     ready: bool = False
+    spawned: float = field(default_factory=time.perf_counter)
 
-    def output_size(self) -> int:
-        try:
-            return self.log_path.stat().st_size - self.log_offset
-        except OSError:
-            return 0
+    def alive(self) -> bool:
+        return self.process.poll() is None
 
     def tail(self) -> str:
-        """The last output of the current case (stdout and stderr, C-level output too), a
-        native crash backtrace collapsed to its first frames."""
+        try:
+            return readable_tail(self.log.read_text(errors="replace")[-_READ_BYTES:],
+                                 _TAIL_BYTES)
+        except OSError:
+            return ""
+
+
+@dataclass
+class _Job:
+    """One case handed to a case process."""
+
+    id: int
+    case: CaseSpec
+    log_path: Path
+    result_fd: int  # read end of the case's result pipe (non-blocking)
+    lifeline_fd: int  # write end of its lifeline: closing it ends the case
+    handed: float  # when it was handed out
+    last_event: float  # the previous result (or the start its first result's time counts from)
+    pending: list[str]  # targets not reported yet
+    reader: wire.FrameReader = field(default_factory=wire.FrameReader)
+    zygote: _Zygote | None = None
+    pid: int | None = None
+    status: int | None = None  # its wait status, once the zygote reported it
+    received: int = 0
+    keys: dict[str, str] = field(default_factory=dict)  # target → cache key
+    finished: bool = False  # CaseDone or CaseFailed arrived
+    eof_at: float | None = None  # when its result pipe closed
+
+    def tail(self) -> str:
+        """The last output of the case (stdout and stderr, C-level output too), a native
+        crash backtrace collapsed to its first frames."""
         try:
             with open(self.log_path, "rb") as f:
-                f.seek(max(self.log_offset, self.log_path.stat().st_size - _READ_BYTES))
+                f.seek(max(0, self.log_path.stat().st_size - _READ_BYTES))
                 data = f.read(_READ_BYTES)
         except OSError:
             return ""
         return readable_tail(data.decode("utf-8", "replace"), _TAIL_BYTES)
+
+    def output_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
 
 
 #: How much of a case's output `tail` reads before collapsing native backtraces.
@@ -105,9 +144,9 @@ _KEEP_FRAMES = 3
 
 
 def readable_tail(text: str, limit: int) -> str:
-    """The last `limit` characters of a worker's output, with each run of native stack
-    frames (the backtrace TVM prints on a segfault: dozens of C frames of the interpreter)
-    cut to its first few: what the model printed before it crashed stays in view."""
+    """The last `limit` characters of a case's output, with each run of native stack frames
+    (the backtrace TVM prints on a segfault: dozens of C frames of the interpreter) cut to its
+    first few: what the model printed before it crashed stays in view."""
     out: list[str] = []
     run = 0
     for line in text.splitlines():
@@ -127,25 +166,29 @@ def readable_tail(text: str, limit: int) -> str:
 
 
 class WorkerPool:
-    """Runs cases on `jobs` worker processes; use as a context manager.
+    """Runs cases in fresh case processes, `jobs` at a time; use as a context manager.
 
-    With `reap_orphans` (the CLI), this process becomes a subreaper too: the processes a
-    worker leaves behind when it dies come here, and are ended. Leave it off in a process
-    that has children of its own (the pytest plugin: pytest-xdist's)."""
+    With `reap_orphans` (the CLI), this process becomes a subreaper too: what a dead zygote
+    leaves behind comes here, and is ended. Leave it off in a process that has children of
+    its own (the pytest plugin: pytest-xdist's)."""
 
     def __init__(self, options: RunOptions, *, reap_orphans: bool = False) -> None:
         self.options = options
         self.jobs = max(1, options.jobs)
-        self._ctx = mp.get_context("spawn")
-        self._logdir = tempfile.TemporaryDirectory(prefix="cl_validate-workers-")
-        self._workers: list[_Worker] = []
-        self._spawned = 0
+        self._logdir = tempfile.TemporaryDirectory(prefix="cl_validate-cases-")
+        self._zygote: _Zygote | None = None
+        self._zygotes = 0
         self._devices: dict[str, bool] | None = None
         self._startup_failures = 0
         self._reap_orphans = reap_orphans and procs.become_subreaper()
-        self._token = uuid.uuid4().hex
-        # Spread the cores over the workers: oversubscribed threads slow everyone down.
+        self._ids = itertools.count(1)
         self._threads = max(1, (os.cpu_count() or 1) // self.jobs)
+        #: signals this process got from the run's own processes (`suite.signals`)
+        self._hostile: queue.SimpleQueue[tuple[signal.Signals, int, list[int]]] = \
+            queue.SimpleQueue()
+        self._started = time.perf_counter()
+        #: case processes that run: never taken for orphans, whatever their parent is now
+        self._running_pids: set[int] = set()
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -153,60 +196,365 @@ class WorkerPool:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
+    # -- the zygote -------------------------------------------------------------------------
     def prestart(self, n: int) -> None:
-        """Start up to `n` workers now, so their torch/TVM imports overlap the caller's own
-        work (reading the case files)."""
+        """Start the zygote now, so its imports overlap the caller's own work (reading the
+        case files); `n` cases will run."""
         self._plan(n)
-        while len(self._workers) < min(n, self.jobs):
-            self._spawn()
+        self._ensure_zygote()
 
     def _plan(self, n_cases: int) -> None:
-        """Spread the cores over the workers that will actually run: one case gets them all."""
-        if not self._workers:
-            busy = max(1, min(self.jobs, n_cases))
-            self._threads = max(1, (os.cpu_count() or 1) // busy)
+        """Spread the cores over the cases that will actually run at once."""
+        busy = max(1, min(self.jobs, n_cases))
+        self._threads = max(1, (os.cpu_count() or 1) // busy)
 
-    def _spawn(self) -> _Worker:
-        self._spawned += 1
-        log = Path(self._logdir.name) / f"worker{self._spawned}.log"
-        log.touch()
-        parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_start_worker,
-                                 args=(WORKER_MODULE, child, str(log), self._threads,
-                                       self._token),
-                                 daemon=True, name=f"cl_validate-worker{self._spawned}")
-        proc.start()
+    def _ensure_zygote(self) -> _Zygote:
+        z = self._zygote
+        if z is not None and z.alive():
+            return z
+        if z is not None:
+            self._zygote_died(z)
+        self._zygotes += 1
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        log = Path(self._logdir.name) / f"zygote{self._zygotes}.log"
+        env = {**os.environ, SYS_PATH_ENV: json.dumps([p or os.getcwd() for p in sys.path])}
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", ZYGOTE_MODULE, str(child.fileno())],
+                pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=out,
+                stderr=out, start_new_session=True, env=env)
         child.close()
-        w = _Worker(proc, parent, log)
-        self._workers.append(w)
-        return w
+        parent.setblocking(False)
+        self._zygote = _Zygote(proc, parent, log)
+        return self._zygote
 
-    def _retire(self, w: _Worker) -> None:
-        """End a worker and everything it started; forget it."""
-        pid = w.process.pid
-        procs.kill(procs.descendants(pid))
+    def _zygote_died(self, z: _Zygote) -> None:
+        """A zygote that died before it was ready says nothing about a case: the environment
+        is broken (torch or TVM do not import). Tried three times, then an internal error."""
         with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)  # its process group: children it has not lost
-        if w.process.is_alive():
-            w.process.kill()
-        w.process.join(timeout=5)
-        w.conn.close()
-        self._workers.remove(w)
-        with contextlib.suppress(OSError):
-            w.log_path.unlink()
+            z.sock.close()
+        if not z.ready:
+            self._startup_failures += 1
+            if self._startup_failures >= 3:
+                tail = z.tail().strip()
+                raise ClValidateError(
+                    f"the process that starts cases {_describe_exit(z.process.returncode)} "
+                    f"while importing torch and TVM, {self._startup_failures} times"
+                    + (f":\n{tail}" if tail else ""))
         self._end_orphans()
 
+    def _zygote_messages(self, z: _Zygote) -> list[object]:
+        out: list[object] = []
+        while True:
+            try:
+                data = z.sock.recv(1 << 16)
+            except (BlockingIOError, InterruptedError):
+                return out
+            except OSError:
+                return out
+            if not data:
+                return out
+            try:
+                msg = decode(data, (Ready, Forked, Exited))
+            except wire.WireError:  # the zygote is ours: nothing else can write there
+                continue
+            if isinstance(msg, Ready):
+                z.ready = True
+                if self._devices is None:
+                    self._devices = dict(msg.devices)
+            out.append(msg)
+
+    def devices(self) -> dict[str, bool]:
+        """Which device types (``cuda``, ``opencl``...) this machine has, as the zygote sees
+        them (this process never loads TVM to ask)."""
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        while self._devices is None:
+            z = self._ensure_zygote()
+            select.select([z.sock], [], [], _POLL_S)
+            self._zygote_messages(z)
+            if time.monotonic() > deadline:
+                raise DeviceUnavailableError("no worker process came up to ask for devices",
+                                             hint="check that torch and TVM import")
+        return self._devices
+
+    def require_devices(self, cases: Sequence[CaseSpec]) -> None:
+        """``--require-device``, answered by the zygote (see `devices`)."""
+        have = self.devices()
+        require_devices(cases, self.options, lambda d: have.get(d, False))
+
+    def hostile_signal(self, signo: signal.Signals, sender: int, chain: list[int]) -> None:
+        """A signal one of the run's own processes sent to this one (`suite.signals`): the
+        case it came from fails; called from the signal thread."""
+        self._hostile.put((signo, sender, chain))
+
+    # -- running cases ----------------------------------------------------------------------
+    def run(self, cases: Sequence[CaseSpec], report: OnTarget,
+            on_inputs: OnInputs | None = None) -> None:
+        """Measure `cases`; each target's result goes to `report` as it arrives, and the files
+        a case read (with its targets' cache keys) to `on_inputs`. A case that could not
+        finish arrives as an error measurement per target not reported yet, with the tail of
+        the case's output."""
+        todo = deque(c for c in cases if selected_targets(c, self.options))
+        self._plan(len(todo))
+        # What each case still owes: every target reported exactly once, whatever happens.
+        owed = {id(c): set(selected_targets(c, self.options)) for c in todo}
+        running: dict[int, _Job] = {}
+        retried: set[str] = set()
+
+        def deliver(case: CaseSpec, msg: TargetMeasured) -> None:
+            left = owed.get(id(case), set())
+            if msg.measurement.target in left:
+                left.discard(msg.measurement.target)
+                report(case, msg)
+
+        def fail(job: _Job, message: str, kind: str, detail: str = "") -> None:
+            """Error measurements for the targets of `job` not reported yet; ends the case."""
+            self._kill(job)
+            tail = job.tail()
+            body = "\n\n".join(part for part in (
+                detail.strip(), f"last output of the case:\n{tail}" if tail.strip() else "")
+                if part)
+            line = job.case.line_of("model")  # the case's code did it (or ran into it)
+            pending, job.pending = job.pending, []
+            for t in pending:
+                deliver(job.case, TargetMeasured(Measurement(
+                    t, ErrorRecord(message, kind, body, line),
+                    seconds=time.perf_counter() - job.handed), wall_seconds=_tick(job)))
+            job.finished = True
+
+        try:
+            while todo or running:
+                z = self._ensure_zygote()
+                slots = self.jobs - len(running)
+                while z.ready and slots > 0 and todo:
+                    job = self._hand_out(z, todo.popleft())
+                    running[job.id] = job
+                    slots -= 1
+                self._wait(z, running)
+                for msg in self._zygote_messages(z):
+                    self._zygote_news(msg, running)
+                if not z.alive():
+                    # The cases it was about to start go to the next zygote (once: one that
+                    # kills it twice is not innocent); those it started run on regardless.
+                    for job in [j for j in running.values() if j.pid is None]:
+                        running.pop(job.id)
+                        self._close(job)
+                        if job.case.label in retried:
+                            fail(job, "the process that starts cases died twice while this "
+                                 "case was handed to it", CaseKind.WORKER_CRASHED)
+                        else:
+                            retried.add(job.case.label)
+                            todo.appendleft(job.case)
+                    self._ensure_zygote()
+                self._signals(running, fail)
+                snapshot = procs.Snapshot()  # once per tick, for every case's limits
+                for job in list(running.values()):
+                    self._read(job, deliver, fail, on_inputs)
+                    if not job.finished:
+                        self._enforce_limits(job, fail, snapshot)
+                    if self._over(job, fail):
+                        running.pop(job.id)
+                        self._retire(job)
+        finally:
+            for job in running.values():
+                self._retire(job)
+            self._end_orphans()
+        for case in cases:  # a bug here must never drop a case from the report
+            for t in sorted(owed.get(id(case), ())):
+                report(case, TargetMeasured(Measurement(t, ErrorRecord(
+                    "internal error: no result came back for this case",
+                    CaseKind.INTERNAL_ERROR))))
+
+    def _hand_out(self, z: _Zygote, case: CaseSpec) -> _Job:
+        job_id = next(self._ids)
+        result_r, result_w = os.pipe()
+        lifeline_r, lifeline_w = os.pipe()
+        os.set_blocking(result_r, False)
+        log = Path(self._logdir.name) / f"case{job_id}.log"
+        log.touch()
+        now = time.perf_counter()
+        # the first cases' first results carry the zygote's start-up
+        first = job_id <= self.jobs
+        job = _Job(job_id, case, log, result_r, lifeline_w, now,
+                   self._started if first else now, selected_targets(case, self.options),
+                   zygote=z)
+        msg = RunCase(job_id, case, self.options, str(log), self._threads)
+        try:
+            socket.send_fds(z.sock, [frame(msg)[8:]], [result_w, lifeline_r])
+        except OSError:
+            pass  # the zygote is gone: noticed by the loop, the case is handed out again
+        finally:
+            os.close(result_w)
+            os.close(lifeline_r)
+        return job
+
+    def _wait(self, z: _Zygote, running: dict[int, _Job]) -> None:
+        """Until a message, a case's output, or a tick."""
+        fds: list[int | socket.socket] = [z.sock]
+        fds += [j.result_fd for j in running.values() if j.eof_at is None]
+        with contextlib.suppress(InterruptedError, ValueError, OSError):
+            select.select(fds, [], [], _POLL_S)
+
+    def _zygote_news(self, msg: object, running: dict[int, _Job]) -> None:
+        if isinstance(msg, Forked) and msg.job in running:
+            running[msg.job].pid = msg.pid
+            self._running_pids.add(msg.pid)
+        elif isinstance(msg, Exited) and msg.job in running:
+            running[msg.job].status = msg.status
+
+    def _read(self, job: _Job, deliver: OnTarget, fail: Callable[..., None],
+              on_inputs: OnInputs | None) -> None:
+        """Whatever the case sent since the last tick, without blocking."""
+        if job.eof_at is not None or job.finished:
+            return
+        while True:
+            try:
+                data = os.read(job.result_fd, 1 << 20)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                job.eof_at = time.perf_counter()
+                return
+            job.received += len(data)
+            try:
+                if job.received > MAX_RESULT_BYTES:
+                    raise wire.WireError(f"more than {MAX_RESULT_BYTES >> 20} MB of results")
+                for payload in job.reader.feed(data):
+                    msg = decode(payload, (TargetMeasured, CaseDone, CaseFailed))
+                    self._case_news(job, msg, deliver, fail, on_inputs)
+                    if job.finished:
+                        return
+            except wire.WireError as exc:
+                fail(job, f"the case process sent what is not a result on its result pipe "
+                     f"({exc}): the model's code writes there", CaseKind.CORRUPT_RESULT)
+                return
+
+    def _case_news(self, job: _Job, msg: object, deliver: OnTarget,
+                   fail: Callable[..., None], on_inputs: OnInputs | None) -> None:
+        if isinstance(msg, TargetMeasured):
+            target = msg.measurement.target
+            if target not in job.pending:  # a target it was not asked for, or twice
+                raise wire.WireError(f"a result for target {target!r} it does not owe")
+            job.pending.remove(target)
+            if msg.key is not None:
+                job.keys[target] = msg.key
+            # Reported after it left `pending`; `deliver` keeps its own account of what
+            # is owed, so a failure below cannot drop or repeat it.
+            deliver(job.case, replace(msg, wall_seconds=_tick(job)))
+        elif isinstance(msg, CaseDone):
+            if job.pending:
+                raise wire.WireError(f"done, with {', '.join(job.pending)} not reported")
+            job.finished = True
+            if on_inputs is not None and job.keys and msg.inputs:
+                on_inputs(job.case, dict(job.keys), msg.inputs)
+        elif isinstance(msg, CaseFailed):
+            fail(job, msg.message, msg.kind, msg.detail)
+
+    def _over(self, job: _Job, fail: Callable[..., None]) -> bool:
+        """Whether `job` is over: it finished, or its pipe closed and its process ended (or
+        outlived the grace period: killed)."""
+        if job.finished:
+            return True
+        if job.eof_at is None:
+            return False
+        orphaned = job.zygote is not self._zygote or not (job.zygote and job.zygote.alive())
+        if job.status is None and job.pid is not None and orphaned:
+            job.status = _collect(job.pid)  # its zygote died: it came here (a subreaper)
+        # How it ended comes from its zygote (`Exited`), a moment after its pipe closed; an
+        # orphan's, from here or nowhere.
+        gone = job.status is not None or (orphaned and job.pid is not None
+                                          and not _alive(job.pid))
+        if not gone and time.perf_counter() - job.eof_at < _EXIT_GRACE_S:
+            return False
+        if job.status is not None:
+            why = f"case process {_describe_status(job.status)} while running this case"
+            fail(job, why, CaseKind.WORKER_CRASHED)
+        else:
+            fail(job, "the case process closed its result pipe before it reported (the "
+                 "model's code closed it, or the process died)", CaseKind.WORKER_CRASHED)
+        return True
+
+    def _signals(self, running: dict[int, _Job], fail: Callable[..., None]) -> None:
+        while True:
+            try:
+                signo, sender, chain = self._hostile.get_nowait()
+            except queue.Empty:
+                return
+            job = next((j for j in running.values() if j.pid in chain), None)
+            what = "from the case process itself" if job is not None and sender == job.pid \
+                else f"from {procs.describe(sender)}"
+            if job is None:  # a process the run started that no case owns: end it
+                procs.kill([*procs.descendants(sender), sender])
+                print(f"cl-validate: warning: {signo.name} {what}, a process of the run that "
+                      "no running case owns: ignored, the process ended",
+                      file=sys.stderr)
+                continue
+            if not job.finished:
+                fail(job, f"the model's code sent {signo.name} to the cl-validate process "
+                     f"({what}); ignored there, the case ended", CaseKind.SIGNALLED_RUN)
+
+    def _enforce_limits(self, job: _Job, fail: Callable[..., None],
+                        snapshot: procs.Snapshot) -> None:
+        limit_s = self.options.timeout or job.case.timeout
+        if time.perf_counter() - job.handed > limit_s:
+            fail(job, f"timed out after {limit_s:g} s (timeout)", CaseKind.TIMEOUT)
+            return
+        if job.pid is not None:
+            cap = self.options.max_memory_mb or job.case.max_memory_mb
+            tree = [job.pid, *snapshot.below(job.pid)]
+            rss = procs.rss_mb(tree)
+            if rss is not None and rss > cap:
+                what = "case process" if len(tree) == 1 else \
+                    f"case process and {len(tree) - 1} process(es) it started"
+                fail(job, f"{what} used {rss:.0f} MB, over the {cap} MB memory cap "
+                     "(max_memory_mb)", CaseKind.OUT_OF_MEMORY)
+                return
+        if job.output_size() > MAX_OUTPUT_BYTES:
+            fail(job, f"the case wrote more than {MAX_OUTPUT_BYTES >> 20} MB to "
+                 "stdout/stderr; stopped", CaseKind.OUTPUT_FLOOD)
+
+    def _kill(self, job: _Job) -> None:
+        """End `job`'s process and everything it started."""
+        if job.pid is not None:
+            procs.kill([*procs.descendants(job.pid), job.pid])
+            with contextlib.suppress(OSError):
+                os.killpg(job.pid, signal.SIGKILL)  # its group: children it has not lost
+        with contextlib.suppress(OSError):
+            os.close(job.lifeline_fd)  # also ends a case the zygote had not started yet
+        job.lifeline_fd = -1
+
+    def _close(self, job: _Job) -> None:
+        for fd in (job.result_fd, job.lifeline_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        job.result_fd = job.lifeline_fd = -1
+        with contextlib.suppress(OSError):
+            job.log_path.unlink()
+
+    def _retire(self, job: _Job) -> None:
+        """A case that is over: whatever of it is left ended, its pipes and log gone."""
+        self._kill(job)
+        self._close(job)
+        if job.pid is not None:
+            self._running_pids.discard(job.pid)
+            if job.zygote is not self._zygote:
+                _collect(job.pid)
+
     def _end_orphans(self) -> None:
-        """Processes a dead worker's tree left behind were re-parented to this process (a
-        subreaper): its children that carry this pool's token and are not workers. End them
-        (and what they started), and collect them."""
+        """What a dead zygote's tree left behind was re-parented to this process (a
+        subreaper): every child of this process but the zygote. End them (and what they
+        started), and collect them."""
         if not self._reap_orphans:
             return
-        workers = {w.process.pid for w in self._workers}
         me = os.getpid()
+        keep = set(self._running_pids)
+        if self._zygote is not None:
+            keep.add(self._zygote.process.pid)
         for _ in range(3):  # a killed orphan's own children arrive a moment later
-            ours = [p for p in procs.children(me) if p not in workers
-                    and procs.has_env(p, procs.POOL_ENV, self._token)]
+            ours = [p for p in procs.children(me, zombies=True) if p not in keep]
             if not ours:
                 return
             for p in ours:
@@ -215,197 +563,50 @@ class WorkerPool:
             time.sleep(0.02)
 
     def shutdown(self) -> None:
-        for w in list(self._workers):
+        z, self._zygote = self._zygote, None
+        if z is not None:
+            with contextlib.suppress(OSError):
+                z.sock.send(frame(Stop())[8:])
+            with contextlib.suppress(OSError):
+                z.sock.close()
             try:
-                # A worker still importing torch/TVM holds nothing: killed now rather than
-                # waited for until it could read "stop".
-                if w.ready and w.case is None and w.process.is_alive():
-                    w.conn.send(Stop())
-                    w.process.join(timeout=2)
-            except (OSError, BrokenPipeError):
-                pass
-            self._retire(w)
+                z.process.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                procs.kill([*procs.descendants(z.process.pid), z.process.pid])
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    z.process.wait(timeout=2)
+        self._end_orphans()
         self._logdir.cleanup()
 
-    def devices(self) -> dict[str, bool]:
-        """Which device types (``cuda``, ``opencl``...) this machine has, as a worker sees
-        them (the parent never loads TVM to ask). Starts a worker if none is running, and
-        waits for it."""
-        deadline = time.monotonic() + _READY_TIMEOUT_S
-        while self._devices is None:
-            if not self._workers:
-                self._spawn()
-            self._poll_ready(timeout=_POLL_S)
-            for w in list(self._workers):
-                if not w.process.is_alive() and not w.ready:
-                    self._startup_failed(w)
-                    self._retire(w)
-            if time.monotonic() > deadline:
-                raise DeviceUnavailableError("no worker process came up to ask for devices",
-                                             hint="check that torch and TVM import")
-        return self._devices
 
-    def require_devices(self, cases: Sequence[CaseSpec]) -> None:
-        """``--require-device``, answered by a worker (see `devices`)."""
-        have = self.devices()
-        require_devices(cases, self.options, lambda d: have.get(d, False))
+def _collect(pid: int) -> int | None:
+    """The wait status of `pid` if it is an ended child of this process (collected now)."""
+    try:
+        got, status = os.waitpid(pid, os.WNOHANG)
+    except (ChildProcessError, OSError):
+        return None
+    return status if got == pid else None
 
-    def _poll_ready(self, timeout: float) -> None:
-        wait([w.conn for w in self._workers] + [w.process.sentinel for w in self._workers],
-             timeout=timeout)
-        for w in self._workers:
-            for msg in _drain(w.conn):
-                self._ready(w, msg)
 
-    def _ready(self, w: _Worker, msg: FromWorker) -> bool:
-        if isinstance(msg, Ready):
-            w.ready = True
-            if self._devices is None:
-                self._devices = dict(msg.devices)
-            return True
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
         return False
-
-    def run(self, cases: Sequence[CaseSpec], report: OnTarget) -> None:
-        """Measure `cases`; each target's result goes to `report` as it arrives. A case a
-        worker could not finish (crash, timeout, memory, output flood, ``sys.exit``) arrives
-        as an error measurement per target not reported yet, with the worker output's tail."""
-        queue = deque(c for c in cases if selected_targets(c, self.options))
-        self._plan(len(queue))
-        # What each case still owes: every target reported exactly once, whatever happens.
-        owed = {id(c): set(selected_targets(c, self.options)) for c in queue}
-
-        def on_target(case: CaseSpec, msg: TargetMeasured) -> None:
-            left = owed.get(id(case), set())
-            if msg.measurement.target in left:
-                left.discard(msg.measurement.target)
-                report(case, msg)
-
-        def fail_rest(w: _Worker, message: str, kind: str, detail: str = "") -> None:
-            """Error measurements for the targets of `w`'s case not reported yet. The worker
-            stays busy until its CaseDone (or its end): freeing it here would let a late
-            CaseDone of this case end the next one."""
-            assert w.case is not None
-            tail = w.tail()
-            body = "\n\n".join(part for part in (
-                detail.strip(), f"last output of the worker:\n{tail}" if tail.strip() else "")
-                if part)
-            line = w.case.line_of("model")  # the case's code did it (or ran into it)
-            pending, w.pending = w.pending, []
-            for t in pending:
-                on_target(w.case, TargetMeasured(Measurement(
-                    t, ErrorRecord(message, kind, body, line),
-                    seconds=time.perf_counter() - w.started), wall_seconds=_tick(w)))
-
-        while queue or any(w.case is not None for w in self._workers):
-            # Keep `jobs` workers alive while there is work to hand out.
-            while len(self._workers) < min(self.jobs, len(queue) + sum(
-                    1 for w in self._workers if w.case is not None)):
-                self._spawn()
-            for w in self._workers:
-                if w.ready and w.case is None and queue:
-                    case = queue.popleft()
-                    w.case, w.started = case, time.perf_counter()
-                    if w.last_event is None:  # its first case carries its start-up
-                        w.last_event = w.spawned
-                    else:  # time idle between cases is nobody's
-                        w.last_event = w.started
-                    w.pending = selected_targets(case, self.options)
-                    w.log_offset = w.log_path.stat().st_size
-                    w.conn.send(RunCase(case, self.options))
-            conns = [w.conn for w in self._workers]
-            sentinels = [w.process.sentinel for w in self._workers]
-            wait([*conns, *sentinels], timeout=_POLL_S)  # until a message, an exit or a tick
-            tree = procs.Snapshot()  # once per tick, for every worker's limits
-            for w in list(self._workers):
-                for msg in _drain(w.conn):
-                    if self._ready(w, msg):
-                        continue
-                    if isinstance(msg, TargetMeasured):
-                        assert w.case is not None
-                        # Reported before it leaves `pending`: if that raises, the case is
-                        # still owed a verdict, never silently dropped.
-                        on_target(w.case, replace(msg, wall_seconds=_tick(w)))
-                        if msg.measurement.target in w.pending:
-                            w.pending.remove(msg.measurement.target)
-                    elif isinstance(msg, CaseDone):
-                        w.case, w.pending = None, []
-                    elif isinstance(msg, CaseFailed):
-                        fail_rest(w, msg.message, msg.kind, msg.detail)
-                if not w.process.is_alive():
-                    if w.case is not None:
-                        why = _describe_exit(w.process.exitcode)
-                        fail_rest(w, f"worker process {why} while running this case",
-                                  CaseKind.WORKER_CRASHED)
-                        w.case = None
-                    elif not w.ready:
-                        self._startup_failed(w)
-                    self._retire(w)
-                    continue
-                if w.case is not None:
-                    self._enforce_limits(w, fail_rest, tree)
-        self._end_orphans()
-        for case in cases:  # a bug here must never drop a case from the report
-            for t in sorted(owed.get(id(case), ())):
-                report(case, TargetMeasured(Measurement(t, ErrorRecord(
-                    "internal error: no result came back for this case", CaseKind.INTERNAL_ERROR))))
-
-    def _startup_failed(self, w: _Worker) -> None:
-        """A worker that dies before it is ready says nothing about a case: the environment
-        is broken (torch or TVM do not import). Retried twice, then an internal error."""
-        self._startup_failures += 1
-        if self._startup_failures >= 3:
-            tail = w.tail().strip()
-            raise ClValidateError(
-                f"worker processes {_describe_exit(w.process.exitcode)} while importing torch "
-                f"and TVM, {self._startup_failures} times" + (f":\n{tail}" if tail else ""))
-
-    def _enforce_limits(self, w: _Worker, fail: Callable[[_Worker, str, str], None],
-                        snapshot: procs.Snapshot) -> None:
-        assert w.case is not None
-        limit_s = self.options.timeout or w.case.timeout
-        if time.perf_counter() - w.started > limit_s:
-            self._stop(w, fail, f"timed out after {limit_s:g} s (timeout)", CaseKind.TIMEOUT)
-            return
-        cap = self.options.max_memory_mb or w.case.max_memory_mb
-        tree = [w.process.pid, *snapshot.below(w.process.pid)]
-        rss = procs.rss_mb(tree)
-        if rss is not None and rss > cap:
-            what = "worker" if len(tree) == 1 else f"worker and {len(tree) - 1} process(es) it " \
-                "started"
-            self._stop(w, fail, f"{what} used {rss:.0f} MB, over the {cap} MB memory cap "
-                       "(max_memory_mb)", CaseKind.OUT_OF_MEMORY)
-            return
-        if w.output_size() > MAX_OUTPUT_BYTES:
-            self._stop(w, fail, f"the case wrote more than {MAX_OUTPUT_BYTES >> 20} MB to "
-                       "stdout/stderr; stopped", CaseKind.OUTPUT_FLOOD)
-
-    def _stop(self, w: _Worker, fail: Callable[[_Worker, str, str], None], message: str,
-              kind: str) -> None:
-        """End a worker over a limit: its pending targets are errors, read with the tail of
-        its output before the log goes."""
-        fail(w, message, kind)
-        w.case = None
-        self._retire(w)
+    return True
 
 
-def _tick(w: _Worker) -> float:
-    """Wall time since `w`'s previous event (which this one becomes)."""
+def _tick(job: _Job) -> float:
+    """Wall time since `job`'s previous event (which this one becomes)."""
     now = time.perf_counter()
-    last = w.last_event if w.last_event is not None else w.started
-    w.last_event = now
+    last, job.last_event = job.last_event, now
     return max(now - last, 0.0)
 
 
-def _drain(conn: Connection) -> list[FromWorker]:
-    """Every message waiting on a worker's pipe; a pipe the worker closed (it died: the caller
-    sees that from the process) ends the list."""
-    out: list[FromWorker] = []
-    try:
-        while conn.poll():
-            out.append(conn.recv())
-    except (EOFError, OSError):
-        pass
-    return out
+def _describe_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return _describe_exit(-os.WTERMSIG(status))
+    return _describe_exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else None)
 
 
 def _describe_exit(code: int | None) -> str:

@@ -1,0 +1,117 @@
+"""The files a case reads while it is measured: the cache's direct key is checked against them.
+
+A case's measurement depends on its case file and on what its model's code reads: the
+factory's module and everything it imports, and the data files it opens (weights, configs).
+The case process records both — an audit hook sees every file Python code opens for reading,
+and the modules that were imported while the case ran are read off ``sys.modules`` — and
+stamps each file (size, mtime, SHA-256) when the case is done. The next run checks the stamps
+against the files as they are then (`cl_validate.measurements.cache.Cache.recall`, without
+running any of the model's code) and reuses the measurement when none changed, as ccache's
+direct mode does.
+
+Left out, because the cache key covers them otherwise: files of TVM, tvm-ffi, torch and NumPy
+(their versions are in the key), of cl_validate (its source is), of the Python standard
+library (the Python version is), and the cache's own entries. Not seen: files opened by
+native code without Python (a C library's ``fopen``), and what is not a file (environment
+variables, the clock, the network): a model that depends on those needs ``--no-cache``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import sysconfig
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from cl_validate.measurements.messages import FileStamp
+from cl_validate.measurements.sources import stamp
+
+#: Packages whose versions are in the cache key: their files are not stamped.
+_VERSIONED = ("torch", "tvm", "tvm_ffi", "numpy", "cl_validate")
+_SYSTEM = ("/proc/", "/sys/", "/dev/")
+
+
+def _package_dir(name: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    locations = spec.submodule_search_locations if spec is not None else None
+    return os.path.realpath(next(iter(locations))) + os.sep if locations else None
+
+
+def _left_out(extra: Iterable[str]) -> tuple[str, ...]:
+    roots = [d for d in (_package_dir(n) for n in _VERSIONED) if d]
+    for key in ("stdlib", "platstdlib"):
+        roots.append(os.path.realpath(sysconfig.get_paths()[key]) + os.sep)
+    roots.extend(os.path.realpath(e) + os.sep for e in extra)
+    return tuple(dict.fromkeys(roots))
+
+
+class FileRecorder:
+    """Notes the files this process opens for reading and the modules it imports, from
+    `start` on; `stamps` hashes them."""
+
+    def __init__(self, left_out: Iterable[str] = ()) -> None:
+        self._paths: set[str] = set()
+        self._modules = set(sys.modules)
+        self._active = False
+        self._extra = tuple(left_out)
+
+    def start(self) -> None:
+        """Begin recording (an audit hook: it lasts as long as the process, which is the
+        case's own)."""
+        self._modules = set(sys.modules)
+        self._active = True
+        sys.addaudithook(self._hook)
+
+    def stop(self) -> None:
+        self._active = False
+
+    def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if not self._active or event != "open" or not args:
+            return
+        path, mode = args[0], args[1] if len(args) > 1 else None
+        if isinstance(path, int):
+            return  # an fd: opened before
+        writes = mode is not None and any(c in str(mode) for c in "wax+")
+        flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
+        if writes or flags & (os.O_WRONLY | os.O_RDWR):
+            return
+        try:
+            self._paths.add(os.fsdecode(path))
+        except (TypeError, ValueError):
+            pass
+
+    def _module_files(self) -> set[str]:
+        out = set()
+        for name in set(sys.modules) - self._modules:
+            spec = getattr(sys.modules.get(name), "__spec__", None)
+            origin = getattr(spec, "origin", None) if spec is not None else None
+            if isinstance(origin, str) and origin not in ("built-in", "frozen"):
+                out.add(origin)
+        return out
+
+    def stamps(self, root: Path) -> tuple[FileStamp, ...]:
+        """Every recorded regular file that still exists, stamped now, in path order; a file
+        under `root` (the case's repository) by its path relative to it, so another checkout
+        of the repository finds its own copy."""
+        skip = _left_out(self._extra)
+        found: dict[str, FileStamp] = {}
+        for raw in self._paths | self._module_files():
+            path = os.path.realpath(os.path.abspath(raw))
+            if path in found or path.startswith(skip) or path.startswith(_SYSTEM):
+                continue
+            s = stamp(path)
+            if s is not None:
+                found[path] = replace(s, path=_relative(path, root))
+        return tuple(found[p] for p in sorted(found))
+
+
+def _relative(path: str, root: Path) -> str:
+    real_root = os.path.realpath(root)
+    return os.path.relpath(path, real_root) if path.startswith(real_root + os.sep) else path

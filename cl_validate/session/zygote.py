@@ -1,0 +1,155 @@
+"""The zygote: a process that imports torch, TVM and cl_validate once, warms them up, and
+then forks a fresh case process for every case (`cl_validate.session.worker`).
+
+Forking gives each case a process with everything imported and nothing of another case in
+it, in milliseconds: the zygote itself never runs a model's code. It talks to the run's
+parent over a Unix socket (one message per packet; a case's result pipe and lifeline arrive
+with its `RunCase` as passed file descriptors), reports each case process it forks and how it
+ended, and ends whatever orphans a dead case process leaves to it (it is a subreaper). When
+the parent goes away, the socket reads end-of-file and the zygote ends every process below
+it and exits.
+
+``python -m cl_validate.session.zygote FD`` — FD is its end of the socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from cl_validate import procs
+from cl_validate.measurements import wire
+from cl_validate.measurements.messages import (
+    SYS_PATH_ENV,
+    Exited,
+    Forked,
+    Ready,
+    RunCase,
+    Stop,
+    decode,
+    frame,
+)
+from cl_validate.spec.casefile import load_text_as_case
+
+#: The largest control message (a RunCase carries one case spec).
+_MAX_PACKET = 1 << 22
+
+
+def _send(sock: socket.socket, msg: object) -> None:
+    sock.send(frame(msg)[8:])  # a packet is one message: no length prefix
+
+
+def _warm_up() -> None:
+    """Pay once, here, what every case would pay on its first export and compile: the lazy
+    imports of torch.export (sympy, networkx, dynamo) and of TVM's Relax frontend, passes and
+    backends. Symbolic only: no kernel runs (threads started here would not survive a fork)."""
+    # lazy: torch, TVM and the session load in `main`, with the parent's import path set
+    import torch
+
+    from cl_validate.session import case_session
+
+    case = load_text_as_case(
+        Path.cwd() / "_cl_validate_warm_up.toml",
+        'model = "cl_validate_warm_up:net"\n[[inputs]]\nname = "x"\nshape = [1, 3, 8, 8]\n'
+        '[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4),
+                                torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1)).eval()
+    front = case_session.export_and_import(model, case, [torch.zeros(1, 3, 8, 8)])
+    for target in ("llvm", "cuda"):
+        case_session.compile_case(front, case, target, build=False)
+
+
+def main(fd: int) -> None:
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])  # the parent's blocked signals: not ours
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides about interrupts
+    warnings.filterwarnings("ignore")
+    procs.become_subreaper()
+    sock = socket.socket(fileno=fd)
+    path = os.environ.pop(SYS_PATH_ENV, None)
+    if path:  # the parent's import path, as a spawned worker would have had it
+        sys.path[:] = json.loads(path)
+    # lazy: torch, TVM and the session, with the parent's import path in place
+    from cl_validate.compile.tvm_targets import local_devices
+    from cl_validate.session import worker  # noqa: F401 - imports torch, TVM, the session
+
+    t0 = time.perf_counter()
+    try:
+        _warm_up()
+    except Exception as exc:  # the cases pay the warm-up themselves; say why here
+        print(f"zygote: warm-up failed ({type(exc).__name__}: {exc})", file=sys.stderr)
+    print(f"zygote: warm in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    _send(sock, Ready(local_devices()))
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    jobs: dict[int, int] = {}  # case process pid → job
+    try:
+        _serve(sock, wake_r, jobs)
+    finally:
+        for pid in list(jobs):
+            procs.kill([*procs.descendants(pid), pid])
+        procs.end_descendants(os.getpid(), settle_s=1.0)
+        os._exit(0)
+
+
+def _serve(sock: socket.socket, wake: int, jobs: dict[int, int]) -> None:
+    while True:
+        watched: list[socket.socket | int] = [sock, wake]
+        ready, _, _ = select.select(watched, [], [], 1.0)
+        if wake in ready:
+            with contextlib.suppress(OSError):
+                os.read(wake, 4096)
+        _reap(sock, jobs)
+        if sock not in ready:
+            continue
+        data, fds, _, _ = socket.recv_fds(sock, _MAX_PACKET, 2)
+        if not data:  # the parent is gone
+            return
+        try:
+            msg = decode(data, (RunCase, Stop))
+        except wire.WireError as exc:  # from the parent, so a bug: say it and go on
+            print(f"zygote: bad message from the parent: {exc}", file=sys.stderr)
+            for f in fds:
+                os.close(f)
+            continue
+        if isinstance(msg, Stop):
+            return
+        result_fd, lifeline_fd = fds
+        pid = os.fork()
+        if pid == 0:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            # lazy: imported by `main` already (torch, TVM); here only by name
+            from cl_validate.session.worker import case_main
+
+            case_main(msg, result_fd, lifeline_fd, close=(sock.fileno(), wake))
+        os.close(result_fd)
+        os.close(lifeline_fd)
+        jobs[pid] = msg.job
+        _send(sock, Forked(msg.job, pid))
+
+
+def _reap(sock: socket.socket, jobs: dict[int, int]) -> None:
+    """Collect every child that ended: a case process (reported to the parent), or an orphan
+    a dead case left here (ended, with what it started)."""
+    for child in procs.children(os.getpid(), zombies=True):
+        if child not in jobs:  # an orphan: nothing of it may outlive its case
+            procs.kill([*procs.descendants(child), child])
+    for pid, status in procs.ended_children():
+        job = jobs.pop(pid, None)
+        if job is not None:
+            with contextlib.suppress(OSError):
+                _send(sock, Exited(job, pid, status))
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

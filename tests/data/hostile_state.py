@@ -1,0 +1,170 @@
+"""Models that attack the run rather than crash: process-wide state, the result pipe, the
+run's parent, its cache. Each one must cost its own case at most."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tiny_models import conv_relu  # the innocent model the hostile ones wrap
+from torch import nn
+
+
+def _parent_of(pid: int) -> int:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return int(text[text.rfind(")") + 2:].split()[1])
+
+
+def run_parent() -> int:
+    """The cl-validate process that started this run: two generations up (a case process is
+    forked by the zygote, the zygote started by the run)."""
+    return _parent_of(os.getppid())
+
+
+def patches_conv() -> nn.Module:
+    """Changes every later convolution in this process: a shared worker would measure the
+    next case with it (a SiLU fused after every conv) and cache that under its key."""
+    original = nn.Conv2d.forward
+
+    def with_silu(self: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.silu(original(self, x))
+
+    nn.Conv2d.forward = with_silu  # type: ignore[method-assign]
+    torch.set_default_dtype(torch.float64)
+    torch.set_default_dtype(torch.float32)
+    return conv_relu()
+
+
+def closes_stdout() -> nn.Module:
+    """Closes fd 1 and 2: a shared worker would lose the next case's output and report."""
+    os.close(1)
+    os.close(2)
+    return conv_relu()
+
+
+def breaks_tvm() -> nn.Module:
+    """Makes TVM's compile unusable for whoever runs in this process next."""
+    import tvm
+
+    tvm.compile = None  # type: ignore[assignment]
+    return conv_relu()
+
+
+def _result_pipes() -> list[int]:
+    """The pipes this process may write to: one of them is its result pipe."""
+    out = []
+    for fd in range(3, 256):
+        try:
+            mode = os.fstat(fd).st_mode
+            flags = __import__("fcntl").fcntl(fd, __import__("fcntl").F_GETFL)
+        except OSError:
+            continue
+        if stat.S_ISFIFO(mode) and flags & os.O_ACCMODE == os.O_WRONLY:
+            out.append(fd)
+    return out
+
+
+class _Planted:
+    """A pickle that runs code where it is loaded."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (os.system, (f"touch {self.marker}",))
+
+
+def writes_a_pickle() -> nn.Module:
+    """Writes a length-prefixed pickle that would run code in a parent that unpickles."""
+    marker = os.environ.get("CL_VALIDATE_TEST_MARKER", "/tmp/cl_validate_fooled")
+    payload = pickle.dumps(_Planted(marker))
+    for fd in _result_pipes():
+        os.write(fd, struct.pack(">Q", len(payload)) + payload)
+    return conv_relu()
+
+
+def writes_garbage() -> nn.Module:
+    for fd in _result_pipes():
+        os.write(fd, b"\x00\xff garbage \x93\x94\x95" * 10)
+    return conv_relu()
+
+
+def promises_and_goes_silent() -> nn.Module:
+    """Announces a long message and never sends it: the parent must not wait forever."""
+    for fd in _result_pipes():
+        os.write(fd, struct.pack(">Q", 1000))
+    time.sleep(600)
+    return conv_relu()
+
+
+def _signals_parent(signo: int) -> nn.Module:
+    os.kill(run_parent(), signo)
+    time.sleep(5)  # the parent ends this case when it sees the signal
+    return conv_relu()
+
+
+def sends_sigterm() -> nn.Module:
+    return _signals_parent(signal.SIGTERM)
+
+
+def sends_sigint() -> nn.Module:
+    return _signals_parent(signal.SIGINT)
+
+
+def sends_sighup() -> nn.Module:
+    return _signals_parent(signal.SIGHUP)
+
+
+def child_sends_sigterm() -> nn.Module:
+    """A process the model starts signals the run, and stays (a grandchild of the case)."""
+    parent = run_parent()
+    subprocess.Popen([sys.executable, "-c", f"import os, time; os.kill({parent}, 15); "
+                      "time.sleep(30)"])
+    time.sleep(10)
+    return conv_relu()
+
+
+def detaches_with_a_clean_environment() -> nn.Module:
+    """A grandchild in its own session with an empty environment (nothing inherited to
+    recognize it by), double-forked so its parent is gone."""
+    marker = os.environ.get("CL_VALIDATE_TEST_DETACHED", "cl-validate-test-detached")
+    code = ("import os, sys, time\n"
+            "if os.fork(): os._exit(0)\n"
+            "os.setsid()\n"
+            "time.sleep(600)\n")
+    subprocess.Popen(["env", "-i", sys.executable, "-c", code, marker],
+                     start_new_session=True).wait()
+    return conv_relu()
+
+
+def kills_the_zygote() -> nn.Module:
+    """Kills the process that forks the cases (this case's parent)."""
+    os.kill(os.getppid(), signal.SIGKILL)
+    return conv_relu()
+
+
+def sleeps() -> nn.Module:
+    """Hangs in the factory, its marker in the title: the test kills the run meanwhile."""
+    time.sleep(600)
+    return conv_relu()
+
+
+def counts_builds() -> nn.Module:
+    """Notes every build next to the case, and reads a data file there (as weights are)."""
+    here = Path(os.environ.get("CL_VALIDATE_TEST_DIR", "."))
+    with open(here / "builds.txt", "a") as f:
+        f.write("built\n")
+    model = conv_relu()
+    scale = float((here / "scale.txt").read_text())
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(scale)
+    return model
