@@ -95,6 +95,15 @@ def test_links_to_folders_are_followed_once_even_in_a_loop(cases: Path) -> None:
     assert sorted(names) == ["good", "other"]
 
 
+def test_a_fifo_given_to_merge_is_refused_without_waiting(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "shard.xml")
+    proc = _cli("merge", str(tmp_path / "shard.xml"), "-o", str(tmp_path / "out.xml"))
+    assert proc.returncode == ExitCode.USAGE_ERROR, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "cannot read report: a FIFO (named pipe), not a regular file" in proc.stderr
+    assert not (tmp_path / "out.xml").exists()
+
+
 def test_a_utf8_byte_order_mark_is_accepted(cases: Path) -> None:
     """Windows editors save UTF-8 with a BOM; TOML is UTF-8, so the case loads as it is."""
     (cases / "good.toml").write_bytes(b"\xef\xbb\xbf" + tiny_case().encode())
