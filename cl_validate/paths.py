@@ -81,7 +81,7 @@ def inside(base: str | Path, path: str | Path) -> Path:
 def display_path(path: str | Path) -> str:
     """A path as shown to users in messages: relative to the working directory when it is
     inside it, else as given. A symbolic link is shown by its own name, not its target's: the
-    name the user wrote (`through_links` says where it leads)."""
+    name the user wrote (`cl_validate.atomic.through_links` says where it leads)."""
     p = Path(path)
     absolute = Path(os.path.abspath(p))
     cwd = Path.cwd()
@@ -99,18 +99,6 @@ def _real_folder(path: Path) -> Path:
         return Path(os.path.realpath(path.parent)) / path.name
     except OSError:  # pragma: no cover - realpath does not raise without strict=True
         return path
-
-
-def through_links(path: str | Path) -> Path:
-    """The file `path` names once every symbolic link is followed (`path` itself when it is
-    not a link): where a write to `path` must land. A link loop raises ``OSError(ELOOP)``."""
-    p = Path(path)
-    if not p.is_symlink():
-        return p
-    real = Path(os.path.realpath(p))
-    if real.is_symlink():  # realpath stops inside a loop and hands back a link
-        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
-    return real
 
 
 def repo_root(start: Path, env: Mapping[str, str] | None = None) -> Path:

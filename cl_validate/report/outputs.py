@@ -28,14 +28,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from cl_validate.atomic import through_links
 from cl_validate.checks.verdict import CaseResult
-from cl_validate.paths import (
-    ReportKind,
-    display_path,
-    distinct_files,
-    report_file,
-    through_links,
-)
+from cl_validate.paths import ReportKind, display_path, distinct_files, report_file
 from cl_validate.report.junit import write_junit
 from cl_validate.report.markdown import write_markdown
 
