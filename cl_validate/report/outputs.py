@@ -10,8 +10,10 @@ earlier run (a restored workspace, a self-hosted runner) would be published as t
 - `discard`: a run that ends before it starts (a case-file error, exit 2) removes the earlier
   run's reports rather than leave them looking current;
 - `start`: writes both reports at once with every case × check marked "not finished";
-- `progress`: rewrites them as each result arrives (a run killed with SIGKILL, which nothing
-  can catch, leaves a report of what it finished, the rest still marked);
+- `progress`: rewrites them as results arrive (a run killed with SIGKILL, which nothing can
+  catch, leaves a report of what it finished, the rest still marked) — as each arrives, unless
+  the last write was more recent than ten times what it took: writing never costs more than
+  about a tenth of the run (a report of 100 case × target runs takes a third of a second);
 - `final`: the last write, on every exit path (the caller calls it from its ``finally``).
 
 Every write is atomic (`cl_validate.atomic`). A write that fails (a full disk) is never a
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -62,6 +65,7 @@ class RunReports:
                                 write_markdown))
         self._written: set[Path] = set()  # written by this run at least once
         self._failed: dict[Path, str] = {}  # path → why its last write failed
+        self._next = 0.0  # time.monotonic() from which a progress write is due
 
     def discard(self) -> None:
         """Remove the reports at the paths (`report_file` made sure they are reports): a run
@@ -75,8 +79,10 @@ class RunReports:
         self._write(complete([]), quiet=False)
 
     def progress(self, done: Sequence[CaseResult], complete: Complete) -> None:
-        """The results so far, the rest still marked not finished."""
-        self._write(complete(done), quiet=True)
+        """The results so far, the rest still marked not finished (unless the last write is
+        too recent: see the module docstring)."""
+        if time.monotonic() >= self._next:
+            self._write(complete(done), quiet=True)
 
     def final(self, results: Sequence[CaseResult]) -> list[str]:
         """The run's report; the one-line reason for each file that could not be written
@@ -94,6 +100,7 @@ class RunReports:
                 if path in self._written and path not in self._failed]
 
     def _write(self, results: Sequence[CaseResult], *, quiet: bool) -> dict[Path, str]:
+        started = time.monotonic()
         failed: dict[Path, str] = {}
         for what, path, write in self._files:
             try:
@@ -109,6 +116,8 @@ class RunReports:
             else:
                 self._written.add(path)
                 self._failed.pop(path, None)
+        now = time.monotonic()
+        self._next = now + 10 * (now - started)
         return failed
 
 
