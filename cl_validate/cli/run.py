@@ -1,4 +1,9 @@
-"""``cl-validate run [PATH ...]``: compile and check cases, print the verdicts, write reports."""
+"""``cl-validate run [PATH ...]``: compile and check cases, print the verdicts, write reports.
+
+The reports are this run's on every way out (`cl_validate.report.outputs`): written when the
+run starts, as results arrive, and last by `_finish` — from the ``finally`` of `_run`, after
+an interrupt, a bug or a normal end alike. The exit code is the verdict's first: a run with a
+failed check exits 1 even when its report could not be written."""
 
 from __future__ import annotations
 
@@ -46,10 +51,11 @@ HELP = "compile and check cases, write JUnit"
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_paths(parser)
-    parser.add_argument("--junit", metavar="FILE", help="write a JUnit XML report to FILE")
+    parser.add_argument("--junit", metavar="FILE", help="write a JUnit XML report to FILE (an "
+                        "existing FILE must be a JUnit report, or empty)")
     parser.add_argument("--markdown", metavar="FILE", help="write a Markdown report to FILE: "
                         "tables, why each failure failed, kernel-chain charts (GitHub renders "
-                        "it)")
+                        "it; an existing FILE must be a report cl_validate wrote, or empty)")
     add_patterns(parser)
     add_to_argparse(parser)
 
