@@ -22,6 +22,7 @@ import enum
 import errno
 import functools
 import hashlib
+import io
 import os
 import re
 import stat
@@ -137,6 +138,7 @@ def repo_path(path: str | Path, env: Mapping[str, str] | None = None) -> str:
 # Reading files users name
 # --------------------------------------------------------------------------------------------
 FOLDER = "a folder"
+BROKEN_LINK = "a broken symbolic link"
 
 
 class NotRegularFile(OSError):
@@ -171,7 +173,7 @@ def not_regular(path: str | Path) -> str | None:
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        return "a broken symbolic link" if os.path.islink(path) else None
+        return BROKEN_LINK if os.path.islink(path) else None
     except OSError as exc:
         return "a symbolic link loop" if exc.errno == errno.ELOOP else None
     return _kind(mode)
@@ -215,30 +217,19 @@ _OLD_MARKDOWN_HEADINGS = ("## cl_validate: ", "## What the runtime transforms ar
 def is_report(data: bytes, kind: ReportKind) -> bool:
     """Whether `data` (an existing file's bytes) is a report of `kind` that a new one may
     replace: a JUnit report's XML root is ``<testsuites>`` or ``<testsuite>``; a Markdown
-    report starts with `MARKDOWN_MARKER`. An empty file is anybody's."""
+    report starts with `MARKDOWN_MARKER` (or, written before the marker, with the report's or
+    the ledger's heading). An empty file is anybody's."""
     if not data.strip():
         return True
     if kind is ReportKind.MARKDOWN:
         first = data.removeprefix(b"\xef\xbb\xbf").split(b"\n", 1)[0].decode("utf-8", "replace")
         return first.strip() == MARKDOWN_MARKER or first.startswith(_OLD_MARKDOWN_HEADINGS)
-    try:
-        for _, elem in ET.iterparse(_Bytes(data), events=("start",)):
+    try:  # the root's start is enough: the rest of the file is not parsed
+        for _, elem in ET.iterparse(io.BytesIO(data), events=("start",)):
             return elem.tag in ("testsuites", "testsuite")
     except ET.ParseError:
         return False
     return False  # pragma: no cover - a document has a root
-
-
-class _Bytes:
-    """`data` as the file object `ET.iterparse` reads, in chunks (it stops at the root)."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data, self._at = data, 0
-
-    def read(self, n: int = -1) -> bytes:
-        end = len(self._data) if n < 0 else self._at + n
-        chunk, self._at = self._data[self._at:end], end
-        return chunk
 
 
 def report_file(path: str | Path, option: str, kind: ReportKind | None = None) -> Path:
@@ -271,7 +262,7 @@ def report_file(path: str | Path, option: str, kind: ReportKind | None = None) -
 
 def _replaceable(p: Path, option: str, kind: ReportKind) -> None:
     what = not_regular(p)
-    if what == "a broken symbolic link":
+    if what == BROKEN_LINK:
         return  # written through, as a plain write would: the link's target is created
     if what is not None:
         raise UsageError(f"{option} {p}: is {what}, not a report file",

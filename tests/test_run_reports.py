@@ -294,9 +294,10 @@ def test_reports_of_ours_and_empty_files_are_replaced(case: Path, tmp_path: Path
     """An earlier report (JUnit; Markdown with the marker, or from before the marker) and an
     empty file are what a report path may replace. An empty shard writes both without
     compiling anything."""
-    for old_md in (f"{MARKDOWN_MARKER}\n## cl_validate: old\n", "## cl_validate: ✅ old\n", ""):
+    for old_junit, old_md in ((OLD_REPORT, f"{MARKDOWN_MARKER}\n## cl_validate: old\n"),
+                              (OLD_REPORT, "## cl_validate: ✅ old\n"), ("", "")):
         junit, md = tmp_path / "r.xml", tmp_path / "r.md"
-        junit.write_text(OLD_REPORT)
+        junit.write_text(old_junit)
         md.write_text(old_md)
         code, out, err = run_cli(["run", str(case), "--shard", "2/2", "--junit", str(junit),
                                   "--markdown", str(md)])
