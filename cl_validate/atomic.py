@@ -9,10 +9,17 @@ The temporary file comes from ``mkstemp``, which creates it ``0600``; left like 
 report would be readable by its owner only. So the file gets the mode a plain ``open(path,
 "w")`` would have given it: an existing file keeps its own permission bits, a new one gets
 ``0666`` less the process umask.
+
+A symbolic link is written through, as ``open(path, "w")`` would: the temporary file goes
+next to the link's target and replaces the target, which keeps its mode, and the link stays a
+link. Renaming over the link itself would turn it into a regular file and leave the real one
+stale (a case file shared between two folders through a link, rewritten by ``budget
+tighten``).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -29,15 +36,28 @@ def _read_umask() -> int:
 NEW_FILE_MODE = 0o666 & ~_read_umask()
 
 
-def write_atomic(path: str | Path, data: bytes | str) -> Path:
-    """Replace `path` with `data` (text is written as UTF-8 with ``\\n`` line ends).
+def through_links(path: str | Path) -> Path:
+    """The file `path` names once every symbolic link is followed (`path` itself when it is
+    not a link): where a write to `path` lands. A link loop raises ``OSError(ELOOP)``."""
+    p = Path(path)
+    if not p.is_symlink():
+        return p
+    real = Path(os.path.realpath(p))
+    if real.is_symlink():  # realpath stops inside a loop and hands back a link
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+    return real
 
-    Missing parent folders are created. The permission bits are those of the file being
-    replaced, or `NEW_FILE_MODE` for a new file.
+
+def write_atomic(path: str | Path, data: bytes | str) -> Path:
+    """Replace `path` with `data` (text is written as UTF-8 with ``\\n`` line ends), through
+    symbolic links; returns the file written (the link's target for a link).
+
+    Missing parent folders are created (of `path`, not of a link's target). The permission
+    bits are those of the file being replaced, or `NEW_FILE_MODE` for a new file.
     """
-    path = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    path.parent.mkdir(parents=True, exist_ok=True)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    path = through_links(path)
     try:
         mode = path.stat().st_mode & 0o7777
     except FileNotFoundError:

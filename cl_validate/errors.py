@@ -23,6 +23,10 @@ class ExitCode(enum.IntEnum):
     """Bad command line or a case file that does not validate; nothing was compiled."""
     INTERNAL_ERROR = 3
     """A bug in cl_validate (or TVM/torch) that is not a verdict about a case."""
+    REPORT_NOT_WRITTEN = 4
+    """Every check passed, but a report file could not be written (a full disk, a folder
+    gone): one line names the file and the OS error. A run with a failed check exits 1
+    whether or not its report was written: the verdict comes first."""
     INTERRUPTED = 130
     """SIGINT or SIGTERM: the report holds what finished, the rest is marked not run."""
 

@@ -43,7 +43,9 @@ from cl_validate.checks.judge import declaring_line
 from cl_validate.checks.registry import names
 from cl_validate.checks.verdict import CaseResult, CheckResult, Status, check_id
 from cl_validate.errors import UsageError
+from cl_validate.paths import read_regular
 from cl_validate.spec import CaseSpec, load_case, tomllib
+from cl_validate.spec.lines import toml_text
 from cl_validate.spec.options import (
     RunOptions,
     add_to_pytest,
@@ -82,9 +84,9 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> CaseFile |
 def _looks_like_case(path: Path) -> bool:
     """A case file has a top-level ``model`` key. One that does not parse is collected
     anyway, so its syntax error is reported (with the line) rather than silently skipped."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+    try:  # never opens a FIFO or a device named *.toml (collected: loading it says what it is)
+        data = tomllib.loads(toml_text(read_regular(path), str(path)))
+    except (OSError, UsageError, tomllib.TOMLDecodeError, RecursionError):
         return True
     return "model" in data
 

@@ -18,6 +18,7 @@ import pytest
 from cl_validate.checks.verdict import CaseResult, Status
 from cl_validate.cli import main
 from cl_validate.errors import ExitCode
+from cl_validate.paths import MARKDOWN_MARKER
 from cl_validate.report.annotations import (
     emit_annotations,
     escape_data,
@@ -155,7 +156,8 @@ def test_cli_writes_markdown_summary_and_annotations(cli_run):
     code, out, err, report, summary = cli_run
     assert code == ExitCode.CHECK_FAILED, out + err
     assert "Markdown report: " in out
-    md = report.read_text(encoding="utf-8")
+    marker, md = report.read_text(encoding="utf-8").split("\n", 1)
+    assert marker == MARKDOWN_MARKER  # the file's first line only: how a rerun knows it
     assert md.startswith("## cl_validate: ❌") and md.count("```mermaid") == 1
     assert summary.read_text(encoding="utf-8") == "previous step\n\n" + md
     (command,) = [ln for ln in out.splitlines() if ln.startswith("::")]

@@ -53,6 +53,28 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path):
     assert [p.name for p in tmp_path.iterdir()] == ["r.xml"]
 
 
+def test_a_link_is_written_through_to_its_target_with_the_targets_mode(tmp_path: Path):
+    """Renaming over the link would make it a regular file and leave the real file stale."""
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "case.toml"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    link = tmp_path / "case.toml"
+    link.symlink_to("real/case.toml")
+    assert write_atomic(link, "new\n") == target
+    assert link.is_symlink() and target.read_text() == "new\n"
+    assert _mode(target) == 0o640
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["case.toml", "case.toml", "real"]
+
+
+def test_a_link_loop_is_an_os_error_and_writes_nothing(tmp_path: Path):
+    loop = tmp_path / "loop.xml"
+    loop.symlink_to("loop.xml")
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        write_atomic(loop, "x")
+    assert [p.name for p in tmp_path.iterdir()] == ["loop.xml"] and loop.is_symlink()
+
+
 @pytest.mark.compile
 def test_reports_merged_reports_and_tightened_case_files_have_plain_write_modes(tmp_path):
     """The files issue #12 found 0600: --markdown, merge -o, budget tighten (and --junit)."""

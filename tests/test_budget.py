@@ -7,7 +7,9 @@ tests compile a bundled case and tiny models for real.
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from cl_validate.errors import ExitCode
 from cl_validate.measurements.kernel_list import Kernel, KernelList, StageCount, Transform
 from cl_validate.spec import load_case
 from cl_validate.spec.budgets import MeasuredCounts, plan, rewrite
+from cl_validate.spec.casefile import CaseText
 from cl_validate.spec.config import StalePolicy
 from tests.conftest import DATA, MINIMAL, judge_check, run_cli, tiny_case
 
@@ -157,9 +160,61 @@ def test_exact_budgets_mean_no_writes(tmp_path):
     assert p.writes == {} and p.refused == []
 
 
+def test_a_rewrite_keeps_each_lines_own_ending_and_the_byte_order_mark(tmp_path):
+    """A file with CRLF and LF lines (edited on two systems) and a BOM: the lines the rewrite
+    does not touch keep their bytes, a changed or added line takes the file's usual end."""
+    lines = (MINIMAL + "kernels = 5   # why five\n").splitlines(keepends=True)
+    mixed = "".join(ln if i % 4 == 3 else ln.replace("\n", "\r\n")
+                    for i, ln in enumerate(lines))
+    path = tmp_path / "c.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + mixed.encode())
+    source = CaseText.read(path)
+    assert "\r" not in source.text and source.newline == "\r\n"
+    assert source.kept() == "CRLF and LF line ends and the UTF-8 byte-order mark kept"
+    p = plan(load_case(path), {None: {"llvm": {"layout_transforms": 2, "kernels": 4},
+                                      "cuda": {"layout_transforms": 2, "kernels": 3}}},
+             allow_increase=False, reason="")
+    data = source.encode(rewrite(source.text, p))
+    assert data.startswith(b"\xef\xbb\xbf")
+    expect = (mixed.replace("kernels = 5   # why five\r\n", "kernels = 4   # why five\r\n")
+              .replace("kernels = 5   # why five\n", "kernels = 4   # why five\r\n")
+              + "\r\n[targets_override.cuda]\r\nbudget = { kernels = 3 }\r\n")
+    assert data.decode("utf-8-sig") == expect
+    written = tmp_path / "after.toml"
+    written.write_bytes(data)
+    assert load_case(written).budget_for("cuda").get("kernels") == 3  # the BOM reads back
+
+
 # --------------------------------------------------------------------------------------------
 # The CLI on real compiles
 # --------------------------------------------------------------------------------------------
+@pytest.mark.compile
+def test_tighten_writes_through_a_link_keeping_crlf_the_bom_and_the_mode(tmp_path,
+                                                                        monkeypatch):
+    """Before: every CRLF became LF (and the diff hid it), the BOM went, and the link was
+    replaced by a regular file while the real one stayed stale — and was named as updated."""
+    shared, cases = tmp_path / "shared", tmp_path / "cases"
+    shared.mkdir()
+    cases.mkdir()
+    shutil.copy(DATA / "tiny_models.py", shared)  # the model is found next to the target
+    original = b"\xef\xbb\xbf" + tiny_case(3, comments=True).replace("\n", "\r\n").encode()
+    target = shared / "tiny.toml"
+    target.write_bytes(original)
+    target.chmod(0o640)
+    link = cases / "tiny.toml"
+    link.symlink_to("../shared/tiny.toml")
+    monkeypatch.chdir(tmp_path)
+    code, out = run_cli(["budget", "tighten", "cases/tiny.toml", "--no-isolation"]).both()
+    assert code == ExitCode.OK, out
+    assert "cases/tiny.toml -> shared/tiny.toml:\n" in out
+    assert "(CRLF line ends and the UTF-8 byte-order mark kept)" in out
+    assert link.is_symlink() and os.readlink(link) == "../shared/tiny.toml"
+    assert target.read_bytes() == original.replace(b"layout_transforms = 3",
+                                                   b"layout_transforms = 2")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert sorted(p.name for p in shared.iterdir() if p.name != "__pycache__") == \
+        ["tiny.toml", "tiny_models.py"]  # no temporary file left beside the target
+
 
 
 @pytest.mark.compile

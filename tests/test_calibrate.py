@@ -84,6 +84,31 @@ def test_calibrate_proposes_then_writes_only_when_asked(tmp_path):
     assert code == ExitCode.OK, out  # the written tolerance holds on the run's own sample
 
 
+@pytest.mark.compile
+def test_calibrate_writes_through_a_link_keeping_crlf_and_the_bom(tmp_path, monkeypatch):
+    """--write rewrites the case file as its author saved it: the link stays a link and its
+    target is written, CRLF stays CRLF, the UTF-8 BOM stays."""
+    shared, cases = tmp_path / "shared", tmp_path / "cases"
+    shared.mkdir()
+    cases.mkdir()
+    shutil.copy(DATA / "tiny_models.py", shared)
+    target = shared / "tiny.toml"
+    target.write_bytes(b"\xef\xbb\xbf" + CASE.replace("\n", "\r\n").encode())
+    (cases / "tiny.toml").symlink_to("../shared/tiny.toml")
+    monkeypatch.chdir(tmp_path)
+    code, out = run_cli(["calibrate", "cases/tiny.toml", "--seeds", "1", "--write"]).both()
+    assert code == ExitCode.OK, out
+    assert "wrote cases/tiny.toml -> shared/tiny.toml:" in out
+    assert "(CRLF line ends and the UTF-8 byte-order mark kept)" in out
+    assert (cases / "tiny.toml").is_symlink()
+    data = target.read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf") and b"\r\n" in data
+    assert data.count(b"\n") == data.count(b"\r\n")  # every line, the added ones too
+    text = data.decode("utf-8-sig").replace("\r\n", "\n")
+    assert "rtol = 1e-2   # far too loose" not in text and "# copied from another case" in text
+    assert text.endswith("[targets_override.cuda]\ntolerance = { rtol = 0.01, atol = 0.01 }\n")
+
+
 def test_calibrate_usage_errors(tmp_path):
     from cl_validate.compile.tvm_targets import device_available
 

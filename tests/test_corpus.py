@@ -103,6 +103,15 @@ USAGE: dict[str, Usage] = {
     "empty.toml": Usage(None, "case file is empty (hint: a case needs at least model ="),
     "comments_only.toml": Usage(None, "missing required key 'model' (hint:"),
     "non_utf8.toml": Usage(1, "not UTF-8 text (byte 0xff) (hint: case files are UTF-8 TOML"),
+    "utf16_bom.toml": Usage(None, "is UTF-16 text, not UTF-8 (hint: TOML files are UTF-8: "
+                                  "save it as UTF-8"),
+    "utf16_no_bom.toml": Usage(None, "is UTF-16 text, not UTF-8 (hint: TOML files are UTF-8"),
+    "utf32_bom.toml": Usage(None, "is UTF-32 text, not UTF-8 (hint: TOML files are UTF-8"),
+    # a UTF-8 byte-order mark is accepted (Windows editors write one): the line stays right
+    "utf8_bom_key.toml": Usage(10, "unknown key 'layout_transform' in [budget] (hint: did "
+                                   "you mean 'layout_transforms'?)"),
+    "nested_too_deep.toml": Usage(10, "arrays or inline tables nested more than 32 deep "
+                                      "(hint: a case file needs a few levels at most"),
     "factory_malformed_ref.toml": Usage(2, "is not of the form 'module:callable'"),
 }
 

@@ -9,6 +9,7 @@ from cl_validate.checks.verdict import CaseResult
 from cl_validate.errors import ExitCode
 from cl_validate.measurements.attribution import Attribution, Reason
 from cl_validate.measurements.kernel_list import Kernel, KernelList, Transform
+from cl_validate.paths import MARKDOWN_MARKER
 from cl_validate.report.ledger import headline, ledger, render_ledger
 from cl_validate.spec import load_case
 from tests.conftest import run_cli, tiny_case
@@ -74,7 +75,8 @@ def test_ledger_over_cases_names_the_op_behind_the_most_transforms(write_case, t
     assert "behind the most" not in got.out  # a pinned layout was asked for: not a blocker
     assert "modules: conv1 (convolution) (2)" in got.out
     text = md.read_text()
-    assert text.startswith("## What the runtime transforms are there for (blocker ledger)")
+    assert text.startswith(f"{MARKDOWN_MARKER}\n"  # how the next run knows it may replace it
+                           "## What the runtime transforms are there for (blocker ledger)")
     assert "| 3 | 49.2 kB |" in text  # the output boundary of all three cases
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from cl_validate.checks.verdict import CaseResult
 from cl_validate.measurements.kernel_list import Kernel, KernelList, Transform
+from cl_validate.paths import MARKDOWN_MARKER
 from cl_validate.report.markdown import (
     Gap,
     append_step_summary,
@@ -217,7 +218,9 @@ def test_write_markdown_replaces_atomically(results, tmp_path):
     write_markdown(results[:1], target)
     first = target.read_text(encoding="utf-8")
     write_markdown(results, target)
-    assert target.read_text(encoding="utf-8") == render_markdown(results) != first
+    # the marker line first: how the next run knows the file is a report it may replace
+    assert target.read_text(encoding="utf-8") == (f"{MARKDOWN_MARKER}\n"
+                                                  f"{render_markdown(results)}") != first
     assert [p.name for p in target.parent.iterdir()] == ["r.md"]  # no temp file left behind
 
 

@@ -252,3 +252,73 @@ def test_merge_is_a_plugged_subcommand_with_help(capsys):
     code = main(["merge", "a.xml"])
     assert code == ExitCode.USAGE_ERROR
     assert "the following arguments are required: -o/--output" in capsys.readouterr().err
+
+
+SCHEMA = DATA / "junit-cl_validate.xsd"
+
+
+def _merge_one(tmp_path: Path, text: str) -> ET.Element:
+    """Merge one hand-written report; the output must be valid against the project's schema."""
+    import xmlschema
+
+    src = tmp_path / "in.xml"
+    src.write_text(text)
+    out = tmp_path / "out.xml"
+    code, _, err = run_cli(["merge", str(src), "-o", str(out)])
+    assert code == ExitCode.OK, err
+    xmlschema.XMLSchema(str(SCHEMA)).validate(str(out))
+    return ET.parse(out).getroot()
+
+
+def test_nested_suites_keep_their_testcases_as_suites_of_their_own(tmp_path):
+    """Some tools nest <testsuite> in <testsuite>; the schema does not allow it. Every
+    nested suite's testcases become a suite named by its path, none dropped."""
+    root = _merge_one(tmp_path, """<testsuites>
+      <testsuite name="outer" tests="3" failures="1" errors="0" time="9">
+        <testcase classname="c" name="top" time="1"/>
+        <testsuite name="inner" tests="2" failures="1" errors="0" time="5">
+          <testcase classname="c" name="a" time="2"><failure message="m">x</failure></testcase>
+          <testsuite name="deepest" tests="1" failures="0" errors="0" time="3">
+            <testcase classname="c" name="b" time="3"/>
+          </testsuite>
+        </testsuite>
+      </testsuite>
+    </testsuites>""")
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert list(suites) == ["outer", "outer/inner", "outer/inner/deepest"]
+    names = {n: [tc.get("name") for tc in s.findall("testcase")] for n, s in suites.items()}
+    assert names == {"outer": ["top"], "outer/inner": ["a"], "outer/inner/deepest": ["b"]}
+    assert [(s.get("tests"), s.get("failures")) for s in suites.values()] == \
+        [("1", "0"), ("1", "1"), ("1", "0")]
+    # A parent's own time may or may not count its nested suites': its testcases' sum, so the
+    # total is never counted twice.
+    assert [s.get("time") for s in suites.values()] == ["1.000", "2.000", "3.000"]
+    assert (root.get("tests"), root.get("failures"), root.get("time")) == ("3", "1", "6.000")
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-1", "-inf", "1,5", "", "soon"])
+def test_times_that_are_not_finite_non_negative_numbers_are_unknown(tmp_path, bad):
+    """Written as they came, time="nan" made the merged report invalid. A testcase's bad time
+    is left out; a suite's bad time is the sum of its testcases' known times."""
+    root = _merge_one(tmp_path, f"""<testsuites>
+      <testsuite name="s" tests="3" failures="0" errors="0" time="{bad}">
+        <testcase classname="c" name="bad" time="{bad}"/>
+        <testcase classname="c" name="fine" time="1.25"/>
+        <testcase classname="c" name="exponent" time="2e0"/>
+      </testsuite>
+    </testsuites>""")
+    (suite,) = root.findall("testsuite")
+    times = {tc.get("name"): tc.get("time") for tc in suite.findall("testcase")}
+    assert times == {"bad": None, "fine": "1.25", "exponent": "2.000"}
+    assert suite.get("time") == "3.250" and root.get("time") == "3.250"
+
+
+def test_a_report_nested_past_the_limit_is_one_line(tmp_path):
+    deep = tmp_path / "deep.xml"
+    deep.write_text('<testsuites><testsuite name="s">' + "<testsuite name='n'>" * 100
+                    + "</testsuite>" * 101 + "</testsuites>")
+    out = tmp_path / "out.xml"
+    code, _, err = run_cli(["merge", str(deep), "-o", str(out)])
+    assert code == ExitCode.USAGE_ERROR and err.count("\n") == 1 and "Traceback" not in err
+    assert "not a JUnit report: elements nested more than 64 deep" in err
+    assert not out.exists()

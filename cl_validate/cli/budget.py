@@ -22,7 +22,6 @@ budgets are already exact is not touched. ``record`` writes ``baselines/<case>.<
 from __future__ import annotations
 
 import argparse
-import difflib
 from collections.abc import Sequence
 
 from cl_validate.atomic import write_atomic
@@ -36,6 +35,7 @@ from cl_validate.measurements.kernel_list import KernelList
 from cl_validate.paths import display_path
 from cl_validate.spec import CaseSpec, load_cases
 from cl_validate.spec.budgets import MeasuredCounts, plan, rewrite, verify
+from cl_validate.spec.casefile import CaseText, diff_lines, written_to
 from cl_validate.spec.options import add_to_argparse
 
 HELP = "tighten budgets to the measured counts, or record kernel-list baselines"
@@ -175,18 +175,19 @@ def _tighten(cases: Sequence[CaseSpec], results: Sequence[CaseResult], *,
         if not p.writes:
             exact += 1
             continue
-        old = case.path.read_text(encoding="utf-8")
-        new = rewrite(old, p)
-        verify(case.path, new, p)
+        source = CaseText.read(case.path)
+        new = rewrite(source.text, p)
+        verify(case.path, source.encode(new), p)  # the bytes that will be written
         changed += 1
-        print(f"{shown}:" + (" (dry run: not written)" if dry_run else ""))
+        print(f"{written_to(case.path)}:" + (" (dry run: not written)" if dry_run else ""))
         for line in p.effective:
             print(f"  {line}")
-        for line in difflib.unified_diff(old.splitlines(), new.splitlines(), f"a/{shown}",
-                                         f"b/{shown}", n=0, lineterm=""):
+        for line in diff_lines(shown, source.text, new):
             print(f"  {line}")
+        if source.kept():
+            print(f"  ({source.kept()})")
         if not dry_run:
-            write_atomic(case.path, new)
+            source.write(new)
     verb = "would update" if dry_run else "updated"
     print(f"\nbudget tighten: {changed} file(s) {verb}, {exact} exact, {refused} increase(s) "
           f"refused, {len(broken)} not measured")

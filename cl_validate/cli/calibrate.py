@@ -22,14 +22,12 @@ refused there: rtol/atol would be written but never judged by.
 from __future__ import annotations
 
 import argparse
-import difflib
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 import tomlkit
 
-from cl_validate.atomic import write_atomic
 from cl_validate.checks.calibration import FLOOR, HEADROOM, Observed, observe, propose
 from cl_validate.checks.numerics import compare_all
 from cl_validate.cli.common import find_case, pick_variant
@@ -37,7 +35,14 @@ from cl_validate.errors import CompileStageError, ExitCode, UsageError
 from cl_validate.measurements.error_stats import ErrorStats
 from cl_validate.paths import display_path
 from cl_validate.spec import CaseSpec
-from cl_validate.spec.casefile import load_text_as_case, set_section, tidy, toml_number
+from cl_validate.spec.casefile import (
+    CaseText,
+    diff_lines,
+    set_section,
+    tidy,
+    toml_number,
+    written_to,
+)
 from cl_validate.spec.options import RunOptions, positive_int
 
 if TYPE_CHECKING:  # torch and TVM: imported where calibrate runs the case
@@ -225,7 +230,8 @@ def write(case: CaseSpec, target: str, rtol: float, atol: float) -> None:
     case's first target, else a new override. Other targets that inherit ``[tolerance]`` are
     pinned at their old value in their own override: what was not measured does not change.
     For a variant (`case.variant`), the same in its [[variants]] entry."""
-    old_text = case.path.read_text(encoding="utf-8")
+    source = CaseText.read(case.path)
+    old_text = source.text
     doc = tomlkit.parse(old_text)
     values = {"rtol": toml_number(rtol), "atol": toml_number(atol)}
     v = case.variant
@@ -248,13 +254,14 @@ def write(case: CaseSpec, target: str, rtol: float, atol: float) -> None:
     if new_text == old_text:
         print(f"{shown}: tolerance already as proposed; not written")
         return
-    again = pick_variant(load_text_as_case(case.path, new_text), v.name if v else None)
+    again = pick_variant(source.check(new_text), v.name if v else None)
     got, _ = again.tolerance_for(target, 0)
     if (got.rtol, got.atol) != (float(values["rtol"]), float(values["atol"])) and not any(
             o.tolerance for o in case.outputs):
         raise AssertionError(f"rewriting {shown} would give {got}, not rtol {rtol} atol {atol}")
-    write_atomic(case.path, new_text)
-    print(f"wrote {shown}:")
-    for line in difflib.unified_diff(old_text.splitlines(), new_text.splitlines(), f"a/{shown}",
-                                     f"b/{shown}", n=0, lineterm=""):
+    source.write(new_text)
+    print(f"wrote {written_to(case.path)}:")
+    for line in diff_lines(shown, old_text, new_text):
         print(f"  {line}")
+    if source.kept():
+        print(f"  ({source.kept()})")

@@ -10,8 +10,8 @@ suite-level view of what to fix first. ``cl-validate run`` ends with its top row
 from __future__ import annotations
 
 import argparse
+import sys
 
-from cl_validate.atomic import write_atomic
 from cl_validate.checks.verdict import CaseResult
 from cl_validate.cli.common import (
     DEFAULT_PATH,
@@ -23,9 +23,10 @@ from cl_validate.cli.common import (
     select,
 )
 from cl_validate.errors import ExitCode
-from cl_validate.paths import display_path, report_file
+from cl_validate.paths import ReportKind, display_path, report_file
 from cl_validate.report.ledger import ledgers, render_ledger
-from cl_validate.report.markdown import ledger_section
+from cl_validate.report.markdown import ledger_section, write_marked
+from cl_validate.report.outputs import unwritten
 from cl_validate.spec import load_cases
 from cl_validate.spec.options import add_to_argparse, positive_int
 
@@ -51,7 +52,7 @@ def _say(r: CaseResult) -> str:
 
 def main(args: argparse.Namespace) -> ExitCode:
     if args.markdown:
-        report_file(args.markdown, "--markdown")
+        report_file(args.markdown, "--markdown", ReportKind.MARKDOWN)
     cases = select(expand(load_cases(args.paths or [DEFAULT_PATH])), args.patterns)
     print(f"measuring {len(cases)} case run(s) (static checks only)", flush=True)
     results = measure_static(cases, args, _say, cached=True)
@@ -62,6 +63,11 @@ def main(args: argparse.Namespace) -> ExitCode:
     if broken:
         print(f"not in the ledger (did not compile; see cl-validate run): {', '.join(broken)}")
     if args.markdown:
-        path = write_atomic(args.markdown, ledger_section(results, names=None))
+        try:
+            path = write_marked(args.markdown, ledger_section(results, names=None))
+        except OSError as exc:
+            print(f"cl-validate: error: {unwritten('Markdown ledger', args.markdown, exc)}",
+                  file=sys.stderr)
+            return ExitCode.CHECK_FAILED if broken else ExitCode.REPORT_NOT_WRITTEN
         print(f"Markdown ledger: {display_path(path)}")
     return ExitCode.CHECK_FAILED if broken else ExitCode.OK

@@ -16,7 +16,9 @@ from types import ModuleType
 
 from cl_validate.cli import budget, calibrate, ledger, merge, run, show
 from cl_validate.cli import list as list_
+from cl_validate.cli.streams import guarded_streams
 from cl_validate.errors import CompileStageError, ExitCode, UsageError
+from cl_validate.report.console import one_line
 
 SUBCOMMANDS: dict[str, ModuleType] = {
     "run": run, "show": show, "list": list_, "budget": budget, "calibrate": calibrate,
@@ -41,17 +43,25 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``cl-validate`` and ``python -m cl_validate``."""
+    """Entry point of ``cl-validate`` and ``python -m cl_validate``.
+
+    Everything printed goes through `guarded_streams`: control characters escaped, and a
+    closed or full stdout never costs the reports or the exit code."""
+    with guarded_streams():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning, module="torch")
     try:
         args = _parser().parse_args(argv)
         return int(SUBCOMMANDS[args.command].main(args))
     except UsageError as exc:
-        print(f"cl-validate: error: {exc}", file=sys.stderr)
+        print(f"cl-validate: error: {one_line(str(exc))}", file=sys.stderr)
         return int(ExitCode.USAGE_ERROR)
     except CompileStageError as exc:
-        print(f"cl-validate: {exc}", file=sys.stderr)
+        print(f"cl-validate: {one_line(str(exc))}", file=sys.stderr)
         return int(ExitCode.CHECK_FAILED)
     except KeyboardInterrupt:
         print("cl-validate: interrupted", file=sys.stderr)

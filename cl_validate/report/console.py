@@ -1,12 +1,46 @@
-"""Console output: a progress line per case × target, and the closing summary table."""
+"""Console output: a progress line per case × target, and the closing summary table; and
+what makes any text safe to print (`printable`, `one_line`).
+
+A model's exception text, a kernel or module name, a key in a case file can hold any
+character. Printed raw, ``\x1b[...`` would recolour or rewrite the terminal (or hide a line),
+``\r`` would overwrite what came before, and in a CI log a line that starts with ``::`` is a
+workflow command. So everything ``cl-validate`` prints goes through `printable` (the CLI puts
+it on its streams: `cl_validate.cli.streams`) and fields that are one line by design through
+`one_line`.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from cl_validate.checks.registry import Check, checks
 from cl_validate.checks.verdict import CaseResult, Status
 from cl_validate.paths import display_path
+
+#: C0 controls but tab and newline, DEL, C1 controls, and the Unicode controls that reorder
+#: or hide text on a terminal (bidi embeddings, overrides and isolates; the line and
+#: paragraph separators).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e"
+                      "\u2066-\u2069]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    n = ord(m.group())
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
+
+
+def printable(text: str) -> str:
+    """`text` with every control character written as ``\\xNN`` (``\\uNNNN``), newlines
+    and tabs kept: what reaches a terminal or a CI log is what was written, visibly."""
+    return _CONTROL.sub(_escape, text)
+
+
+def one_line(text: str) -> str:
+    """`text` as one line: `printable`, with newlines and tabs escaped too (a line of a
+    table or a one-line message must not become two)."""
+    return printable(text).replace("\n", "\\n").replace("\t", "\\t")
+
 
 _SHORT = {Status.PASSED: "ok", Status.FAILED: "FAIL", Status.SKIPPED: "skip", Status.ERROR: "ERR"}
 
@@ -17,8 +51,8 @@ def progress_line(result: CaseResult, done: int, total: int) -> str:
     head = {Status.PASSED: "PASS", Status.SKIPPED: "SKIP", Status.FAILED: "FAIL",
             Status.ERROR: "ERROR"}[result.status]
     width = len(str(total))
-    return (f"[{done:>{width}}/{total}] {head:<5} {result.case.label}  {result.target}  "
-            f"{verdicts}  {result.seconds:.1f}s")
+    return one_line(f"[{done:>{width}}/{total}] {head:<5} {result.case.label}  "
+                    f"{result.target}  {verdicts}  {result.seconds:.1f}s")
 
 
 def _cell(result: CaseResult, check: Check) -> str:
@@ -54,8 +88,8 @@ def summary_table(results: Sequence[CaseResult]) -> str:
         for r, c in bad:
             path = display_path(r.case.path)
             where = f"{path}:{c.line}" if c.line else path
-            out.append(f"{c.status.value.upper()} {r.case.label} [{r.target}] {c.check}: "
-                       f"{c.message}  ({where})")
+            out.append(one_line(f"{c.status.value.upper()} {r.case.label} [{r.target}] "
+                                f"{c.check}: {c.message}  ({where})"))
     stale = [(r, c) for r in results for c in r.checks
              if c.status is Status.PASSED and c.figures.stale]
     if stale:  # stale_budget = "warn": passes, but the budget should come down
@@ -63,7 +97,8 @@ def summary_table(results: Sequence[CaseResult]) -> str:
         for r, c in stale:
             path = display_path(r.case.path)
             where = f"{path}:{c.line}" if c.line else path
-            out.append(f"WARNING {r.case.label} [{r.target}] {c.check}: {c.message}  ({where})")
+            out.append(one_line(f"WARNING {r.case.label} [{r.target}] {c.check}: {c.message}  "
+                                f"({where})"))
     n = {s: sum(1 for r in results for c in r.checks if c.status is s) for s in Status}
     out.append(f"\n{n[Status.PASSED]} passed, {n[Status.FAILED]} failed, {n[Status.ERROR]} "
                f"errors, {n[Status.SKIPPED]} skipped ({len(results)} case x target runs)")

@@ -28,7 +28,7 @@ from cl_validate.checks.verdict import CaseResult, CheckResult, Status
 from cl_validate.measurements.bisection import Bisection
 from cl_validate.measurements.kernel_list import Kernel, KernelList, shape_text
 from cl_validate.measurements.units import bytes_text, share_text
-from cl_validate.paths import repo_path
+from cl_validate.paths import MARKDOWN_MARKER, repo_path
 from cl_validate.report.ledger import counted, headline, ledgers
 
 MARK = {Status.PASSED: "✅", Status.FAILED: "❌", Status.ERROR: "⚠️", Status.SKIPPED: "⏭️"}
@@ -351,7 +351,14 @@ def render_markdown(results: Sequence[CaseResult], *, charts: bool = True,
 
 def write_markdown(results: Sequence[CaseResult], path: str | Path) -> Path:
     """Write atomically: a reader (or an interrupted run) never sees half a file."""
-    return write_atomic(path, render_markdown(results))
+    return write_marked(path, render_markdown(results))
+
+
+def write_marked(path: str | Path, text: str) -> Path:
+    """A Markdown report file (atomically): `MARKDOWN_MARKER` first, by which the next run
+    knows the file is a report it may replace (`cl_validate.paths.report_file`); GitHub
+    renders the comment as nothing."""
+    return write_atomic(path, f"{MARKDOWN_MARKER}\n{text}")
 
 
 def append_step_summary(results: Sequence[CaseResult],

@@ -183,11 +183,11 @@ def rewrite(text: str, p: Plan) -> str:
     return tidy(text, tomlkit.dumps(doc))
 
 
-def verify(path: Path, text: str, p: Plan) -> None:
+def verify(path: Path, data: str | bytes, p: Plan) -> None:
     """A rewrite that would declare other budgets than planned is a bug: the file is left
-    alone (internal error, exit 3)."""
+    alone (internal error, exit 3). `data`: the file's new text, or its bytes as written."""
     runs = {run.variant.name if run.variant else None: run
-            for run in load_text_as_case(path, text).expand()}
+            for run in load_text_as_case(path, data).expand()}
     for (variant, t), want in p.expected.items():
         got = runs[variant].budget_for(t)
         for key, value in want.items():

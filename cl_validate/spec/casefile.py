@@ -3,20 +3,120 @@
 Shared by ``budget tighten`` (budgets, planned in `cl_validate.spec.budgets`) and
 ``calibrate --write`` (tolerances): both set a few keys of one section (``[budget]`` /
 ``[tolerance]``) either at case level or in ``[targets_override.<target>]``, wherever that
-section already lives. Files are replaced with `cl_validate.atomic.write_atomic`.
+section already lives.
+
+A rewrite keeps the file as its author wrote it, not only its comments (`CaseText`): the
+lines it does not change keep their bytes, line ends included (CRLF stays CRLF, a file with
+both keeps both), new lines take the file's usual line end, and a UTF-8 byte-order mark
+stays. A symbolic link is written through to its target (`cl_validate.atomic`), and
+`written_to` says where the bytes went.
 """
 
 from __future__ import annotations
 
+import difflib
+import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tomlkit
 from tomlkit.items import InlineTable
 
+from cl_validate.atomic import through_links, write_atomic
+from cl_validate.paths import display_path, read_regular
+from cl_validate.spec.lines import UTF8_BOM, toml_text
 from cl_validate.spec.model import CaseSpec
 from cl_validate.spec.validate import load_case
+
+_LINE = re.compile(r"[^\n]*\n|[^\n]+$")
+
+
+def _lines(text: str) -> list[str]:
+    """`text` cut after each ``\\n`` only (``str.splitlines`` also cuts at ``\\r``, form
+    feeds and Unicode separators, which are not line ends in TOML)."""
+    return _LINE.findall(text)
+
+
+@dataclass(frozen=True)
+class CaseText:
+    """A case file's text as read, and how to write a new text back the way it was written.
+
+    `text` is what tomlkit and the validator read: no byte-order mark, ``\\n`` line ends.
+    `raw_lines` are the file's own lines, each with its own line end, one per line of
+    `text`."""
+
+    path: Path
+    text: str
+    raw_lines: tuple[str, ...]
+    bom: bool
+    newline: str  # for lines the rewrite adds: the file's usual line end
+
+    @classmethod
+    def read(cls, path: Path) -> CaseText:
+        raw = read_regular(path)
+        decoded = toml_text(raw, display_path(path))  # UTF-8, BOM dropped (else CaseFileError)
+        raw_lines = tuple(_lines(decoded))
+        crlf = sum(1 for ln in raw_lines if ln.endswith("\r\n"))
+        lf = sum(1 for ln in raw_lines if ln.endswith("\n")) - crlf
+        return cls(path, "".join(_lf(ln) for ln in raw_lines), raw_lines,
+                   raw.startswith(UTF8_BOM), "\r\n" if crlf > lf else "\n")
+
+    def encode(self, new: str) -> bytes:
+        """`new` (a rewrite of `text`) as the file's bytes: unchanged lines byte for byte,
+        changed and added ones with the file's usual line end, the byte-order mark kept."""
+        old_lines = [_lf(ln) for ln in self.raw_lines]
+        new_lines = _lines(new)
+        out: list[str] = []
+        matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag == "equal":
+                out.extend(self.raw_lines[i1:i2])
+            else:
+                out.extend(ln[:-1] + self.newline if ln.endswith("\n") else ln
+                           for ln in new_lines[j1:j2])
+        return (UTF8_BOM if self.bom else b"") + "".join(out).encode("utf-8")
+
+    def kept(self) -> str:
+        """What a diff of `text` does not show and the rewrite keeps, for the reader of
+        that diff (\"\" when nothing)."""
+        parts = []
+        if any(ln.endswith("\r\n") for ln in self.raw_lines):
+            mixed = any(ln.endswith("\n") and not ln.endswith("\r\n") for ln in self.raw_lines)
+            parts.append("CRLF and LF line ends" if mixed else "CRLF line ends")
+        if self.bom:
+            parts.append("the UTF-8 byte-order mark")
+        return " and ".join(parts) + " kept" if parts else ""
+
+    def check(self, new: str) -> CaseSpec:
+        """`new` loaded as the file would be after the write (`load_text_as_case`)."""
+        return load_text_as_case(self.path, self.encode(new))
+
+    def write(self, new: str) -> Path:
+        """Write `new` atomically (through a symbolic link); the file written."""
+        return write_atomic(self.path, self.encode(new))
+
+
+def _lf(line: str) -> str:
+    return line[:-2] + "\n" if line.endswith("\r\n") else line
+
+
+def written_to(path: Path) -> str:
+    """`path` as shown to the user, with the file a write really lands in when `path` is a
+    symbolic link: ``model_cases/a.toml -> shared/a.toml``."""
+    shown = display_path(path)
+    try:
+        real = through_links(path)
+    except OSError:
+        return shown
+    return shown if real == path else f"{shown} -> {display_path(real)}"
+
+
+def diff_lines(shown: str, old: str, new: str) -> list[str]:
+    """A unified diff of a rewrite, for the console."""
+    return list(difflib.unified_diff(old.splitlines(), new.splitlines(), f"a/{shown}",
+                                     f"b/{shown}", n=0, lineterm=""))
 
 
 def _inline(section: str, values: dict[str, str]) -> Any:
@@ -81,12 +181,12 @@ def tidy(old: str, new: str) -> str:
     return new
 
 
-def load_text_as_case(path: Path, text: str) -> CaseSpec:
-    """`text` loaded as the case file `path` would be (from a temporary copy with the same
+def load_text_as_case(path: Path, data: str | bytes) -> CaseSpec:
+    """`data` loaded as the case file `path` would be (from a temporary copy with the same
     name): a rewrite is checked to mean what was planned before the real file is replaced."""
     with tempfile.TemporaryDirectory(prefix="cl_validate-check-") as tmp:
         copy = Path(tmp) / path.name
-        copy.write_text(text, encoding="utf-8")
+        copy.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
         return load_case(copy)
 
 

@@ -1,12 +1,19 @@
-"""Find case files under the PATHs a user names, and load them all (names must be unique)."""
+"""Find case files under the PATHs a user names, and load them all (names must be unique).
+
+Folders are walked without ever hanging or failing on what a folder can hold: a symbolic link
+to a folder is followed once (a link back up the tree is not a loop to walk forever), and an
+entry named ``*.toml`` that is not a regular file — a FIFO, a device, a socket, a link loop, a
+broken link — is a one-line error naming it, found without opening it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from cl_validate.errors import CaseFileError, UsageError
-from cl_validate.paths import display_path
+from cl_validate.paths import FOLDER, display_path, not_regular
 from cl_validate.spec.config import load_config
 from cl_validate.spec.model import CaseSpec
 from cl_validate.spec.validate import load_case
@@ -17,25 +24,49 @@ def discover(paths: Iterable[str | Path]) -> list[Path]:
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
-        if p.is_dir():
-            found.extend(sorted(q for q in p.rglob("*.toml") if not _hidden(q.relative_to(p))))
-        elif p.is_file():
-            found.append(p)
-        else:
+        kind = not_regular(p)
+        if kind == FOLDER:
+            found.extend(sorted(_walk(p)))
+        elif kind is None and not p.exists():
             raise UsageError(f"no such case file or folder: {raw}",
                              hint="pass a .toml case file or a folder of them")
+        else:  # a file; if not a regular one, loading it says what it is (never opened)
+            found.append(p)
     unique: list[Path] = []
-    seen: set[Path] = set()
+    seen: set[str] = set()
     for p in found:
-        r = p.resolve()
+        r = os.path.realpath(p)
         if r not in seen:
             seen.add(r)
             unique.append(p)
     return unique
 
 
-def _hidden(rel: Path) -> bool:
-    return any(part.startswith(".") for part in rel.parts)
+def _walk(root: Path) -> Iterator[Path]:
+    """The ``*.toml`` entries under `root` (hidden ones left out), following links to
+    folders, each folder once. Whatever an entry is, it is not opened here: loading one that
+    is not a regular file (a folder named ``*.toml``, a FIFO...) says what it is."""
+    visited: set[tuple[int, int]] = set()
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            st = os.stat(folder)
+            if (st.st_dev, st.st_ino) in visited:
+                continue
+            visited.add((st.st_dev, st.st_ino))
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as exc:
+            raise UsageError(f"cannot read folder: {exc.strerror or exc}",
+                             file=display_path(folder)) from None
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            path = Path(entry.path)
+            if entry.name.endswith(".toml"):
+                yield path
+            if not_regular(path) == FOLDER:
+                stack.append(path)
 
 
 def load_cases(paths: Iterable[str | Path]) -> list[CaseSpec]:

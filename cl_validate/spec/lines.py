@@ -3,7 +3,9 @@
 A small scanner that knows the subset of TOML case files use (tables, arrays of tables, dotted
 and quoted keys, inline tables, multi-line arrays) maps key paths to 1-based lines, so every
 complaint and every report can point at the line to fix. Also turns tomllib's terse syntax
-errors into one line with the line number and a hint.
+errors into one line with the line number and a hint, and turns a file's bytes into the text
+tomllib reads (`toml_text`): UTF-8, with the byte-order mark Windows editors write accepted,
+and UTF-16/UTF-32 or nesting deeper than any case file needs refused in one line.
 """
 
 from __future__ import annotations
@@ -18,12 +20,76 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["locate_lines", "syntax_error", "tomllib"]
+__all__ = ["UTF8_BOM", "locate_lines", "syntax_error", "toml_text", "tomllib"]
+
+UTF8_BOM = b"\xef\xbb\xbf"
+#: Byte-order marks of the encodings TOML does not allow, longest first (UTF-32 LE starts
+#: with UTF-16 LE's mark).
+_OTHER_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+               (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+#: Deeper than any case file (a variant's targets_override is 4 levels) and far from
+#: Python's recursion limit, which tomllib's recursive parser would hit past ~300.
+MAX_NESTING = 32
 
 _KEY = r"""(?:"[^"]*"|'[^']*'|[A-Za-z0-9_-]+)"""
 _HEADER_RE = re.compile(rf"^\s*(\[\[?)\s*({_KEY}(?:\s*\.\s*{_KEY})*)\s*\]\]?")
 _KEYLINE_RE = re.compile(rf"^\s*({_KEY}(?:\s*\.\s*{_KEY})*)\s*=\s*(.*)$")
 _INLINE_KEY_RE = re.compile(rf"(?:^|[{{,])\s*({_KEY})\s*=")
+
+
+def toml_text(raw: bytes, display: str) -> str:
+    """`raw` as the TOML text it holds; `CaseFileError` (one line, with a hint) for anything
+    tomllib would choke on or take for something else.
+
+    A UTF-8 byte-order mark is dropped: TOML is UTF-8, and editors on Windows start UTF-8 files
+    with one (line numbers are unchanged: it is not a line). UTF-16 and UTF-32 (by their mark,
+    or by the zero bytes ASCII text has in them) are named as such rather than reported as a
+    stray byte.
+    """
+    for bom, name in _OTHER_BOMS:
+        if raw.startswith(bom):
+            raise _wide(name, display)
+    head = raw[:64]
+    if len(head) >= 4 and b"\x00" in head:
+        zeros = [head[i::4].count(0) for i in range(4)]
+        if sum(zeros) >= len(head) * 3 // 4 - 4:  # 3 of every 4 bytes are zero
+            raise _wide("UTF-32", display)
+        if head[0::2].count(0) > len(head) // 4 or head[1::2].count(0) > len(head) // 4:
+            raise _wide("UTF-16", display)
+    raw = raw.removeprefix(UTF8_BOM)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise CaseFileError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x})", file=display,
+                            line=line, hint="case files are UTF-8 TOML: save it as UTF-8"
+                            ) from None
+    _check_nesting(text, display)
+    return text
+
+
+def _wide(encoding: str, display: str) -> CaseFileError:
+    return CaseFileError(f"is {encoding} text, not UTF-8", file=display,
+                         hint="TOML files are UTF-8: save it as UTF-8 (in most editors: "
+                         "\"Save with encoding\" → UTF-8)")
+
+
+def _check_nesting(text: str, display: str) -> None:
+    """Arrays and inline tables nested deeper than `MAX_NESTING` (tomllib parses them
+    recursively: 600 levels end in a RecursionError), reported at the line that goes too
+    deep."""
+    depth = 0
+    for no, raw in enumerate(text.splitlines(), start=1):
+        for ch in re.sub(r'"[^"]*"|\'[^\']*\'', "", raw).split("#", 1)[0]:
+            if ch in "[{":
+                depth += 1
+                if depth > MAX_NESTING:
+                    raise CaseFileError(f"arrays or inline tables nested more than "
+                                        f"{MAX_NESTING} deep", file=display, line=no,
+                                        hint="a case file needs a few levels at most: "
+                                        "flatten it")
+            elif ch in "]}":
+                depth -= 1
 
 
 def _split_key(dotted: str) -> list[str]:

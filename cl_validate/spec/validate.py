@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from cl_validate.errors import CaseFileError
-from cl_validate.paths import display_path
+from cl_validate.paths import FOLDER, NotRegularFile, display_path, read_regular
 from cl_validate.spec.budget_keys import budget_keys
 from cl_validate.spec.checker import IDENT_RE, Checker
 from cl_validate.spec.config import load_config
-from cl_validate.spec.lines import syntax_error, tomllib
+from cl_validate.spec.lines import syntax_error, toml_text, tomllib
 from cl_validate.spec.model import (
     BUILTIN_PIPELINES,
     DEFAULT_MAX_MEMORY_MB,
@@ -63,31 +63,32 @@ def load_case(path: str | Path, project: Mapping[str, TargetDef] | None = None) 
         project = load_config().targets
     display = display_path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path)
     except FileNotFoundError:
         raise CaseFileError("case file not found", file=display) from None
-    except IsADirectoryError:
-        raise CaseFileError("is a folder, not a case file", file=display,
-                            hint="rename the folder, or pass a .toml file") from None
+    except NotRegularFile as exc:
+        if exc.kind == FOLDER:
+            raise CaseFileError("is a folder, not a case file", file=display,
+                                hint="rename the folder, or pass a .toml file") from None
+        raise CaseFileError(f"is {exc.kind}, not a case file", file=display,
+                            hint="a case file is a plain TOML file: remove or rename this "
+                            "one") from None
     except OSError as exc:
         raise CaseFileError(f"cannot read case file: {exc.strerror or exc}",
                             file=display) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise CaseFileError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x})", file=display,
-                            line=line, hint="case files are UTF-8 TOML: save it as UTF-8"
-                            ) from None
+    text = toml_text(raw, display)
     if not text.strip():
         raise CaseFileError("case file is empty", file=display,
                             hint="a case needs at least model = \"module:factory\" and "
                             "one [[inputs]]")
     try:
         data = tomllib.loads(text)
+        return _validate(path, text, display, data, project)
     except tomllib.TOMLDecodeError as exc:
         raise syntax_error(str(exc), text, display) from None
-    return _validate(path, text, display, data, project)
+    except RecursionError:  # nesting `toml_text` did not see (inside a multi-line string?)
+        raise CaseFileError("nested too deeply to read", file=display,
+                            hint="a case file needs a few levels of tables at most") from None
 
 
 def _validate(path: Path, text: str, display: str, data: dict[str, Any],

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cl_validate.checks.verdict import parse_check_id
 from cl_validate.errors import UsageError
-from cl_validate.paths import display_path
+from cl_validate.paths import display_path, read_regular
 from cl_validate.spec import CaseSpec
 
 
@@ -67,7 +67,7 @@ def load_timings(path: str | Path, targets: Iterable[str] | None = None) -> dict
     p = Path(path)
     shown = display_path(p)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_regular(p).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UsageError(f"cannot read --shard-timings file: {why}", file=shown,

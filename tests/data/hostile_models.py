@@ -146,3 +146,29 @@ def forking_hog() -> nn.Module:
         time.sleep(600)
 
     return _Forward(fork_hog)
+
+
+#: Terminal control in text cl_validate prints: clear the screen, recolour, ring the bell,
+#: reverse what follows (a bidi override), return to the line's start and overwrite it, and
+#: a second line that starts with a GitHub workflow command.
+ESCAPES = "\x1b[2J\x1b[31mred\x07 \u202eexe.txt\rOK\n::error file=x.toml::forged"
+
+
+def raises_escapes() -> nn.Module:
+    """The factory raises with `ESCAPES` in its message."""
+    raise RuntimeError(ESCAPES)
+
+
+class _Named(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_module("\x1b[31mconv\u202e", nn.Conv2d(3, 4, 1))  # any name but '' and '.'
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return getattr(self, "\x1b[31mconv\u202e")(x)
+
+
+def escapes_in_module_names() -> nn.Module:
+    """A submodule named with an escape sequence and a bidi override: kernel attributions
+    name modules."""
+    return _Named()
