@@ -294,10 +294,10 @@ class WorkerPool:
         a case read (with its targets' cache keys) to `on_inputs`. A case that could not
         finish arrives as an error measurement per target not reported yet, with the tail of
         the case's output."""
-        todo = deque(c for c in cases if selected_targets(c, self.options))
+        todo = deque(self._units(cases))
         self._plan(len(todo))
         # What each case still owes: every target reported exactly once, whatever happens.
-        owed = {id(c): set(selected_targets(c, self.options)) for c in todo}
+        owed = {id(c): set(selected_targets(c, self.options)) for c in cases}
         running: dict[int, _Job] = {}
         retried: set[str] = set()
 
@@ -344,7 +344,7 @@ class WorkerPool:
                                  "case was handed to it", CaseKind.WORKER_CRASHED)
                         else:
                             retried.add(job.case.label)
-                            todo.appendleft(job.case)
+                            todo.appendleft((job.case, tuple(job.pending)))
                     self._ensure_zygote()
                 self._signals(running, fail)
                 snapshot = procs.Snapshot()  # once per tick, for every case's limits
@@ -365,7 +365,24 @@ class WorkerPool:
                     "internal error: no result came back for this case",
                     CaseKind.INTERNAL_ERROR))))
 
-    def _hand_out(self, z: _Zygote, case: CaseSpec) -> _Job:
+    def _units(self, cases: Sequence[CaseSpec]) -> list[tuple[CaseSpec, tuple[str, ...]]]:
+        """What is handed out, in order: each case whole with one process at a time (its
+        targets share one export), else each case × target on its own, so that no process
+        waits idle while another finishes a case's last targets (a case's export is then
+        repeated per target: seconds, against minutes of compiles)."""
+        out = []
+        for case in cases:
+            targets = tuple(selected_targets(case, self.options))
+            if not targets:
+                continue
+            if self.jobs == 1:
+                out.append((case, targets))
+            else:
+                out.extend((case, (t,)) for t in targets)
+        return out
+
+    def _hand_out(self, z: _Zygote, unit: tuple[CaseSpec, tuple[str, ...]]) -> _Job:
+        case, targets = unit
         job_id = next(self._ids)
         result_r, result_w = os.pipe()
         lifeline_r, lifeline_w = os.pipe()
@@ -376,9 +393,9 @@ class WorkerPool:
         # the first cases' first results carry the zygote's start-up
         first = job_id <= self.jobs
         job = _Job(job_id, case, log, result_r, lifeline_w, now,
-                   self._started if first else now, selected_targets(case, self.options),
-                   zygote=z)
-        msg = RunCase(job_id, case, self.options, str(log), self._threads)
+                   self._started if first else now, list(targets), zygote=z)
+        msg = RunCase(job_id, case, replace(self.options, targets=targets), str(log),
+                      self._threads)
         try:
             socket.send_fds(z.sock, [frame(msg)[8:]], [result_w, lifeline_r])
         except OSError:
