@@ -1,16 +1,23 @@
 """What the processes of a run say to each other, as typed messages (framed by
 `cl_validate.measurements.wire`).
 
-Three kinds of process take part: the run's *parent* (judges and reports; never imports torch
+Four kinds of process take part: the run's *parent* (judges and reports; never imports torch
 or TVM), a *zygote* (imports torch and TVM once, never runs a model's code, forks a fresh
-*case process* for every case), and the case processes (they run the model's code).
+*case process* for every case), the case processes (they run the model's code: build it, run
+PyTorch, export it), and a case's *target processes*, which a case process forks for each
+target when the parent grants it a slot (they share its export).
 
-- parent → zygote: `RunCase` (with the case's result pipe and lifeline passed alongside as
-  file descriptors), `Stop`;
+- parent → zygote: `RunCase` (with the case's result pipe and control socket passed alongside
+  as file descriptors), `Stop`;
 - zygote → parent: `Ready` (imports done; which devices exist), `Forked` (a case's process),
   `Exited` (how it ended);
-- case process → parent, on its own result pipe: `TargetMeasured` for each target as soon as
-  it is known, then `CaseDone` (with the files the case read, for the cache), or `CaseFailed`.
+- parent → case process, on its control socket: `Grant` (measure this target now, with the
+  result pipe passed alongside); the socket's end is the parent's end: the case ends;
+- case process → parent, on its result pipe: `TargetMeasured` for a target it answers without
+  measuring it (the cache, an error that stops the case), `Prepared` (the targets left, ready
+  to be granted), `ChildExited` (how a target process ended), then `CaseDone` (with the files
+  the case read, for the cache), or `CaseFailed`;
+- target process → parent, on its granted pipe: one `TargetMeasured`.
 
 A message is a frame holding ``[name, body]``; `decode` reads the body as the type its name
 says, and refuses any other name or shape (`WireError`).
@@ -70,6 +77,28 @@ class Exited:
 
 
 @dataclass(frozen=True)
+class Grant:
+    """Measure `target` now, in a process of its own; report on the pipe passed with this."""
+
+    target: str
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The case's model, references and export are ready: `targets` wait for their grants."""
+
+    targets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ChildExited:
+    """How the target process of `target` ended (a wait status)."""
+
+    target: str
+    status: int
+
+
+@dataclass(frozen=True)
 class FileStamp:
     """A file a case read while it was measured, as it was then: the cache's key for an
     unchanged case is checked against these without running the case again."""
@@ -88,6 +117,8 @@ class TargetMeasured:
     #: Wall time this case × target cost the run, by the parent's clock (set by the parent:
     #: the time since the case's previous result, or since it was handed out).
     wall_seconds: float | None = None
+    #: files its target process read that the case process had not (a compile stage's)
+    inputs: tuple[FileStamp, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,9 +137,10 @@ class CaseFailed:
 
 ToZygote = RunCase | Stop
 FromZygote = Ready | Forked | Exited
-FromCase = TargetMeasured | CaseDone | CaseFailed
-_TYPES: dict[str, type[Any]] = {t.__name__: t for t in (RunCase, Stop, Ready, Forked, Exited,
-                                                          TargetMeasured, CaseDone, CaseFailed)}
+FromCase = TargetMeasured | Prepared | ChildExited | CaseDone | CaseFailed
+_TYPES: dict[str, type[Any]] = {t.__name__: t for t in (
+    RunCase, Stop, Ready, Forked, Exited, Grant, TargetMeasured, Prepared, ChildExited,
+    CaseDone, CaseFailed)}
 
 
 def frame(msg: Any) -> bytes:

@@ -95,6 +95,8 @@ class CaseSession:
         self._plans: dict[str, TargetPlan] = {}
         self._compiled: dict[tuple[str, bool], Compiled] = {}
         self._references64: list[list[np.ndarray]] | None = None
+        self._reference64_error: ErrorRecord | None = None
+        self._prepared_seconds = 0.0
         self.started = time.perf_counter()
 
     # -- the model and its reference --------------------------------------------------------
@@ -181,8 +183,22 @@ class CaseSession:
     def measure_or_reuse(self, emit: Emit) -> None:
         """Validate the case's model, then hand every selected target's measurement to
         `emit`: from the cache (``options.cache_dir``) when every target is there, else
-        measured. A case whose model cannot be used gets a `CaseFileError` measurement per
-        target, with the case-file line and hint."""
+        measured, one target after the other. A case whose model cannot be used gets a
+        `CaseFileError` measurement per target, with the case-file line and hint."""
+        keys = self.start(emit)
+        if keys is None:
+            return
+        error = self.prepare()
+        for t in self.targets:
+            emit(self.failed(t, error) if error is not None else self.measure(t),
+                 keys.get(t), False)
+
+    def start(self, emit: Emit) -> dict[str, str] | None:
+        """Everything before the targets are measured that may answer them already: the model
+        (a mistake in the case file: a `CaseFileError` measurement per target), targets TVM
+        refuses (theirs), and the cache (every target there: the cached measurements). Hands
+        what it answers to `emit`; returns the cache keys of the targets left to measure
+        (`self.targets`), or None when none is left."""
         try:
             self.model  # noqa: B018 - builds and validates it
         except UsageError as exc:
@@ -190,10 +206,10 @@ class CaseSession:
                 emit(Measurement(t, ErrorRecord(str(exc), CaseKind.CASE_FILE_ERROR, "",
                                                 exc.line),
                                  seconds=time.perf_counter() - self.started), None, False)
-            return
+            return None
         self._drop_unusable_targets(emit)
         if not self.targets:
-            return
+            return None
         keys = self._cache_keys()
         if keys:
             cache = Cache(self.options.cache_dir or "")
@@ -206,8 +222,8 @@ class CaseSession:
                     hit = hits[t]
                     assert hit is not None
                     emit(hit, keys[t], True)
-                return
-        self.measure_all(lambda m: emit(m, keys.get(m.target), False))
+                return None
+        return keys
 
     def _drop_unusable_targets(self, emit: Emit) -> None:
         """Narrow the run to the targets TVM accepts; each one it refuses gets its
@@ -238,46 +254,52 @@ class CaseSession:
                     ) -> list[Measurement]:
         """Export once, then compile (and run, where the device exists) on each target."""
         out: list[Measurement] = []
-
-        def emit(m: Measurement) -> None:
+        error = self.prepare()
+        for t in self.targets:
+            m = self.failed(t, error) if error is not None else self.measure(t)
             out.append(m)
             if done is not None:
                 done(m)
+        return out
 
+    def prepare(self) -> ErrorRecord | None:
+        """What every target shares, done once: PyTorch's outputs (the model's forward runs
+        here), the float64 reference where a target's numerics want it, the export. None
+        when all went well, else why no target can be measured."""
         case = self.case
-        t_case = time.perf_counter()
+        t0 = time.perf_counter()
         try:
             self.expected  # noqa: B018 - PyTorch's outputs: the model's forward runs here
             self.front  # noqa: B018
         except CompileStageError as exc:
-            return self._all_failed(emit, t_case, ErrorRecord(
-                str(exc), CaseKind.COMPILE_ERROR, exc.detail, case.line_of("model")))
+            error = ErrorRecord(str(exc), CaseKind.COMPILE_ERROR, exc.detail,
+                                case.line_of("model"))
         except UsageError as exc:  # the case says something the model cannot do
-            return self._all_failed(emit, t_case, ErrorRecord(
-                str(exc), CaseKind.CASE_FILE_ERROR, "", exc.line))
+            error = ErrorRecord(str(exc), CaseKind.CASE_FILE_ERROR, "", exc.line)
         except Exception as exc:  # the model's own forward raised
             msg = f"PyTorch forward failed: {type(exc).__name__}: {_one_line(exc)}".rstrip(": ")
-            return self._all_failed(emit, None, ErrorRecord(
-                msg, CaseKind.MODEL_ERROR, "", case.line_of("model")))
-        # Too many [[outputs]] is judged (`judge`), not measured: the measurement stays
-        # valid, so fixing the case file is answered from the cache.
-        reference64_error = self._float64_reference()
-        shared = time.perf_counter() - t_case
-        for target in self.targets:
-            emit(self.measure(target, shared, reference64_error))
-        return out
+            error = ErrorRecord(msg, CaseKind.MODEL_ERROR, "", case.line_of("model"))
+            t0 = time.perf_counter()  # the forward's time is nobody's measurement
+        else:
+            # Too many [[outputs]] is judged (`judge`), not measured: the measurement stays
+            # valid, so fixing the case file is answered from the cache.
+            self._reference64_error = self._float64_reference()
+            self._prepared_seconds = time.perf_counter() - t0
+            return None
+        self._prepared_seconds = time.perf_counter() - t0
+        return error
 
-    def _all_failed(self, emit: Callable[[Measurement], None], since: float | None,
-                    error: ErrorRecord) -> list[Measurement]:
-        for t in self.targets:
-            emit(Measurement(t, error, seconds=time.perf_counter() - since if since else 0.0))
-        return []
+    def failed(self, target: str, error: ErrorRecord) -> Measurement:
+        """The measurement of a target whose case could not be prepared."""
+        return Measurement(target, error, seconds=self._prepared_seconds)
 
-    def measure(self, target: str, shared_seconds: float = 0.0,
-                reference64_error: ErrorRecord | None = None) -> Measurement:
-        """One target: compile, read the kernel list, run the numerics where they run, find
-        the stage that broke them if they fail, time the kernels when asked."""
+    def measure(self, target: str) -> Measurement:
+        """One target, after `prepare`: compile, read the kernel list, run the numerics where
+        they run, find the stage that broke them if they fail, time the kernels when asked.
+        The first target measured carries the time `prepare` took."""
         case = self.case
+        shared_seconds, self._prepared_seconds = self._prepared_seconds, 0.0
+        reference64_error = self._reference64_error
         t0 = time.perf_counter()
         m = Measurement(target, model_outputs=len(self.expected[0]))
         try:
@@ -353,11 +375,11 @@ class CaseSession:
                 f"{type(exc).__name__}: {_one_line(exc)}", NumericsKind.RUNTIME_ERROR, str(exc))
 
     def _float64_reference(self) -> ErrorRecord | None:
-        """Eager float64 outputs of every sample (`_references64`), where a target's
-        tolerance asks for them; or why the model cannot give them (an error of those
-        targets' numerics)."""
+        """Eager float64 outputs of every sample (`_references64`), where a target whose
+        numerics run in this run asks for them; or why the model cannot give them (an error
+        of those targets' numerics)."""
         case = self.case
-        if self.options.static_only or not any(case.needs_float64(t) for t in self.targets):
+        if not any(case.needs_float64(t) and self.plan(t).numerics for t in self.targets):
             return None
         try:
             self._references64 = [self.reference64(arrays) for _, arrays in self.samples]

@@ -96,13 +96,18 @@ class FileRecorder:
                 out.add(origin)
         return out
 
-    def stamps(self, root: Path) -> tuple[FileStamp, ...]:
-        """Every recorded regular file that still exists, stamped now, in path order; a file
-        under `root` (the case's repository) by its path relative to it, so another checkout
-        of the repository finds its own copy."""
+    def seen(self) -> frozenset[str]:
+        """What was recorded so far (for `stamps` of what comes after)."""
+        return frozenset(self._paths | self._module_files())
+
+    def stamps(self, root: Path | str, since: frozenset[str] = frozenset()
+               ) -> tuple[FileStamp, ...]:
+        """Every recorded regular file that still exists (but those `seen` before `since`),
+        stamped now, in path order; a file under `root` (the case's repository) by its path
+        relative to it, so another checkout of the repository finds its own copy."""
         skip = _left_out(self._extra)
         found: dict[str, FileStamp] = {}
-        for raw in self._paths | self._module_files():
+        for raw in (self._paths | self._module_files()) - since:
             path = os.path.realpath(os.path.abspath(raw))
             if path in found or path.startswith(skip) or path.startswith(_SYSTEM):
                 continue
@@ -112,6 +117,6 @@ class FileRecorder:
         return tuple(found[p] for p in sorted(found))
 
 
-def _relative(path: str, root: Path) -> str:
+def _relative(path: str, root: Path | str) -> str:
     real_root = os.path.realpath(root)
     return os.path.relpath(path, real_root) if path.startswith(real_root + os.sep) else path

@@ -7,37 +7,55 @@ forked from the zygote, which never ran a model's code. What the case reports go
 parent on the case's own result pipe, as typed messages (`cl_validate.measurements.wire`);
 the parent trusts nothing it reads there.
 
+A case process builds the model, runs PyTorch and exports once (`CaseSession.prepare`), then
+measures each target in a *target process* it forks when the parent grants it a slot: the
+targets of a case share one export, and run side by side when the run has the cores (``-j``).
+A target process reports on a pipe of its own, passed with its grant.
+
 A case process is its own process group and a subreaper: whatever the case starts stays in
 its tree, where it (after each target) and the parent (on a timeout, a limit, a crash) find
-it. Its stdout and stderr go to the case's log file, stdin is /dev/null. It holds a lifeline
-from the parent: when the parent goes away (killed with ``-9``, say), the lifeline reads
-end-of-file and the case ends its whole tree and exits.
+it. Its stdout and stderr go to the case's log file, stdin is /dev/null. Its control socket
+to the parent is also its lifeline: when the parent goes away (killed with ``-9``, say), the
+socket reads end-of-file and the case ends its whole tree and exits.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
+import select
 import signal
+import socket
 import sys
 import threading
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 
 from cl_validate import procs
 from cl_validate.checks.compiled import CaseKind
+from cl_validate.errors import ErrorRecord
+from cl_validate.measurements import wire
 from cl_validate.measurements.measurement import Measurement
 from cl_validate.measurements.messages import (
     CaseDone,
     CaseFailed,
+    ChildExited,
     FromCase,
+    Grant,
+    Prepared,
     RunCase,
     TargetMeasured,
+    decode,
     frame,
 )
 from cl_validate.paths import repo_root
 from cl_validate.session.case_session import CaseSession
 from cl_validate.session.file_record import FileRecorder
+
+#: A grant: the target to measure and the pipe to report it on.
+_Granted = tuple[str, int]
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -47,16 +65,44 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def _watch_lifeline(fd: int) -> None:
-    """Block on the lifeline; end-of-file means the parent is gone: end this case's tree."""
-    with contextlib.suppress(OSError):
-        while os.read(fd, 64):
-            pass
-    procs.end_descendants(os.getpid(), settle_s=0.5)
-    os._exit(70)
+def _send(fd: int, msg: FromCase) -> None:
+    _write_all(fd, frame(msg))
 
 
-def case_main(msg: RunCase, result_fd: int, lifeline_fd: int,
+class _Control:
+    """The control socket, read on a thread: grants go to `grants` (and a byte to `wake`);
+    its end — the parent is gone — ends this case's whole tree."""
+
+    def __init__(self, fd: int) -> None:
+        self.sock = socket.socket(fileno=fd)
+        self.grants: queue.SimpleQueue[_Granted] = queue.SimpleQueue()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                data, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, 1)
+                if not data:
+                    break
+                try:
+                    grant = decode(data, (Grant,))
+                except wire.WireError:  # from the parent, so a bug: drop it
+                    for fd in fds:
+                        os.close(fd)
+                    continue
+                if fds:
+                    self.grants.put((grant.target, fds[0]))
+                    os.write(self.wake_w, b"g")
+        procs.end_descendants(os.getpid(), settle_s=0.5)
+        os._exit(70)
+
+    def fds(self) -> tuple[int, ...]:
+        return (self.sock.fileno(), self.wake_r, self.wake_w)
+
+
+def case_main(msg: RunCase, result_fd: int, control_fd: int,
               close: Sequence[int] = ()) -> None:
     """Run one case in this (just forked) process and exit; never returns."""
     code = 0
@@ -76,12 +122,12 @@ def case_main(msg: RunCase, result_fd: int, lifeline_fd: int,
         os.close(null)
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
-        threading.Thread(target=_watch_lifeline, args=(lifeline_fd,), daemon=True).start()
+        control = _Control(control_fd)
         os.environ["TVM_NUM_THREADS"] = str(msg.threads)
         import torch  # lazy: already imported by the zygote; the threads are this case's
 
         torch.set_num_threads(msg.threads)
-        _run(msg, result_fd)
+        _run(msg, result_fd, control)
     except BaseException:  # pragma: no cover - a bug here; said on the pipe if possible
         code = 71
         with contextlib.suppress(BaseException):
@@ -94,27 +140,31 @@ def case_main(msg: RunCase, result_fd: int, lifeline_fd: int,
         os._exit(code)
 
 
-def _send(fd: int, msg: FromCase) -> None:
-    _write_all(fd, frame(msg))
-
-
-def _run(msg: RunCase, result_fd: int) -> None:
+def _run(msg: RunCase, result_fd: int, control: _Control) -> None:
     print(f"=== {msg.case.label}", flush=True)
     left_out = [msg.options.cache_dir] if msg.options.cache_dir else []
     left_out.append(str(msg.case.path.resolve().parent / "baselines"))
     recorder = FileRecorder(left_out)
     recorder.start()
+    root = repo_root(msg.case.path)
 
     def emit(m: Measurement, key: str | None, cached: bool) -> None:
         if not cached:
             m.peak_rss_mb = procs.peak_rss_mb()
             m.stray_processes = procs.end_descendants(os.getpid())
         _send(result_fd, TargetMeasured(m, key, cached))
-        procs.reset_peak_rss()  # the next target's peak is its own
 
     procs.reset_peak_rss()
     try:
-        CaseSession(msg.case, msg.options).measure_or_reuse(emit)
+        session = CaseSession(msg.case, msg.options)
+        keys = session.start(emit)
+        if keys is not None:
+            error = session.prepare()
+            if error is not None:
+                for t in session.targets:
+                    emit(session.failed(t, error), keys.get(t), False)
+            else:
+                _serve(session, keys, result_fd, control, recorder, root)
     except SystemExit as exc:  # the model's code called sys.exit: that case's verdict
         _send(result_fd, CaseFailed(f"the model's code called sys.exit({exc.code!r})",
                                     CaseKind.MODEL_EXITED, traceback.format_exc()))
@@ -126,4 +176,78 @@ def _run(msg: RunCase, result_fd: int) -> None:
         return
     recorder.stop()
     procs.end_descendants(os.getpid())
-    _send(result_fd, CaseDone(recorder.stamps(repo_root(msg.case.path))))
+    _send(result_fd, CaseDone(recorder.stamps(root)))
+
+
+def _serve(session: CaseSession, keys: dict[str, str], result_fd: int, control: _Control,
+           recorder: FileRecorder, root: Path) -> None:
+    """Ready: fork a target process for each target the parent grants, and say how each
+    ended, until every target was measured."""
+    # What the model's code started while the case was prepared and left running: ended now,
+    # and reported with the first target measured (after this, a target process's own).
+    strays = procs.end_descendants(os.getpid())
+    prep_peak = procs.peak_rss_mb()  # so is the memory the preparation took
+    _send(result_fd, Prepared(tuple(session.targets)))
+    left = set(session.targets)
+    children: dict[int, str] = {}
+    me = os.getpid()
+    while left or children:
+        with contextlib.suppress(InterruptedError):
+            select.select([control.wake_r], [], [], 0.2)
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.read(control.wake_r, 4096)
+        while not control.grants.empty():
+            target, fd = control.grants.get()
+            if target not in left:  # not one of ours, or granted twice
+                os.close(fd)
+                continue
+            left.discard(target)
+            seen = recorder.seen()
+            pid = os.fork()
+            if pid == 0:
+                _target_main(session, target, keys.get(target), fd,
+                             (result_fd, *control.fds()), recorder, seen, root, strays,
+                             prep_peak)
+            os.close(fd)
+            children[pid] = target
+            strays, prep_peak = [], 0.0
+        for pid, status in procs.ended_children():
+            target = children.pop(pid, "")
+            if target:
+                _send(result_fd, ChildExited(target, status))
+        for orphan in procs.children(me):  # left by a target process that ended: end them
+            if orphan not in children:
+                procs.kill([*procs.descendants(orphan), orphan])
+
+
+def _target_main(session: CaseSession, target: str, key: str | None, fd: int,
+                 close: Sequence[int], recorder: FileRecorder, seen: frozenset[str],
+                 root: Path, strays: list[str], prep_peak: float) -> None:
+    """A target process: measure `target`, report it on `fd`, exit; never returns."""
+    code = 0
+    try:
+        for f in close:  # the case process's pipes and socket: not this target's
+            with contextlib.suppress(OSError):
+                os.close(f)
+        procs.reset_peak_rss()
+        try:
+            m = session.measure(target)
+        except SystemExit as exc:
+            m = Measurement(target, ErrorRecord(
+                f"the model's code called sys.exit({exc.code!r})", CaseKind.MODEL_EXITED,
+                traceback.format_exc()))
+        except BaseException:
+            tb = traceback.format_exc()
+            m = Measurement(target, ErrorRecord("internal error in the target process: "
+                                                + tb.strip().splitlines()[-1],
+                                                CaseKind.INTERNAL_ERROR, tb))
+        m.peak_rss_mb = max(procs.peak_rss_mb(), prep_peak)
+        m.stray_processes = [*strays, *procs.end_descendants(os.getpid())]
+        _send(fd, TargetMeasured(m, key, False, inputs=recorder.stamps(root, since=seen)))
+    except BaseException:  # pragma: no cover - the pipe is gone
+        code = 72
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)

@@ -3,7 +3,7 @@ then forks a fresh case process for every case (`cl_validate.session.worker`).
 
 Forking gives each case a process with everything imported and nothing of another case in
 it, in milliseconds: the zygote itself never runs a model's code. It talks to the run's
-parent over a Unix socket (one message per packet; a case's result pipe and lifeline arrive
+parent over a Unix socket (one message per packet; a case's result pipe and control socket arrive
 with its `RunCase` as passed file descriptors), reports each case process it forks and how it
 ended, and ends whatever orphans a dead case process leaves to it (it is a subreaper). When
 the parent goes away, the socket reads end-of-file and the zygote ends every process below
@@ -123,7 +123,7 @@ def _serve(sock: socket.socket, wake: int, jobs: dict[int, int]) -> None:
             continue
         if isinstance(msg, Stop):
             return
-        result_fd, lifeline_fd = fds
+        result_fd, control_fd = fds
         pid = os.fork()
         if pid == 0:
             signal.set_wakeup_fd(-1)
@@ -131,9 +131,9 @@ def _serve(sock: socket.socket, wake: int, jobs: dict[int, int]) -> None:
             # lazy: imported by `main` already (torch, TVM); here only by name
             from cl_validate.session.worker import case_main
 
-            case_main(msg, result_fd, lifeline_fd, close=(sock.fileno(), wake))
+            case_main(msg, result_fd, control_fd, close=(sock.fileno(), wake))
         os.close(result_fd)
-        os.close(lifeline_fd)
+        os.close(control_fd)
         jobs[pid] = msg.job
         _send(sock, Forked(msg.job, pid))
 

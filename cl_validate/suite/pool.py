@@ -45,9 +45,12 @@ from cl_validate.measurements.messages import (
     SYS_PATH_ENV,
     CaseDone,
     CaseFailed,
+    ChildExited,
     Exited,
     FileStamp,
     Forked,
+    Grant,
+    Prepared,
     Ready,
     RunCase,
     Stop,
@@ -99,25 +102,50 @@ class _Zygote:
 
 
 @dataclass
+class _Stream:
+    """A pipe a case reports on: its own, or one of its target processes'."""
+
+    fd: int
+    reader: wire.FrameReader = field(default_factory=wire.FrameReader)
+    eof: bool = False
+    done: bool = False  # its last message arrived (a target's result; the case's end)
+    since: float = 0.0  # what its next result's wall time counts from
+
+
+@dataclass
 class _Job:
-    """One case handed to a case process."""
+    """One case handed to a case process, and its target processes."""
 
     id: int
     case: CaseSpec
     log_path: Path
-    result_fd: int  # read end of the case's result pipe (non-blocking)
-    lifeline_fd: int  # write end of its lifeline: closing it ends the case
+    main: _Stream  # the case process's result pipe
+    control: socket.socket | None  # grants go here; closing it ends the case
     handed: float  # when it was handed out
-    last_event: float  # the previous result (or the start its first result's time counts from)
     pending: list[str]  # targets not reported yet
-    reader: wire.FrameReader = field(default_factory=wire.FrameReader)
     zygote: _Zygote | None = None
     pid: int | None = None
     status: int | None = None  # its wait status, once the zygote reported it
+    prepared: bool = False  # its export is done: its targets wait for grants
+    waiting: list[str] = field(default_factory=list)  # prepared, not granted yet
+    targets: dict[str, _Stream] = field(default_factory=dict)  # granted
+    exited: dict[str, int] = field(default_factory=dict)  # a target process's wait status
     received: int = 0
     keys: dict[str, str] = field(default_factory=dict)  # target → cache key
-    finished: bool = False  # CaseDone or CaseFailed arrived
-    eof_at: float | None = None  # when its result pipe closed
+    inputs: dict[str, FileStamp] = field(default_factory=dict)
+    over_at: float | None = None  # when the case process finished (or its pipe closed)
+    failed: bool = False
+
+    @property
+    def busy(self) -> int:
+        """Slots it holds: one while it prepares, one per target process measuring."""
+        if self.failed:
+            return 0
+        measuring = sum(1 for s in self.targets.values() if not s.done and not s.eof)
+        return measuring if self.prepared or self.main.done else 1 + measuring
+
+    def streams(self) -> list[_Stream]:
+        return [self.main, *self.targets.values()]
 
     def tail(self) -> str:
         """The last output of the case (stdout and stderr, C-level output too), a native
@@ -293,43 +321,63 @@ class WorkerPool:
         """Measure `cases`; each target's result goes to `report` as it arrives, and the files
         a case read (with its targets' cache keys) to `on_inputs`. A case that could not
         finish arrives as an error measurement per target not reported yet, with the tail of
-        the case's output."""
-        todo = deque(self._units(cases))
-        self._plan(len(todo))
+        the case's output.
+
+        `jobs` slots are shared by preparing cases (model, PyTorch, export) and measuring
+        targets: a slot that frees goes to the next target of a prepared case first, else
+        to the next case, so no core idles while a case's last targets are measured."""
+        todo = deque(c for c in cases if selected_targets(c, self.options))
+        self._plan(sum(len(selected_targets(c, self.options)) for c in todo))
         # What each case still owes: every target reported exactly once, whatever happens.
         owed = {id(c): set(selected_targets(c, self.options)) for c in cases}
         running: dict[int, _Job] = {}
         retried: set[str] = set()
 
-        def deliver(case: CaseSpec, msg: TargetMeasured) -> None:
-            left = owed.get(id(case), set())
-            if msg.measurement.target in left:
-                left.discard(msg.measurement.target)
-                report(case, msg)
+        def deliver(job: _Job, msg: TargetMeasured, since: float) -> None:
+            target = msg.measurement.target
+            if target in job.pending:
+                job.pending.remove(target)
+            left = owed.get(id(job.case), set())
+            if target in left:
+                left.discard(target)
+                now = time.perf_counter()
+                report(job.case, replace(msg, wall_seconds=max(now - since, 0.0)))
 
-        def fail(job: _Job, message: str, kind: str, detail: str = "") -> None:
-            """Error measurements for the targets of `job` not reported yet; ends the case."""
-            self._kill(job)
+        def fail(job: _Job, message: str, kind: str, detail: str = "",
+                 only: Sequence[str] | None = None) -> None:
+            """Error measurements for the targets of `job` not reported yet (or `only`
+            those); failing all of them ends the case."""
             tail = job.tail()
             body = "\n\n".join(part for part in (
                 detail.strip(), f"last output of the case:\n{tail}" if tail.strip() else "")
                 if part)
             line = job.case.line_of("model")  # the case's code did it (or ran into it)
-            pending, job.pending = job.pending, []
-            for t in pending:
-                deliver(job.case, TargetMeasured(Measurement(
+            targets = list(job.pending) if only is None else [t for t in only
+                                                              if t in job.pending]
+            if only is None:
+                self._kill(job)
+                job.failed = True
+            for t in targets:
+                stream = job.targets.get(t)
+                since = stream.since if stream is not None else job.main.since
+                deliver(job, TargetMeasured(Measurement(
                     t, ErrorRecord(message, kind, body, line),
-                    seconds=time.perf_counter() - job.handed), wall_seconds=_tick(job)))
-            job.finished = True
+                    seconds=time.perf_counter() - job.handed)), since)
+                if stream is not None:
+                    stream.done = True
 
         try:
             while todo or running:
                 z = self._ensure_zygote()
-                slots = self.jobs - len(running)
-                while z.ready and slots > 0 and todo:
+                free = self.jobs - sum(j.busy for j in running.values())
+                for job in sorted(running.values(), key=lambda j: j.id):
+                    while free > 0 and job.prepared and job.waiting and not job.failed:
+                        self._grant(job, job.waiting.pop(0), fail)
+                        free -= 1
+                while z.ready and free > 0 and todo:
                     job = self._hand_out(z, todo.popleft())
                     running[job.id] = job
-                    slots -= 1
+                    free -= 1
                 self._wait(z, running)
                 for msg in self._zygote_messages(z):
                     self._zygote_news(msg, running)
@@ -344,16 +392,20 @@ class WorkerPool:
                                  "case was handed to it", CaseKind.WORKER_CRASHED)
                         else:
                             retried.add(job.case.label)
-                            todo.appendleft((job.case, tuple(job.pending)))
+                            todo.appendleft(job.case)
                     self._ensure_zygote()
                 self._signals(running, fail)
                 snapshot = procs.Snapshot()  # once per tick, for every case's limits
                 for job in list(running.values()):
-                    self._read(job, deliver, fail, on_inputs)
-                    if not job.finished:
+                    self._read(job, deliver, fail)
+                    if not job.failed:
                         self._enforce_limits(job, fail, snapshot)
                     if self._over(job, fail):
                         running.pop(job.id)
+                        if on_inputs is not None and job.keys and job.inputs \
+                                and not job.failed:
+                            on_inputs(job.case, dict(job.keys),
+                                      tuple(job.inputs[p] for p in sorted(job.inputs)))
                         self._retire(job)
         finally:
             for job in running.values():
@@ -365,50 +417,47 @@ class WorkerPool:
                     "internal error: no result came back for this case",
                     CaseKind.INTERNAL_ERROR))))
 
-    def _units(self, cases: Sequence[CaseSpec]) -> list[tuple[CaseSpec, tuple[str, ...]]]:
-        """What is handed out, in order: each case whole with one process at a time (its
-        targets share one export), else each case × target on its own, so that no process
-        waits idle while another finishes a case's last targets (a case's export is then
-        repeated per target: seconds, against minutes of compiles)."""
-        out = []
-        for case in cases:
-            targets = tuple(selected_targets(case, self.options))
-            if not targets:
-                continue
-            if self.jobs == 1:
-                out.append((case, targets))
-            else:
-                out.extend((case, (t,)) for t in targets)
-        return out
-
-    def _hand_out(self, z: _Zygote, unit: tuple[CaseSpec, tuple[str, ...]]) -> _Job:
-        case, targets = unit
+    def _hand_out(self, z: _Zygote, case: CaseSpec) -> _Job:
         job_id = next(self._ids)
         result_r, result_w = os.pipe()
-        lifeline_r, lifeline_w = os.pipe()
+        control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         os.set_blocking(result_r, False)
         log = Path(self._logdir.name) / f"case{job_id}.log"
         log.touch()
         now = time.perf_counter()
         # the first cases' first results carry the zygote's start-up
-        first = job_id <= self.jobs
-        job = _Job(job_id, case, log, result_r, lifeline_w, now,
-                   self._started if first else now, list(targets), zygote=z)
-        msg = RunCase(job_id, case, replace(self.options, targets=targets), str(log),
-                      self._threads)
+        since = self._started if job_id <= self.jobs else now
+        job = _Job(job_id, case, log, _Stream(result_r, since=since), control, now,
+                   selected_targets(case, self.options), zygote=z)
+        msg = RunCase(job_id, case, self.options, str(log), self._threads)
         try:
-            socket.send_fds(z.sock, [frame(msg)[8:]], [result_w, lifeline_r])
+            socket.send_fds(z.sock, [frame(msg)[8:]], [result_w, theirs.fileno()])
         except OSError:
             pass  # the zygote is gone: noticed by the loop, the case is handed out again
         finally:
             os.close(result_w)
-            os.close(lifeline_r)
+            theirs.close()
         return job
+
+    def _grant(self, job: _Job, target: str, fail: Callable[..., None]) -> None:
+        """A slot for `target` of prepared `job`: a pipe for its target process."""
+        result_r, result_w = os.pipe()
+        os.set_blocking(result_r, False)
+        # the case's first target carries its preparation (model, PyTorch, export)
+        since = job.main.since if not job.targets else time.perf_counter()
+        job.targets[target] = _Stream(result_r, since=since)
+        try:
+            assert job.control is not None
+            socket.send_fds(job.control, [frame(Grant(target))[8:]], [result_w])
+        except (OSError, AssertionError):
+            fail(job, "the case process stopped taking its targets", CaseKind.WORKER_CRASHED)
+        finally:
+            os.close(result_w)
 
     def _wait(self, z: _Zygote, running: dict[int, _Job]) -> None:
         """Until a message, a case's output, or a tick."""
         fds: list[int | socket.socket] = [z.sock]
-        fds += [j.result_fd for j in running.values() if j.eof_at is None]
+        fds += [s.fd for j in running.values() for s in j.streams() if not s.eof]
         with contextlib.suppress(InterruptedError, ValueError, OSError):
             select.select(fds, [], [], _POLL_S)
 
@@ -419,78 +468,131 @@ class WorkerPool:
         elif isinstance(msg, Exited) and msg.job in running:
             running[msg.job].status = msg.status
 
-    def _read(self, job: _Job, deliver: OnTarget, fail: Callable[..., None],
-              on_inputs: OnInputs | None) -> None:
-        """Whatever the case sent since the last tick, without blocking."""
-        if job.eof_at is not None or job.finished:
+    def _read(self, job: _Job, deliver: Callable[[_Job, TargetMeasured, float], None],
+              fail: Callable[..., None]) -> None:
+        """Whatever the case and its target processes sent since the last tick, without
+        blocking: the targets' pipes first (a result written before the case said it was
+        done is read before the case's end)."""
+        if job.failed:
             return
-        while True:
+        for target, stream in list(job.targets.items()):
+            self._drain(job, stream, target, deliver, fail)
+            if job.failed:
+                return
+        self._drain(job, job.main, None, deliver, fail)
+
+    def _drain(self, job: _Job, stream: _Stream, target: str | None,
+               deliver: Callable[[_Job, TargetMeasured, float], None],
+               fail: Callable[..., None]) -> None:
+        while not stream.eof and not job.failed:
             try:
-                data = os.read(job.result_fd, 1 << 20)
+                data = os.read(stream.fd, 1 << 20)
             except BlockingIOError:
                 return
             except OSError:
                 data = b""
             if not data:
-                job.eof_at = time.perf_counter()
+                stream.eof = True
+                if target is None and job.over_at is None:
+                    job.over_at = time.perf_counter()
                 return
             job.received += len(data)
             try:
                 if job.received > MAX_RESULT_BYTES:
                     raise wire.WireError(f"more than {MAX_RESULT_BYTES >> 20} MB of results")
-                for payload in job.reader.feed(data):
-                    msg = decode(payload, (TargetMeasured, CaseDone, CaseFailed))
-                    self._case_news(job, msg, deliver, fail, on_inputs)
-                    if job.finished:
-                        return
+                for payload in stream.reader.feed(data):
+                    if stream.done:
+                        raise wire.WireError("more after its last message")
+                    if target is None:
+                        self._case_news(job, payload, deliver, fail)
+                    else:
+                        self._target_news(job, target, stream, payload, deliver)
             except wire.WireError as exc:
                 fail(job, f"the case process sent what is not a result on its result pipe "
                      f"({exc}): the model's code writes there", CaseKind.CORRUPT_RESULT)
                 return
 
-    def _case_news(self, job: _Job, msg: object, deliver: OnTarget,
-                   fail: Callable[..., None], on_inputs: OnInputs | None) -> None:
-        if isinstance(msg, TargetMeasured):
+    def _target_news(self, job: _Job, target: str, stream: _Stream, payload: bytes,
+                     deliver: Callable[[_Job, TargetMeasured, float], None]) -> None:
+        msg = decode(payload, (TargetMeasured,))
+        if msg.measurement.target != target or target not in job.pending:
+            raise wire.WireError(f"a result for target {msg.measurement.target!r} on the "
+                                 f"pipe of {target!r}")
+        stream.done = True
+        self._note(job, msg)
+        deliver(job, msg, stream.since)
+
+    def _case_news(self, job: _Job, payload: bytes,
+                   deliver: Callable[[_Job, TargetMeasured, float], None],
+                   fail: Callable[..., None]) -> None:
+        msg = decode(payload, (TargetMeasured, Prepared, ChildExited, CaseDone, CaseFailed))
+        if isinstance(msg, TargetMeasured):  # answered without measuring: cache, an error
             target = msg.measurement.target
-            if target not in job.pending:  # a target it was not asked for, or twice
+            if target not in job.pending or target in job.targets:
                 raise wire.WireError(f"a result for target {target!r} it does not owe")
-            job.pending.remove(target)
-            if msg.key is not None:
-                job.keys[target] = msg.key
-            # Reported after it left `pending`; `deliver` keeps its own account of what
-            # is owed, so a failure below cannot drop or repeat it.
-            deliver(job.case, replace(msg, wall_seconds=_tick(job)))
+            self._note(job, msg)
+            deliver(job, msg, job.main.since)
+            job.main.since = time.perf_counter()
+        elif isinstance(msg, Prepared):
+            if job.prepared or not set(msg.targets) <= set(job.pending):
+                raise wire.WireError("prepared targets it does not owe")
+            job.prepared = True
+            job.waiting = [t for t in job.pending if t in msg.targets]
+        elif isinstance(msg, ChildExited):
+            if msg.target not in job.targets:
+                raise wire.WireError(f"an exit of target {msg.target!r} it was not granted")
+            job.exited[msg.target] = msg.status
         elif isinstance(msg, CaseDone):
-            if job.pending:
-                raise wire.WireError(f"done, with {', '.join(job.pending)} not reported")
-            job.finished = True
-            if on_inputs is not None and job.keys and msg.inputs:
-                on_inputs(job.case, dict(job.keys), msg.inputs)
+            job.main.done = True
+            job.over_at = time.perf_counter()
+            for s in msg.inputs:
+                job.inputs[s.path] = s
         elif isinstance(msg, CaseFailed):
             fail(job, msg.message, msg.kind, msg.detail)
 
+    def _note(self, job: _Job, msg: TargetMeasured) -> None:
+        if msg.key is not None:
+            job.keys[msg.measurement.target] = msg.key
+        for s in msg.inputs:
+            job.inputs[s.path] = s
+
     def _over(self, job: _Job, fail: Callable[..., None]) -> bool:
-        """Whether `job` is over: it finished, or its pipe closed and its process ended (or
-        outlived the grace period: killed)."""
-        if job.finished:
+        """Whether `job` is over: failed, or its case process finished (it said so, or its
+        pipe closed) and every target process's pipe closed; a target still owed then
+        ended without reporting, and the case's own end (without `CaseDone`) is a crash.
+        How a process ended comes a moment after its pipe closed (from the zygote or the
+        case process): waited for, for a short grace period."""
+        if job.failed:
             return True
-        if job.eof_at is None:
+        if job.over_at is None or any(not s.eof and not s.done for s in job.targets.values()):
             return False
-        orphaned = job.zygote is not self._zygote or not (job.zygote and job.zygote.alive())
-        if job.status is None and job.pid is not None and orphaned:
-            job.status = _collect(job.pid)  # its zygote died: it came here (a subreaper)
-        # How it ended comes from its zygote (`Exited`), a moment after its pipe closed; an
-        # orphan's, from here or nowhere.
-        gone = job.status is not None or (orphaned and job.pid is not None
-                                          and not _alive(job.pid))
-        if not gone and time.perf_counter() - job.eof_at < _EXIT_GRACE_S:
+        waiting = time.perf_counter() - job.over_at < _EXIT_GRACE_S
+        if not job.main.done:  # the case process ended without saying it was done
+            orphaned = job.zygote is not self._zygote or not (job.zygote and
+                                                               job.zygote.alive())
+            if job.status is None and job.pid is not None and orphaned:
+                job.status = _collect(job.pid)  # its zygote died: it came here (a subreaper)
+            gone = job.status is not None or (orphaned and job.pid is not None
+                                              and not _alive(job.pid))
+            if not gone and waiting:
+                return False
+            if job.status is not None:
+                fail(job, f"case process {_describe_status(job.status)} while running this "
+                     "case", CaseKind.WORKER_CRASHED)
+            else:
+                fail(job, "the case process closed its result pipe before it reported (the "
+                     "model's code closed it, or the process died)", CaseKind.WORKER_CRASHED)
+            return True
+        lost = [t for t in job.pending if t in job.targets]
+        if lost and waiting and any(t not in job.exited for t in lost):
             return False
-        if job.status is not None:
-            why = f"case process {_describe_status(job.status)} while running this case"
-            fail(job, why, CaseKind.WORKER_CRASHED)
-        else:
-            fail(job, "the case process closed its result pipe before it reported (the "
-                 "model's code closed it, or the process died)", CaseKind.WORKER_CRASHED)
+        for t in lost:
+            why = _describe_status(job.exited[t]) if t in job.exited else "ended"
+            fail(job, f"the process measuring {t} {why} before it reported",
+                 CaseKind.WORKER_CRASHED, only=[t])
+        if job.pending:  # never granted, never answered: the case broke its word
+            fail(job, "the case process ended with targets it never measured",
+                 CaseKind.WORKER_CRASHED)
         return True
 
     def _signals(self, running: dict[int, _Job], fail: Callable[..., None]) -> None:
@@ -508,7 +610,7 @@ class WorkerPool:
                       "no running case owns: ignored, the process ended",
                       file=sys.stderr)
                 continue
-            if not job.finished:
+            if not job.failed:
                 fail(job, f"the model's code sent {signo.name} to the cl-validate process "
                      f"({what}); ignored there, the case ended", CaseKind.SIGNALLED_RUN)
 
@@ -533,21 +635,26 @@ class WorkerPool:
                  "stdout/stderr; stopped", CaseKind.OUTPUT_FLOOD)
 
     def _kill(self, job: _Job) -> None:
-        """End `job`'s process and everything it started."""
+        """End `job`'s processes and everything they started."""
         if job.pid is not None:
             procs.kill([*procs.descendants(job.pid), job.pid])
             with contextlib.suppress(OSError):
                 os.killpg(job.pid, signal.SIGKILL)  # its group: children it has not lost
-        with contextlib.suppress(OSError):
-            os.close(job.lifeline_fd)  # also ends a case the zygote had not started yet
-        job.lifeline_fd = -1
+        if job.control is not None:  # also ends a case the zygote had not started yet
+            with contextlib.suppress(OSError):
+                job.control.close()
+            job.control = None
 
     def _close(self, job: _Job) -> None:
-        for fd in (job.result_fd, job.lifeline_fd):
-            if fd >= 0:
+        for s in job.streams():
+            if s.fd >= 0:
                 with contextlib.suppress(OSError):
-                    os.close(fd)
-        job.result_fd = job.lifeline_fd = -1
+                    os.close(s.fd)
+                s.fd = -1
+        if job.control is not None:
+            with contextlib.suppress(OSError):
+                job.control.close()
+            job.control = None
         with contextlib.suppress(OSError):
             job.log_path.unlink()
 
@@ -611,13 +718,6 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return True
-
-
-def _tick(job: _Job) -> float:
-    """Wall time since `job`'s previous event (which this one becomes)."""
-    now = time.perf_counter()
-    last, job.last_event = job.last_event, now
-    return max(now - last, 0.0)
 
 
 def _describe_status(status: int) -> str:
