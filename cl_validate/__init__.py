@@ -1,13 +1,13 @@
 """cl_validate: a CI gate for channels-last (NHWC) TVM compiles of PyTorch models.
 
 The data path is in the folder names: ``spec`` (case files → `CaseSpec`, run options) →
-``session`` (one case in a worker: model → ``compile`` (torch.export → Relax → layout stages →
-build; ``compile/passes``) → ``analysis`` (kernel list, transforms, op layouts)) →
-``measurements`` (what was measured, as plain data) → ``checks`` (one object per check, in
-one registry → `CaseResult`) → ``report`` (JUnit, console, Markdown, annotations, merge).
-``suite`` drives a run (workers, judging, shards); ``cli`` and ``pytest_plugin`` sit on top;
-``ir`` is the one set of IR queries; ``errors``, ``paths``, ``atomic`` and ``procs`` are
-leaves.
+``session`` (one case in processes of its own: model → ``compile`` (torch.export → Relax →
+layout stages → build; ``compile/passes``) → ``analysis`` (kernel list, transforms, op
+layouts)) → ``measurements`` (what was measured, as plain data) → ``checks`` (one object per
+check, in one registry → `CaseResult`) → ``report`` (JUnit, console, Markdown, annotations,
+merge). ``suite`` drives a run (case processes, judging, shards); ``cli`` and
+``pytest_plugin`` sit on top; ``ir`` is the one set of IR queries; ``errors``, ``paths``,
+``atomic`` and ``procs`` are leaves.
 
 Importing this package does not import torch or TVM. It loads the checks, which declare the
 ``[budget]`` keys case files may use.

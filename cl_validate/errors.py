@@ -93,7 +93,7 @@ class ErrorRecord:
 
     `message` is the one line a reviewer reads; `kind` names the failure type (JUnit
     ``error@type``: ``CompileError``, ``WorkerCrashed``, ``CaseFileError`` …); `detail` is the
-    longer text (a traceback's tail, a worker's last output); `line` is the case-file line to
+    longer text (a traceback's tail, a case process's last output); `line` is the case-file line to
     fix, where there is one.
     """
 

@@ -154,7 +154,7 @@ def kill(pids: list[int]) -> None:
 def reap(pids: list[int] | None = None) -> None:
     """Collect exited children (orphans re-parented to a subreaper are children too, and
     would stay zombies): those in `pids`, or every one (only where no other code waits for
-    its own children: not in a process that runs multiprocessing workers)."""
+    its own children: not in a process whose other code waits for its own)."""
     if pids is not None:  # just killed: give them a moment to exit
         left, deadline = set(pids), time.monotonic() + 2.0
         while left and time.monotonic() < deadline:
@@ -247,7 +247,7 @@ def rss_mb(pids: list[int]) -> float | None:
 
 def reset_peak_rss() -> bool:
     """Start this process's peak resident memory afresh from what it holds now (Linux's
-    ``clear_refs`` 5), so one worker's peak is measured per case, not since it started; False
+    ``clear_refs`` 5), so one process's peak is measured per target, not since it started; False
     where the kernel does not offer it."""
     try:
         with open(_PROC / "self" / "clear_refs", "w", encoding="ascii") as f:

@@ -23,7 +23,7 @@ command line or lies in a folder named by the ``cl_validate_case_dirs`` ini opti
 ``tests/data``, and pyproject.toml is never read as a case.
 
 Cases run in the pytest process (no timeout or memory cap) unless ``--cl-timeout`` or
-``--cl-max-memory-mb`` is given: then each case × target runs in a worker process with those
+``--cl-max-memory-mb`` is given: then each case runs in processes of its own with those
 limits, as under ``cl-validate run``. Disable the plugin with ``-p no:cl_validate``.
 
 Imports nothing heavy at startup: torch and TVM load only when a case item runs.
@@ -184,7 +184,7 @@ class CaseNode(pytest.Collector):
         return result
 
     def _measurer(self, options: RunOptions) -> Measurer:
-        """This process (the default), or the session's worker pool under --cl-timeout or
+        """This process (the default), or the session's case processes under --cl-timeout or
         --cl-max-memory-mb."""
         if not options.isolate:
             # lazy: torch and TVM (the case is measured in the pytest process)

@@ -1,7 +1,7 @@
 """The ``compile`` check: the case itself. It passes when the case was built, exported and
 compiled for the target, and it is where an error that stops a case is reported — once, with
 the other checks marked not run — whatever stopped it: the factory, export, a pipeline stage,
-the worker process dying, a limit."""
+the case's process dying, a limit."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ class Compiled(Check):
     def errored(self, error: ErrorRecord, others: list[str],
                 seconds: float = 0.0) -> list[CheckResult]:
         """A case × target that could not be measured: one `error` verdict with the reason
-        and the detail (a traceback's or the worker output's tail), the `others` skipped as
+        and the detail (a traceback's or the case output's tail), the `others` skipped as
         not run. One error, not one per check: the checks did not fail, they never ran."""
         return [CheckResult(NAME, Status.ERROR, error.message, kind=error.kind,
                             body=error.detail, line=error.line, seconds=seconds),

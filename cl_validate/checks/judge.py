@@ -38,9 +38,9 @@ def judge(case: CaseSpec, m: Measurement, stale: StalePolicy = StalePolicy.FAIL,
     """The verdicts of one measurement under the case file as it is now.
 
     `wall_seconds` is what this case × target cost the run (the parent's clock; default: the
-    worker's own measurement), and every second of it goes to one of the checks: what a check
+    case process's own measurement), and every second of it goes to one of the checks: what a check
     spent itself (running the program for numerics, timing the kernels) to it, the rest (a
-    worker's start, the model, export, compile, analysis; reading the cache) to the case's
+    zygote's start, the model, export, compile, analysis; reading the cache) to the case's
     own check. A cached measurement ran nothing now.
     """
     seconds = m.seconds if wall_seconds is None else wall_seconds

@@ -168,7 +168,7 @@ class Numerics(Check):
     def judge(self, j: Judging) -> CheckResult:
         case, m = j.case, j.m
         if m.model_outputs is not None and len(case.outputs) > m.model_outputs:
-            # Known only once forward() has run (in the worker), so judged here, not exit 2;
+            # Known only once forward() has run (in the case's process), so judged here, not exit 2;
             # the static checks stand.
             return CheckResult(NAME, Status.ERROR,
                                f"case declares {len(case.outputs)} [[outputs]] but the model "

@@ -106,7 +106,7 @@ class CaseResult:
     seconds: float = 0.0
     kernels: KernelList | None = None
     stage_counts: list[StageCount] = field(default_factory=list)
-    peak_rss_mb: float | None = None  # the worker's peak while it measured this case × target
+    peak_rss_mb: float | None = None  # the peak of the processes that measured it
     bisection: Bisection | None = None  # where the numerics broke, when they did
     profile: Profile | None = None  # every kernel's time (``--profile``)
 

@@ -1,14 +1,15 @@
 """One case through the compiler: the model built once, exported once, each target compiled
 once, and run where it can run — everything that runs the user's code happens here, in a
-worker process (or in this process for ``--no-isolation``, ``show``, ``calibrate`` and the
+case process (or in this process for ``--no-isolation``, ``show``, ``calibrate`` and the
 tests).
 
 A `CaseSession` computes each thing once and keeps it: the model (its factory imported and
 called, ``[layout_overrides]`` and the recorded baselines checked: a mistake is a
 `CaseFileError`), the seeded inputs and PyTorch's outputs, the export, and per target a
-`TargetPlan` (the TVM target, where the numerics run) and the `Compiled` program. The worker
-(`measure_or_reuse`), ``show``, ``calibrate``, the stage bisection and the pytest plugin all
-drive a session; none chains build → export → compile → run on its own.
+`TargetPlan` (the TVM target, where the numerics run) and the `Compiled` program. The case
+processes (`start`, `prepare`, then `measure` per target), ``show``, ``calibrate``, the stage
+bisection and the pytest plugin all drive a session; none chains build → export → compile →
+run on its own.
 """
 
 from __future__ import annotations

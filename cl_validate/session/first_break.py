@@ -1,5 +1,6 @@
-"""Stage bisection in a worker: the IR after every pipeline stage, built and run on the inputs
-of the worst failing sample, until the first stage whose output leaves the tolerance.
+"""Stage bisection, in a target's process: the IR after every pipeline stage, built and run
+on the inputs of the worst failing sample, until the first stage whose output leaves the
+tolerance.
 
 Run when a case's numerics fail (the time is paid only then) and for ``cl-validate show
 --bisect`` (every stage). Works for any pipeline, the user's own included: it runs whatever

@@ -12,7 +12,7 @@ execution order (the VM's own builtins between kernels are left out).
 What a figure means: the wall time of one kernel call, device synchronized, inside a whole
 run of the program — caches as the real run leaves them. The hook's own cost (a Python call
 on each side, about a microsecond between the clock reads) is inside every figure: kernels of
-a few microseconds read high, whole networks do not. Runs in a worker (it imports TVM).
+a few microseconds read high, whole networks do not. Runs in a target's process (it imports TVM).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Numerics on a remote device, through TVM's RPC tracker (runs in a worker: it imports TVM).
+"""Numerics on a remote device, through TVM's RPC tracker (runs in a target's process: it
+imports TVM).
 
 The compiled program is exported as a shared library — linked by a cross compiler when its
 CPU code is for another architecture (``cc`` in the target's declaration, else

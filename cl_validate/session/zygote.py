@@ -1,5 +1,5 @@
 """The zygote: a process that imports torch, TVM and cl_validate once, warms them up, and
-then forks a fresh case process for every case (`cl_validate.session.worker`).
+then forks a fresh case process for every case (`cl_validate.session.case_process`).
 
 Forking gives each case a process with everything imported and nothing of another case in
 it, in milliseconds: the zygote itself never runs a model's code. It talks to the run's
@@ -74,11 +74,11 @@ def main(fd: int) -> None:
     procs.become_subreaper()
     sock = socket.socket(fileno=fd)
     path = os.environ.pop(SYS_PATH_ENV, None)
-    if path:  # the parent's import path, as a spawned worker would have had it
+    if path:  # the parent's import path, as a process it spawned would have it
         sys.path[:] = json.loads(path)
     # lazy: torch, TVM and the session, with the parent's import path in place
     from cl_validate.compile.tvm_targets import local_devices
-    from cl_validate.session import worker  # noqa: F401 - imports torch, TVM, the session
+    from cl_validate.session import case_process  # noqa: F401 - imports torch, TVM, the session
 
     t0 = time.perf_counter()
     try:
@@ -129,7 +129,7 @@ def _serve(sock: socket.socket, wake: int, jobs: dict[int, int]) -> None:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             # lazy: imported by `main` already (torch, TVM); here only by name
-            from cl_validate.session.worker import case_main
+            from cl_validate.session.case_process import case_main
 
             case_main(msg, result_fd, control_fd, close=(sock.fileno(), wake))
         os.close(result_fd)

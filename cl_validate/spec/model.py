@@ -2,7 +2,7 @@
 
 Every value here has been checked (`cl_validate.spec.validate`); every field a report points
 at keeps the case-file line it came from (`CaseSpec.lines`, `CaseSpec.line_of`). Plain data,
-safe to pickle to a worker process. Imports nothing heavy.
+sent to a case process. Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ REFERENCES = ("float32", "float64")
 #: chain and measure 0.8-2.2x on the bundled cases (BENCHMARKS.md), so the default is 3x.
 DEFAULT_MULTIPLIER = 3.0
 DEFAULT_FLOOR = 1e-5
-#: Per-case limits of the worker process (seconds for all targets; resident memory).
+#: Per-case limits of a case's processes (seconds for all targets; resident memory).
 DEFAULT_TIMEOUT_S = 900.0
 DEFAULT_MAX_MEMORY_MB = 6144
 #: Inputs larger than this many elements are almost certainly a typo (and would exhaust memory).
@@ -172,7 +172,7 @@ class NumericsSample:
 
 @dataclass(frozen=True)
 class CaseSpec:
-    """One validated model case. Plain data: safe to pickle to a worker process."""
+    """One validated model case. Plain data: it is sent to a case process."""
 
     name: str
     path: Path

@@ -34,10 +34,10 @@ class RunOptions:
 
     targets: tuple[str, ...] | None = None  # None: each case's own targets
     require_device: bool = False
-    jobs: int = 1  # worker processes
-    isolate: bool = True  # each case in a worker process with timeout and memory cap
+    jobs: int = 1  # slots: cases prepared and targets measured at once
+    isolate: bool = True  # each case in processes of its own, with timeout and memory cap
     timeout: float | None = None  # seconds per case; None: the case's own (or the default)
-    max_memory_mb: int | None = None  # resident memory cap per worker; None: the case's own
+    max_memory_mb: int | None = None  # resident memory cap per case; None: the case's own
     stale_budget: StalePolicy = StalePolicy.FAIL  # a budget above the measured count
     static_only: bool = False  # no build, no numerics: counts only (`budget tighten|record`)
     cache_dir: str | None = None  # where measurements are cached (None: no cache)
@@ -174,12 +174,13 @@ RUN_OPTIONS: tuple[Option, ...] = (
            "$TVM_TRACKER_KEY, else $RPC_DEVICE_KEY)",
            pytest_flag="--cl-rpc-key", action="append", type=parse_rpc_key,
            metavar="[TARGET=]KEY"),
-    Option("jobs", ("-j", "--jobs"), "worker processes (default: the number of cores)",
-           type=positive_int, metavar="N"),
+    Option("jobs", ("-j", "--jobs"), "cases prepared and targets measured at once, each in a "
+           "process of its own (default: the number of cores)", type=positive_int,
+           metavar="N"),
     Option("timeout", ("--timeout",), "seconds per case, overriding each case's timeout",
            pytest_flag="--cl-timeout", type=positive_float, metavar="S"),
     Option("max_memory_mb", ("--max-memory-mb",),
-           "resident memory cap per worker, overriding each case's max_memory_mb",
+           "resident memory cap of a case's processes, overriding each case's max_memory_mb",
            pytest_flag="--cl-max-memory-mb", type=positive_int, metavar="MB"),
     Option("no_isolation", ("--no-isolation",),
            "run cases in this process (no timeout or memory cap; for debugging)",

@@ -1,6 +1,6 @@
 """Where a target's numerics run: on this machine, on a device TVM's RPC tracker hands out, or
 nowhere (static checks only) — decided without TVM, so the parent of a run can answer
-``--require-device`` and a worker keys its cache entry on the same answer.
+``--require-device`` and a case process keys its cache entry on the same answer.
 
 The tracker comes from ``--rpc-tracker HOST:PORT``, else from TVM's own environment variables
 ``TVM_TRACKER_HOST`` and ``TVM_TRACKER_PORT`` (what TVM's device tests and its RPC runner
@@ -38,7 +38,7 @@ _SKIP = ": static checks only"
 
 @dataclass(frozen=True)
 class RpcSettings:
-    """The tracker and keys of a run (plain data: it travels to the workers)."""
+    """The tracker and keys of a run (plain data: it travels to the case processes)."""
 
     tracker: tuple[str, int] | None = None
     key: str | None = None  # for targets with no device here and no key of their own

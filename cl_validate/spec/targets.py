@@ -10,7 +10,7 @@ TVM target config, as TVM 0.27 takes it (a dict; the old string form is refused)
 
 Only what can be checked without TVM is checked here (key names, value types, the kind, the
 name): this runs in the parent of a run, which never imports TVM. A target TVM itself refuses
-(an attribute its kind does not have) is reported by the worker, as one line at the
+(an attribute its kind does not have) is reported by the case's process, as one line at the
 declaration (`cl_validate.compile.tvm_targets`).
 """
 
@@ -51,7 +51,7 @@ class Fail(Protocol):
 class TargetDef:
     """A target by name: its TVM target config, where its numerics may run, where declared.
 
-    Plain data (the parent validates it, a worker builds the TVM target from it)."""
+    Plain data (the parent validates it, a case process builds the TVM target from it)."""
 
     name: str
     config: Mapping[str, Any]  # TVM target config: {"kind": ..., attribute: value, ...}

@@ -3,7 +3,7 @@
 Unknown keys (with a did-you-mean), wrong types, bad shapes, dtypes, layouts, targets and
 pipeline names are reported here, in one line, before anything is exported or compiled. Only
 the file is read: importing the model's module and calling its factory run user code, which
-happens in a worker (`cl_validate.compile.factory`).
+happens in a case process (`cl_validate.compile.factory`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 and an output cap, and nothing it does reaches another case, the cache or this process.
 
 A *zygote* (`cl_validate.session.zygote`) imports torch and TVM once and forks a new process
-for every case (`cl_validate.session.worker`): whatever a case's code changes in its process
+for every case (`cl_validate.session.case_process`): whatever a case's code changes in its process
 (a monkey-patch, a global flag, a closed stdout) dies with it. A case reports on a pipe of its
 own, in typed messages read without ever blocking and bounded in size
 (`cl_validate.measurements.wire`): stray bytes, a forged pickle or a silent half-message are
@@ -60,6 +60,7 @@ from cl_validate.measurements.messages import (
 )
 from cl_validate.spec import CaseSpec
 from cl_validate.spec.options import RunOptions, require_devices, selected_targets
+from cl_validate.spec.placement import placement
 
 _POLL_S = 0.1
 _TAIL_BYTES = 4000
@@ -301,7 +302,8 @@ class WorkerPool:
             select.select([z.sock], [], [], _POLL_S)
             self._zygote_messages(z)
             if time.monotonic() > deadline:
-                raise DeviceUnavailableError("no worker process came up to ask for devices",
+                raise DeviceUnavailableError("the process that starts cases never came up to "
+                                             "ask for devices",
                                              hint="check that torch and TVM import")
         return self._devices
 
@@ -370,10 +372,10 @@ class WorkerPool:
             while todo or running:
                 z = self._ensure_zygote()
                 free = self.jobs - sum(j.busy for j in running.values())
-                for job in sorted(running.values(), key=lambda j: j.id):
-                    while free > 0 and job.prepared and job.waiting and not job.failed:
-                        self._grant(job, job.waiting.pop(0), fail)
-                        free -= 1
+                for job, target in self._next_targets(running, free):
+                    job.waiting.remove(target)
+                    self._grant(job, target, fail)
+                    free -= 1
                 while z.ready and free > 0 and todo:
                     job = self._hand_out(z, todo.popleft())
                     running[job.id] = job
@@ -416,6 +418,23 @@ class WorkerPool:
                 report(case, TargetMeasured(Measurement(t, ErrorRecord(
                     "internal error: no result came back for this case",
                     CaseKind.INTERNAL_ERROR))))
+
+    def _next_targets(self, running: dict[int, _Job], free: int) -> list[tuple[_Job, str]]:
+        """The prepared targets the `free` slots go to: those whose numerics run here first
+        (they take the longest: a run ends sooner when the long ones start early), then in
+        the order the cases were handed out."""
+        have = self._devices or {}
+        waiting = [(job, t) for job in running.values() if job.prepared and not job.failed
+                   for t in job.waiting]
+
+        def runs_here(job: _Job, target: str) -> bool:
+            place = placement(job.case.target_def(target), self.options.rpc,
+                              lambda d: have.get(d, False))
+            return place.where == "local" and not self.options.static_only
+
+        waiting.sort(key=lambda jt: (not runs_here(*jt), jt[0].id,
+                                     jt[0].waiting.index(jt[1])))
+        return waiting[:max(free, 0)]
 
     def _hand_out(self, z: _Zygote, case: CaseSpec) -> _Job:
         job_id = next(self._ids)
