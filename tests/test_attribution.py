@@ -83,3 +83,53 @@ def test_a_transform_the_model_did_not_write_is_not_its_own(write_case):
     ts = _transforms(write_case, "flatten_matmul", pipeline="nhwc")
     reasons = [t.attribution.reason for t in ts]
     assert Reason.OWN_PERMUTE not in reasons and Reason.NO_LAYOUT_RULE in reasons
+
+
+@pytest.mark.parametrize("model,pipeline", [
+    ("dfl_head", "nhwc-plain"), ("dfl_head", "nhwc"),
+    ("attention_norm", "nhwc-plain"), ("attention_norm", "nhwc"),
+    ("relu6_net", "nhwc-plain"), ("own_permute", "nhwc"),
+])
+def test_no_layout_rule_is_said_only_of_ops_without_one(write_case, model, pipeline):
+    """"has no layout rule" is checked against TVM's op registry: group_norm, conv2d, add,
+    softmax, concat all have one; an op that has one is blamed only for following an input,
+    and the walk names what decided instead."""
+    import tvm
+
+    shape = "[1, 16, 16, 8]" if model == "own_permute" else "[1, 3, 16, 16]"
+    for t in _transforms(write_case, model, pipeline=pipeline, shape=shape):
+        att = t.attribution
+        if att.reason is Reason.NO_LAYOUT_RULE:
+            assert att.relax_op is not None, att
+            assert tvm.ir.Op.get(att.relax_op).get_attr("FRelaxInferLayout") is None, att
+
+
+def test_attention_view_is_named_not_the_group_norm_after_it(write_case):
+    ts = _transforms(write_case, "attention_norm")
+    blamed = {t.attribution.relax_op for t in ts if t.attribution.reason is Reason.NO_LAYOUT_RULE}
+    assert "relax.nn.group_norm" not in blamed and "relax.add" not in blamed
+    assert blamed, [t.attribution for t in ts]
+
+
+def test_dfl_transforms_are_the_models_own_permute(write_case):
+    """The detector's transpose(2, 1) is folded with ConvertLayout's permutes by our passes;
+    both transforms it leaves are still the model's own, with its source."""
+    ts = _transforms(write_case, "dfl_head", pipeline="nhwc")
+    own = [t.attribution for t in ts if t.attribution.reason is Reason.OWN_PERMUTE]
+    assert len(own) == 2, [t.attribution for t in ts]
+    assert all(a.source is not None and "permute" in a.source for a in own), own
+    assert not any(t.attribution.relax_op == "relax.nn.softmax" for t in ts)
+
+
+def test_every_transform_in_a_fused_kernel_gets_its_own_mark():
+    from cl_validate.measurements.attribution import Attribution
+    from cl_validate.measurements.kernel_list import Kernel, KernelList, Transform
+
+    ts = tuple(Transform("permute_dims", 0, f"transpose{i}", False, (1, 8, 8, 4), (0, 2, 3, 1),
+                         Attribution(Reason.OWN_PERMUTE, "relax.permute_dims", f"m{i} (permute)"))
+               for i in range(3))
+    text = KernelList([Kernel(0, "fused_transpose0_transpose1_transpose2_add", ("a",), ts),
+                       Kernel(1, "conv2d", ("conv2d",))]).render()
+    marked = [ln for ln in text.splitlines() if ln.startswith(">>")]
+    assert len(marked) == 3, text
+    assert all(f"m{i} (permute)" in marked[i] for i in range(3)), text

@@ -55,8 +55,10 @@ class Compiled(Check):
                 NAME, Status.ERROR, f"the model's code left {n} process{'es' * (n > 1)} "
                 f"running ({m.stray_processes[0]}); killed", kind=CaseKind.STRAY_PROCESS,
                 line=line, body="\n".join(m.stray_processes))
+        kept = "".join(f"; {k}" for k in m.kept_layouts)
         return CheckResult(NAME, Status.PASSED, f"compiled for {m.target} in "
-                           f"{m.compile_seconds:.1f} s{built}", line=line, figures=Figures())
+                           f"{m.compile_seconds:.1f} s{built}{kept}", line=line,
+                           figures=Figures())
 
     def errored(self, error: ErrorRecord, others: list[str],
                 seconds: float = 0.0) -> list[CheckResult]:

@@ -53,6 +53,8 @@ class NumericsKind(FailureKind):
     RPC_UNAVAILABLE = ("RPCUnavailable", "the RPC tracker or a server of the key cannot be "
                        "reached")
     EXPORT_ERROR = "ExportError", "the module could not be linked for the remote device"
+    INSENSITIVE = ("InsensitiveOutput", "the outputs barely depend on the input: a program "
+                   "that ignored its input would pass, so the comparison cannot fail")
 
 
 @dataclass(frozen=True)
@@ -196,11 +198,68 @@ class Numerics(Check):
                                    line=case.tolerance_for(m.target, None)[1])
             stats.extend(sample_stats(case, m.target, s))
         result = check_numerics(case, m.target, stats, m.bisection)
+        if result.status is Status.PASSED:
+            result = _sensitivity(case, m, result)
         if m.ran_on:  # a reviewer must see that the figures come from the device, not the runner
             result = replace(result, message=f"{result.message} (on {m.ran_on})",
                              body=f"ran on {m.ran_on}\n{result.body}")
         return result
 
 
-__all__ = ["ErrorStats", "check_numerics", "compare", "compare_all", "sample_stats",
-           "severity", "wants_bisection", "worst_failure"]
+def _rms(a: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(a.astype(np.float64))))) if a.size else 0.0
+
+
+def insensitive_outputs(case: CaseSpec, m: Measurement) -> tuple[list[str], bool]:
+    """Which outputs the comparison could not fail on: PyTorch's outputs on another input
+    (`Measurement.decoy`) judged as if a program had returned them for the first sample, by
+    the case's own rule for each output. One line per output that passes although nothing of
+    the input reached it; and whether every output is such (constants included)."""
+    if not m.decoy or not m.samples:
+        return [], False
+    first = m.samples[0]
+    lines, blind = [], 0
+    for i, (other, exp) in enumerate(zip(m.decoy, first.expected, strict=False)):
+        if other.shape != exp.shape:
+            continue
+        if np.array_equal(other, exp):  # a constant output (anchors, a fixed grid): said
+            blind += 1                   # only when every output is one
+            continue
+        ref64 = first.reference64[i] if first.reference64 is not None else None
+        stats = compare(other, exp, case.tolerance_for(m.target, i)[0], i, "another input",
+                        ref64)
+        if stats:  # within tolerance: the output's dependence on the input is below it
+            blind += 1
+            lines.append(f"output {i} changes by RMS {_rms(other - exp):.2g} under another "
+                         f"input (its RMS {_rms(exp):.2g}), within the tolerance")
+    every = blind == len(first.expected) > 0
+    if every and not lines:
+        lines = ["every output is the same under another input"]
+    return lines, every or bool(lines)
+
+
+_SENSITIVITY_HINT = ('weights = "calibrated" recomputes BatchNorm statistics so the signal '
+                     'reaches the output; input_sensitivity = "warn" accepts the case as it is')
+
+
+def _sensitivity(case: CaseSpec, m: Measurement, passed: CheckResult) -> CheckResult:
+    """A passing verdict that could not have failed becomes a failure (or, with
+    ``input_sensitivity = "warn"``, says so): comparing outputs that ignore the input would
+    pass a wrong kernel."""
+    lines, blind = insensitive_outputs(case, m)
+    if not blind:
+        return passed
+    what = (f"numerics cannot fail: {lines[0]}"
+            + (f" (+{len(lines) - 1} more)" if len(lines) > 1 else "")
+            + " — a program that ignored its input would pass")
+    body = "\n".join(lines) + f"\nhint: {_SENSITIVITY_HINT}\n\n{passed.body}"
+    if case.input_sensitivity == "warn":
+        return replace(passed, message=f"{passed.message} (warning: {what})", body=body)
+    return CheckResult(NAME, Status.FAILED, f"{what} ({m.target}; hint: {_SENSITIVITY_HINT})",
+                       kind=NumericsKind.INSENSITIVE,
+                       line=case.line_of("input_sensitivity") or case.line_of("model"),
+                       body=body, figures=passed.figures)
+
+
+__all__ = ["ErrorStats", "check_numerics", "compare", "compare_all", "insensitive_outputs",
+           "sample_stats", "severity", "wants_bisection", "worst_failure"]

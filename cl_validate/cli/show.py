@@ -82,6 +82,8 @@ def main(args: argparse.Namespace) -> ExitCode:
     print("\nstage            runtime  weight   seconds")
     for c, s in zip(counts, compiled.stages, strict=True):
         print(f"{c.stage:<16} {c.runtime:>7}  {c.weight:>6}   {s.seconds:7.2f}")
+    for kept in compiled.kept_layouts:
+        print(f"note: {kept}")
     print(f"\nkernel list: {len(kernels)} kernels, {len(kernels.runtime_transforms)} runtime "
           f"layout transforms (budget {budget.get(TRANSFORMS)}), "
           f"{len(kernels.weight_transforms)} weight transforms; >> marks a transform")

@@ -5,7 +5,10 @@ Three facts are joined:
   produced each Relax binding — recorded by binding name, which TVM's passes keep;
 - at the last op-level stage (right before legalization), each transform's place in the
   graph: on a graph input or output, the model's own permute, a weight, or inserted by
-  ConvertLayout around an op that stayed in the old layout (the op without a layout rule);
+  ConvertLayout around an op that stayed in the old layout — and then why it stayed: it has
+  no layout rule (checked in TVM's op registry), or it has one and followed an input that was
+  in the old layout (walked up to what decided: an op without a rule, the model's own
+  permute, an op kept or pinned in the old layout, a graph input);
 - the attribution is written into the transform call's span, which our legalization copies
   onto the transform's PrimFunc, so the fused kernel list can show it after fusion.
 
@@ -36,14 +39,6 @@ from cl_validate.ir import (
     weight_derived,
 )
 from cl_validate.measurements.attribution import Attribution, Reason
-
-#: Ops that take whatever layout their input has: a transform after one of them was caused
-#: further up, so attribution walks past them to the op that decided the layout.
-_FOLLOWERS = frozenset({
-    "relax.nn.relu", "relax.add", "relax.subtract", "relax.multiply", "relax.divide",
-    "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu",
-    "relax.nn.leakyrelu", "relax.exp", "relax.sqrt", "relax.negative",
-})
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,10 +97,13 @@ _TO_NHWC = (0, 2, 3, 1)
 
 
 def annotate_transforms(mod: Any, sources: dict[str, str],
-                        pinned_modules: Iterable[str] = ()) -> Any:
+                        pinned_modules: Iterable[str] = (), kept_ops: Iterable[str] = ()
+                        ) -> Any:
     """Return `mod` with every transform call in main carrying its `Attribution` in its span.
 
-    `pinned_modules` are the nn.Module paths the case keeps in another layout on purpose.
+    `pinned_modules` are the nn.Module paths the case keeps in another layout on purpose;
+    `kept_ops` the Relax ops kept in their import layout because TVM cannot lower them in
+    the one the pipeline asked for.
     """
     func = mod["main"]
     binds = list(bindings(func))
@@ -114,6 +112,7 @@ def annotate_transforms(mod: Any, sources: dict[str, str],
     users = use_sites(func)
     producer = {b.var: b for b in binds}
     pinned = set(pinned_modules)
+    kept = set(kept_ops)
     outputs = _output_vars(func.body.body, producer)
 
     attributions: dict[Any, Attribution] = {}
@@ -135,26 +134,15 @@ def annotate_transforms(mod: Any, sources: dict[str, str],
         elif is_own(b.value):  # its source travels in its mark: our passes rename it
             att = Attribution(Reason.OWN_PERMUTE, op_name(b.value), own_source(b.value))
         else:
-            culprit = None
             if axes == _TO_NHWC and isinstance(x, relax.Var) and x in producer:
-                culprit = producer[x]
-                while op_name(culprit.value) in _FOLLOWERS and culprit.value.args and isinstance(
-                        culprit.value.args[0], relax.Var) and culprit.value.args[0] in producer \
-                        and op_name(producer[culprit.value.args[0]].value) not in TRANSFORM_OPS:
-                    culprit = producer[culprit.value.args[0]]
-            else:
+                # After an op that produced the old layout: why did it?
+                start, skip_arg = producer[x], None
+            else:  # before an op that wants the old layout
                 first_user = next(iter(users.get(b.var, [])), None)
-                culprit = producer.get(first_user) if first_user is not None else None
-            if culprit is not None:
-                src = sources.get(culprit.var.name)
-                module = src.rsplit(" (", 1)[0] if src else None
-                if is_own(culprit.value):  # converting back what the model's code permuted
-                    reason, src = Reason.OWN_PERMUTE, own_source(culprit.value)
-                else:
-                    reason = Reason.PINNED if module in pinned else Reason.NO_LAYOUT_RULE
-                att = Attribution(reason, op_name(culprit.value), src)
-            else:
-                att = Attribution(Reason.NO_LAYOUT_RULE, None, sources.get(name))
+                start = producer.get(first_user) if first_user is not None else None
+                skip_arg = b.var
+            att = _blame(start, skip_arg, producer, derived, inputs, sources, pinned, kept,
+                         name)
         attributions[b.var] = att
 
     if not attributions:
@@ -176,6 +164,72 @@ def annotate_transforms(mod: Any, sources: dict[str, str],
     body = _Tag().visit_expr(func.body)
     new_func = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
     return replace_function(mod, "main", new_func)
+
+
+def has_layout_rule(op: str | None) -> bool:
+    """True if TVM's ConvertLayout has a rule for `op` (``FRelaxInferLayout`` in its op
+    registry, where cl_validate's own rules are registered too): it converts the op to the
+    desired layout or, lacking a desired one, lets it follow its input's layout."""
+    if op is None:
+        return False
+    try:
+        return ir.Op.get(op).get_attr("FRelaxInferLayout") is not None
+    except Exception:  # not a registered op
+        return False
+
+
+#: Ops that only view their input in another shape: attribution walks through them to an own
+#: permute behind them (a ``view → permute → view`` chain the passes folded), so the model's
+#: permute is named rather than the view next to it.
+_VIEWS = frozenset({"relax.reshape", "relax.flatten", "relax.squeeze", "relax.expand_dims"})
+_WALK_LIMIT = 64
+
+
+def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any],
+           inputs: set[Any], sources: dict[str, str], pinned: set[str], kept: set[str],
+           name: str) -> Attribution:
+    """Why the op bound at `start` is in the old layout next to a transform.
+
+    An op without a layout rule is the cause itself. An op with one stayed in the old layout
+    because it followed an input that was in it: walk up its data input (skipping
+    `skip_arg`, the transform's own side) until an op decided: an op without a rule, the
+    model's own permute, an op kept or pinned in the old layout, or a graph input. Views are
+    walked through to an own permute behind them, but if none is found the first op without
+    a rule is the one named.
+    """
+    first_ruleless = None
+    cur, prev_arg = start, skip_arg
+    for _ in range(_WALK_LIMIT):
+        if cur is None:
+            break
+        op = op_name(cur.value)
+        src = sources.get(cur.var.name)
+        module = src.rsplit(" (", 1)[0] if src else None
+        if is_own(cur.value):
+            return Attribution(Reason.OWN_PERMUTE, op, own_source(cur.value))
+        if op in kept:
+            return Attribution(Reason.KEPT_LAYOUT, op, src)
+        if module is not None and module in pinned:
+            return Attribution(Reason.PINNED, op, src)
+        if not has_layout_rule(op):
+            if first_ruleless is None:
+                first_ruleless = Attribution(Reason.NO_LAYOUT_RULE, op, src)
+            if op not in _VIEWS:
+                break
+        elif first_ruleless is not None:
+            break  # an op with a rule past a view: the view decided
+        args = [a for a in getattr(cur.value, "args", [])
+                if isinstance(a, relax.Var) and not a.same_as(prev_arg)
+                and not is_weight_derived(a, derived)]
+        nxt = args[0] if args else None
+        if nxt is not None and nxt in inputs and first_ruleless is None:
+            return Attribution(Reason.FOLLOWS_INPUT, op, src)
+        prev_arg, cur = None, producer.get(nxt) if nxt is not None else None
+    if first_ruleless is not None:
+        return first_ruleless
+    if start is not None:
+        return Attribution(Reason.UNTRACED, op_name(start.value), sources.get(start.var.name))
+    return Attribution(Reason.UNTRACED, None, sources.get(name))
 
 
 def _output_vars(ret: Any, producer: dict[Any, Any]) -> set[Any]:

@@ -28,3 +28,6 @@ class PipelineContext:
     target: tvm.target.Target
     params: dict[str, Any]  # parameter name → tvm.runtime.Tensor (weights of `main`)
     sources: dict[str, str] = field(default_factory=dict)  # binding name → PyTorch source
+    #: ops to keep in the layout they were imported in (op → ConvertLayout desired entry),
+    #: over the case's [layout]: set by `compile_case` for ops TVM cannot lower otherwise
+    keep_layouts: dict[str, list[str]] = field(default_factory=dict)

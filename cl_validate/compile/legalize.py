@@ -1,4 +1,5 @@
-"""Legalization that tags every layout transform's PrimFunc, so the analysis finds it again.
+"""Legalization that tags every layout transform's PrimFunc, so the analysis finds it again;
+and what legalization could not lower.
 
 After FuseOps and FuseTIR a transpose is a few loops inside a fused kernel, indistinguishable
 by name from any other copy. Our legalization of ``permute_dims`` and ``layout_transform``
@@ -6,11 +7,16 @@ writes `TRANSFORM_ATTR` (which op), `AXES_ATTR` (the permutation) and `SOURCE_AT
 attribution `annotate_transforms` put in the call's span) onto the PrimFunc it creates;
 fusion keeps the PrimFunc as a component of its kernel, and `cl_validate.analysis` reads the
 attributes back.
+
+LegalizeOps leaves an op as it is when TVM's lowering refuses its layout (TVM 0.27 lowers
+``conv2d_transpose`` in NCHW/IOHW only); the build then fails deep in the VM's code
+generator. `unlowered_ops` finds such ops right after the pipeline, and `import_layouts` gives
+the layout to keep them in instead (see `cl_validate.compile.program`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import tvm
@@ -46,7 +52,8 @@ def legalize(ctx: PipelineContext) -> Callable[[tvm.IRModule], tvm.IRModule]:
     """The ``legalize`` stage: attribute every transform, then lower ops to PrimFuncs."""
 
     def run(mod: tvm.IRModule) -> tvm.IRModule:
-        mod = annotate_transforms(mod, ctx.sources, ctx.case.layout_overrides)
+        mod = annotate_transforms(mod, ctx.sources, ctx.case.layout_overrides,
+                                  ctx.keep_layouts)
         with ctx.target:
             return tvm.transform.Sequential([
                 relax.backend.DispatchSampling(),
@@ -58,3 +65,52 @@ def legalize(ctx: PipelineContext) -> Callable[[tvm.IRModule], tvm.IRModule]:
             ])(mod)
 
     return run
+
+
+#: attributes naming an op's layouts, in the order ConvertLayout's desired layouts list them
+_LAYOUT_ATTRS = ("data_layout", "layout", "kernel_layout", "out_layout")
+
+
+def _op_layout(call: relax.Call) -> list[str]:
+    attrs = call.attrs
+    return [str(getattr(attrs, a)) for a in _LAYOUT_ATTRS
+            if attrs is not None and hasattr(attrs, a)] if attrs is not None else []
+
+
+def unlowered_ops(mod: tvm.IRModule) -> dict[str, list[str]]:
+    """Ops with a layout left in a legalized module although TVM has a lowering for them:
+    TVM refuses them in the layout they are in (``conv2d_transpose`` in NHWC), and the VM
+    cannot run them. Op name → the layout of the first one left."""
+    left: dict[str, list[str]] = {}
+
+    def visit(expr: Any) -> None:
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            name = str(expr.op.name)
+            if name not in left and expr.op.get_attr("FLegalize") is not None:
+                layout = _op_layout(expr)
+                if layout:
+                    left[name] = layout
+
+    for _, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return left
+
+
+def import_layouts(mod: tvm.IRModule, ops: Iterable[str]) -> dict[str, list[str]]:
+    """For each of `ops` that has layout attributes, the layouts it had when imported (a layout
+    TVM lowers: the importer writes what PyTorch computes), as a ConvertLayout desired entry."""
+    wanted, found = set(ops), dict[str, list[str]]()
+
+    def visit(expr: Any) -> None:
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            name = str(expr.op.name)
+            if name in wanted and name not in found:
+                layout = _op_layout(expr)
+                if layout:
+                    found[name] = layout[:2]
+
+    for _, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return found

@@ -29,6 +29,7 @@ from cl_validate.compile.passes import (
     FoldScaleShift,
     NormalizeAxes,
     cleanup_passes,
+    lower_conv_transpose,
 )
 from cl_validate.compile.schedule import schedule_gpu
 from cl_validate.errors import CaseFileError
@@ -107,12 +108,14 @@ def standard_stages(ctx: PipelineContext, *, layout: Sequence[Stage]) -> list[St
 
 
 def _convert_layout(ctx: PipelineContext) -> Stage:
-    """ConvertLayout to the case's [layout]; [layout_overrides] pins single modules' ops.
+    """ConvertLayout to the case's [layout]; [layout_overrides] pins single modules' ops, and
+    the context's `keep_layouts` ops TVM cannot lower in another layout.
 
     An override is matched through the op's weight parameter, which the importer names after
     the module (``layer1.0.conv1`` → ``p_layer1_0_conv1_weight``).
     """
     desired = {op: list(lay) for op, lay in ctx.case.layout.items()}
+    desired.update(ctx.keep_layouts)
     overrides = ctx.case.layout_overrides
     if not overrides:
         return Stage("convert_layout", relax.transform.ConvertLayout(desired))
@@ -139,12 +142,14 @@ def nhwc_plain(ctx: PipelineContext) -> list[Stage]:
 @register_pipeline("nhwc")
 def nhwc(ctx: PipelineContext) -> list[Stage]:
     """ConvertLayout followed by our cleanup passes (cl_validate.compile.passes), with negative
-    axes spelled out first (TVM 0.27's layout rules crash on some of them) and a flatten's
-    transpose moved into the Linear weight after it."""
+    axes spelled out first (TVM 0.27's layout rules crash on some of them), a flatten's
+    transpose moved into the Linear weight after it, and transposed convolutions that
+    ConvertLayout carried into a layout TVM cannot lower rewritten as convolutions there."""
     cleanup = Stage("cleanup", tvm.transform.Sequential(list(cleanup_passes())))
     return standard_stages(ctx, layout=[
         Stage("normalize_axes", NormalizeAxes()),
         _convert_layout(ctx),
         cleanup,
         Stage("fold_flatten", FoldFlattenIntoLinear()),
+        Stage("conv_transpose", lower_conv_transpose(ctx.case.layout)),
     ])

@@ -11,7 +11,8 @@ import tvm
 
 from cl_validate.compile.context import PipelineContext
 from cl_validate.compile.frontend import Frontend
-from cl_validate.compile.pipeline import resolve_pipeline
+from cl_validate.compile.legalize import import_layouts, unlowered_ops
+from cl_validate.compile.pipeline import PipelineFactory, resolve_pipeline
 from cl_validate.compile.tvm_targets import backend, build_unavailable, make_target
 from cl_validate.errors import CompileStageError
 from cl_validate.spec import CaseSpec
@@ -34,6 +35,9 @@ class Compiled:
     #: why the build was not run although asked for (this TVM or machine cannot build for
     #: the target); the IR stages, and so the static checks, are all there
     build_skipped: str | None = None
+    #: ops kept in their import layout because TVM cannot lower them where the pipeline
+    #: put them, one line each ("relax.nn.conv1d_transpose kept in NCW/IOW: ...")
+    kept_layouts: list[str] = field(default_factory=list)
 
     def stage(self, name: str) -> StageIR:
         for s in self.stages:
@@ -54,22 +58,29 @@ def compile_case(front: Frontend, case: CaseSpec, target_name: str, *,
     raises `CaseFileError` (at its declaration)."""
     target = tvm_target if tvm_target is not None else make_target(
         case.target_def(target_name))
-    ctx = PipelineContext(case, target_name, target, front.params, front.sources)
     factory = resolve_pipeline(case)
     compiled = Compiled(target_name, target=target)
-    compiled.stages.append(StageIR("import", front.mod, front.import_seconds))
-    try:
-        stages = list(factory(ctx))
-    except Exception as exc:
-        raise CompileStageError("pipeline setup", exc) from exc
-    mod = front.mod
-    for stage in stages:
-        t0 = time.perf_counter()
-        try:
-            mod = stage.run(mod)
-        except Exception as exc:
-            raise CompileStageError(stage.name, exc) from exc
-        compiled.stages.append(StageIR(stage.name, mod, time.perf_counter() - t0))
+    ctx = PipelineContext(case, target_name, target, front.params, front.sources)
+    mod = _run_stages(compiled, front, factory, ctx)
+    left = unlowered_ops(_legalized(compiled))
+    # Ops TVM cannot lower where the pipeline put them: compile again with each kept in the
+    # layout it was imported in (which TVM lowers), so what is shown is what builds.
+    keep = import_layouts(front.mod, left)
+    if keep:
+        refused = left
+        ctx.keep_layouts = keep
+        mod = _run_stages(compiled, front, factory, ctx)
+        left = unlowered_ops(_legalized(compiled))
+        compiled.kept_layouts = [
+            f"{op} kept in {'/'.join(lay)}: TVM cannot lower it in "
+            f"{'/'.join(refused[op][:2]) or 'the layout the pipeline chose'}"
+            for op, lay in keep.items()]
+    if left:
+        op, lay = next(iter(left.items()))
+        what = f"TVM cannot lower {op} in {'/'.join(lay)}"
+        raise CompileStageError("legalize", RuntimeError(what), summary=(
+            f"{what} (hint: pin it in the case's [layout] to a layout TVM lowers, e.g. "
+            f"\"{op}\" = [\"NCHW\", ...], or lower it in a pipeline of your own)"))
     if build:
         compiled.build_skipped = build_unavailable(target)
     if build and compiled.build_skipped is None:
@@ -83,3 +94,30 @@ def compile_case(front: Frontend, case: CaseSpec, target_name: str, *,
             raise CompileStageError("build", exc) from exc
         compiled.build_seconds = time.perf_counter() - t0
     return compiled
+
+
+def _run_stages(compiled: Compiled, front: Frontend, factory: PipelineFactory,
+                ctx: PipelineContext) -> tvm.IRModule:
+    """Run the pipeline's stages from the import, recording each stage's IR in `compiled`."""
+    compiled.stages = [StageIR("import", front.mod, front.import_seconds)]
+    try:
+        stages = list(factory(ctx))
+    except Exception as exc:
+        raise CompileStageError("pipeline setup", exc) from exc
+    mod = front.mod
+    for stage in stages:
+        t0 = time.perf_counter()
+        try:
+            mod = stage.run(mod)
+        except Exception as exc:
+            raise CompileStageError(stage.name, exc) from exc
+        compiled.stages.append(StageIR(stage.name, mod, time.perf_counter() - t0))
+    return mod
+
+
+def _legalized(compiled: Compiled) -> tvm.IRModule:
+    """The IR right after legalization (the last stage in a pipeline without one)."""
+    try:
+        return compiled.stage("legalize").mod
+    except KeyError:
+        return compiled.final

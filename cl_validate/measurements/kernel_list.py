@@ -156,9 +156,14 @@ class KernelList:
                 line += f"  {k.schedule or '':<{rwidth}}"
             if times is not None:
                 line += f"  {times.get(k.index, ''):>9}"
+            width_before = len(line)
             if k.transforms:
-                line += "   " + "; ".join(self._cost(k, t) for t in k.transforms)
+                line += "   " + self._cost(k, k.transforms[0])
             lines.append(line.rstrip())
+            # Every transform a fused kernel holds gets a line of its own, marked, so the
+            # marks add up to the count.
+            lines += [f">>{' ' * (width_before - 2)}   {self._cost(k, t)}"
+                      for t in k.transforms[1:]]
         return "\n".join(lines)
 
     def _cost(self, k: Kernel, t: Transform) -> str:

@@ -44,6 +44,9 @@ class Measurement:
     stage_counts: list[StageCount] = field(default_factory=list)
     op_layouts: list[OpLayout] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)  # numerics: every sample it ran
+    #: PyTorch's outputs on an input no sample uses: numerics that would accept them as the
+    #: first sample's cannot tell a program that ignores its input (None: not measured)
+    decoy: list[np.ndarray] | None = None
     numerics_skip: Skip | None = None
     numerics_error: ErrorRecord | None = None  # compiled, but running it failed
     #: the stages run one by one on the worst failing sample (only when numerics failed)
@@ -57,6 +60,9 @@ class Measurement:
     stray_processes: list[str] = field(default_factory=list)
     #: why the program was not built (the static checks come from the IR alone)
     build_skipped: str | None = None
+    #: ops kept in their import layout because TVM cannot lower them where the pipeline put
+    #: them (one line each); the compile check says so
+    kept_layouts: list[str] = field(default_factory=list)
     #: where the numerics ran when not on this machine ("RPC key 'rk3588' at host:9190")
     ran_on: str | None = None
     #: every kernel's time over repeated runs (``--profile``), or why there is none

@@ -39,17 +39,23 @@ from cl_validate.compile.tvm_targets import (
     device_for,
     make_target,
 )
-from cl_validate.errors import CompileStageError, ErrorRecord, UsageError
+from cl_validate.errors import CaseFileError, CompileStageError, ErrorRecord, UsageError
 from cl_validate.ir import weight_params
 from cl_validate.measurements.bisection import Bisection
 from cl_validate.measurements.cache import Cache, key
 from cl_validate.measurements.kinds import SkipKind
 from cl_validate.measurements.measurement import Measurement, Sample, Skip
+from cl_validate.paths import display_path
 from cl_validate.session.execute import float64_model, run_torch, run_torch64, run_tvm
 from cl_validate.session.first_break import bisect, bisect_failure
 from cl_validate.session.inputs import make_inputs, torch_inputs
 from cl_validate.session.kernel_timer import profile_case, wants_profile
 from cl_validate.session.remote import RpcError, run_remote
+from cl_validate.session.weights import (
+    CALIBRATION_BATCHES,
+    CALIBRATION_SEED_OFFSET,
+    calibrate_batchnorm,
+)
 from cl_validate.spec import CaseSpec
 from cl_validate.spec.options import RunOptions, selected_targets
 from cl_validate.spec.placement import Placement, placement
@@ -108,10 +114,33 @@ class CaseSession:
         (every mistake in a case file raises `CaseFileError` here)."""
         resolve_pipeline(self.case)
         model = build_model(self.case)
+        if self.case.weights == "calibrated":
+            self._calibrate(model)
         check_layout_overrides(self.case, model)
         for target in self.targets:
             load_baseline(self.case, target)  # a hand-edited baseline that does not parse
         return model
+
+    def _calibrate(self, model: torch.nn.Module) -> None:
+        """``weights = "calibrated"``: BatchNorm statistics from random inputs drawn like the
+        case's, on seeds numerics never uses (`cl_validate.session.weights`)."""
+        case = self.case
+        batches = [torch_inputs(case, make_inputs(case, seed=case.seed + CALIBRATION_SEED_OFFSET
+                                                  + k)) for k in range(CALIBRATION_BATCHES)]
+        try:
+            calibrate_batchnorm(model, batches)
+        except UsageError as exc:
+            raise CaseFileError(exc.message, file=display_path(case.path),
+                                line=case.line_of("weights"), hint=exc.hint) from None
+
+    @functools.cached_property
+    def decoy(self) -> list[np.ndarray]:
+        """PyTorch's outputs on another input than every sample's (the first sample's sizes,
+        the seed after the last one numerics uses): what a program that ignored its input
+        could return. Numerics that would pass it cannot fail (`checks.numerics`)."""
+        first = self.case.samples()[0]
+        other = make_inputs(self.case, first.sizes, self.case.seed + self.case.seeds)
+        return self.reference(other)
 
     @functools.cached_property
     def samples(self) -> list[tuple[str, list[np.ndarray]]]:
@@ -271,6 +300,7 @@ class CaseSession:
         t0 = time.perf_counter()
         try:
             self.expected  # noqa: B018 - PyTorch's outputs: the model's forward runs here
+            self.decoy  # noqa: B018
             self.front  # noqa: B018
         except CompileStageError as exc:
             error = ErrorRecord(str(exc), CaseKind.COMPILE_ERROR, exc.detail,
@@ -302,7 +332,7 @@ class CaseSession:
         shared_seconds, self._prepared_seconds = self._prepared_seconds, 0.0
         reference64_error = self._reference64_error
         t0 = time.perf_counter()
-        m = Measurement(target, model_outputs=len(self.expected[0]))
+        m = Measurement(target, model_outputs=len(self.expected[0]), decoy=self.decoy)
         try:
             compiled = self.compiled(target)
         except CompileStageError as exc:
@@ -316,6 +346,7 @@ class CaseSession:
         m.compile_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
         m.build_skipped = compiled.build_skipped
+        m.kept_layouts = list(compiled.kept_layouts)
         self._numerics(m, compiled, reference64_error if case.needs_float64(target) else None)
         if m.samples:  # where the numerics broke, if they did (the stages run here)
             deadline = self.started + _BISECT_SHARE * (self.options.timeout or case.timeout)

@@ -25,6 +25,12 @@ DEFAULT_PIPELINE = "nhwc"
 BUILTIN_PIPELINES: tuple[str, ...] = ("nhwc", "nhwc-plain")
 DEFAULT_TOLERANCE = (1e-5, 1e-5)
 REFERENCES = ("float32", "float64")
+#: ``weights``: the factory's weights as built, or with every BatchNorm's running statistics
+#: calibrated on random inputs (so a deep random network keeps its signal through depth)
+WEIGHTS = ("as-built", "calibrated")
+#: ``input_sensitivity``: what a numerics comparison that cannot fail is (its outputs barely
+#: depend on the input): a failure, or a warning in a passing verdict
+SENSITIVITY = ("fail", "warn")
 #: The float64 rule's defaults. PyTorch's accuracy CI lets a float32 result be 2x (3x where
 #: noise dominates) as far from float64 as eager float32 is, plus a tenth of its 1e-4
 #: tolerance (torch._dynamo.utils.same). TVM's untuned kernels sum each output in one long
@@ -205,6 +211,10 @@ class CaseSpec:
     seeds: int = 1
     #: time every kernel with TVM's per-call hook on every run (``profile = true``)
     profile: bool = False
+    #: `WEIGHTS`: "calibrated" recomputes BatchNorm statistics before anything is measured
+    weights: str = "as-built"
+    #: `SENSITIVITY`: whether numerics that cannot tell a wrong kernel fail or warn
+    input_sensitivity: str = "fail"
 
     # -- variants ---------------------------------------------------------------------------
     def expand(self) -> list[CaseSpec]:

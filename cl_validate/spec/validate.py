@@ -27,6 +27,8 @@ from cl_validate.spec.model import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_TOLERANCE,
     DTYPES,
+    SENSITIVITY,
+    WEIGHTS,
     Budget,
     CaseSpec,
     DynamicDim,
@@ -46,7 +48,8 @@ _PIPELINE_RE = re.compile(rf"^(?:[A-Za-z0-9_.-]+|{_DOTTED}:{_DOTTED})$")
 _TOP_KEYS = (
     "name", "model", "description", "targets", "pipeline", "seed", "inputs", "outputs",
     "layout", "budget", "tolerance", "targets_override", "timeout", "max_memory_mb",
-    "layout_overrides", "dynamic", "variants", "seeds", "profile",
+    "layout_overrides", "dynamic", "variants", "seeds", "profile", "weights",
+    "input_sensitivity",
 )
 MAX_SEEDS = 32
 _INPUT_KEYS = ("name", "shape", "dtype", "layout", "range")
@@ -149,6 +152,11 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any],
                                               else None) for k in budget_keys()},
         reason=b.get("reason"),
     )
+    weights = v.choice(data["weights"], ("weights",), "weights", WEIGHTS) \
+        if "weights" in data else WEIGHTS[0]
+    input_sensitivity = v.choice(data["input_sensitivity"], ("input_sensitivity",),
+                                 "input_sensitivity", SENSITIVITY) \
+        if "input_sensitivity" in data else SENSITIVITY[0]
     t = v.tolerance(data.get("tolerance", {}), ("tolerance",))
     tolerance = Tolerance(DEFAULT_TOLERANCE[0], DEFAULT_TOLERANCE[1]).merged(t)
 
@@ -160,7 +168,8 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any],
         inputs=inputs, outputs=outputs, layout=layout, pipeline=pipeline, seed=seed,
         budget=budget, tolerance=tolerance, overrides=overrides, lines=v.lines,
         timeout=timeout, max_memory_mb=max_memory_mb, layout_overrides=layout_overrides,
-        dynamic=dynamic, variants=variants, seeds=seeds, profile=profile,
+        dynamic=dynamic, variants=variants, seeds=seeds, profile=profile, weights=weights,
+        input_sensitivity=input_sensitivity,
     )
 
 

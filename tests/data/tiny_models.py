@@ -289,3 +289,87 @@ class SpatialGateViewHead(nn.Module):
 
 def spatial_gate_view_head() -> nn.Module:
     return SpatialGateViewHead()
+
+
+class DFLHead(nn.Module):
+    """A detector's distribution-focal-loss decode: box logits viewed as (b, 4, bins, a),
+    the bins moved to dim 1 by the model's own transpose, softmax over them, and a fixed 1x1
+    convolution taking the expectation (YOLOv8's DFL)."""
+
+    def __init__(self, bins: int = 8) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.box = nn.Conv2d(8, 4 * bins, 1)
+        self.proj = nn.Conv2d(bins, 1, 1, bias=False)
+        self.proj.weight.data[:] = torch.arange(bins, dtype=torch.float).view(1, bins, 1, 1)
+        self.bins = bins
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        box = self.box(torch.relu(self.stem(x))).flatten(2)
+        b, _, a = box.shape
+        dist = box.view(b, 4, self.bins, a).transpose(2, 1).softmax(1)
+        return self.proj(dist).view(b, 4, a)
+
+
+class AttentionNorm(nn.Module):
+    """A diffusion UNet's self-attention over a conv feature map, its residual add, and the
+    GroupNorm right after it: ``transpose(-1, -2).reshape(b, c, h, w)`` hands the residual
+    stream back in the model's NCHW view."""
+
+    def __init__(self, channels: int = 8) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, channels, 3, padding=1)
+        self.qkv = nn.Linear(channels, 3 * channels)
+        self.norm = nn.GroupNorm(2, channels)
+        self.out = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv(x)
+        b, c, hh, ww = h.shape
+        seq = h.reshape(b, c, hh * ww).transpose(1, 2)
+        q, k, v = self.qkv(seq).chunk(3, dim=-1)
+        attn = torch.softmax(q @ k.transpose(-1, -2) / c ** 0.5, dim=-1) @ v
+        h = h + attn.transpose(-1, -2).reshape(b, c, hh, ww)
+        return self.out(torch.relu(self.norm(h)))
+
+
+class ConvTransposeNet(nn.Module):
+    """conv → ConvTranspose2d (k3, s2, p1, output_padding 1) → conv: a segmentation head's
+    learned 2x upsampling."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.up = nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1)
+        self.head = nn.Conv2d(4, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.up(torch.relu(self.conv(x)))))
+
+
+def dfl_head() -> nn.Module:
+    torch.manual_seed(0)
+    return DFLHead().eval()
+
+
+def attention_norm() -> nn.Module:
+    torch.manual_seed(0)
+    return AttentionNorm().eval()
+
+
+def conv_transpose_net() -> nn.Module:
+    torch.manual_seed(0)
+    return ConvTransposeNet().eval()
+
+
+def deep_bn(layers: int = 12) -> nn.Module:
+    """conv → BatchNorm → ReLU, `layers` deep, as built: PyTorch's default init shrinks the
+    signal at every layer and the fresh BatchNorms do not undo it, so by 12 layers the
+    output is the biases' (changes by RMS ~1e-7 under another input, RMS ~0.1)."""
+    torch.manual_seed(0)
+    body: list[nn.Module] = []
+    c = 3
+    for _ in range(layers):
+        body += [nn.Conv2d(c, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()]
+        c = 8
+    return nn.Sequential(*body, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4)).eval()

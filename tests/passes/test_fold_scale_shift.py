@@ -266,3 +266,45 @@ def test_pipeline_folds_batchnorm_into_convs(tmp_path: Any) -> None:
     with torch.no_grad():
         expected = model(x).numpy()
     assert compare(actual, expected, Tolerance(rtol=1e-5, atol=1e-5))
+
+
+class Residual(nn.Module):
+    """conv → (BN) → ReLU → conv → (BN) → + x → ReLU: the residual block of a ResNet."""
+
+    def __init__(self, bn: bool) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.b1: nn.Module = nn.BatchNorm2d(8) if bn else nn.Identity()
+        self.b2: nn.Module = nn.BatchNorm2d(8) if bn else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.b1(self.c1(x)))
+        return torch.relu(self.b2(self.c2(y)) + x)
+
+
+@pytest.mark.compile
+def test_fresh_batchnorm_costs_no_fusion(tmp_path: Any) -> None:
+    """A freshly built BatchNorm (zero mean, unit variance, zero shift) folds to a bare
+    convolution that still fuses with its ReLU and residual add: the block compiles to as
+    many kernels as the same block without BatchNorm, so a budget recorded on a fresh model
+    holds for the trained one."""
+    from cl_validate.analysis.fused_kernels import read_kernel_list
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case
+    from cl_validate.spec import load_case
+
+    case_file = tmp_path / "res.toml"
+    case_file.write_text('model = "x:y"\n[[inputs]]\nname = "x"\nshape = [1, 8, 8, 8]\n'
+                         '[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+    case = load_case(case_file)
+    x = torch.randn(1, 8, 8, 8)
+    kernels = {}
+    for bn in (True, False):
+        torch.manual_seed(0)
+        model = Residual(bn).eval()
+        compiled = compile_case(export_and_import(model, case, [x]), case, "llvm", build=False)
+        kernels[bn] = [k.name for k in read_kernel_list(compiled)]
+    assert len(kernels[True]) == len(kernels[False]), kernels
+    conv_kernels = [n for n in kernels[True] if "conv2d" in n]
+    assert len(conv_kernels) == 2 and all("relu" in n for n in conv_kernels), conv_kernels

@@ -20,9 +20,11 @@ All are pure data-movement rewrites: numerics are bit-identical (property-tested
 ``tests/passes/test_properties.py``). They work whether the weights are still parameters of
 ``main`` (beyond ``num_input``) or already bound constants.
 
-Three more passes run at other stages: ``NormalizeAxes`` before ConvertLayout (negative axes
+Four more passes run at other stages: ``NormalizeAxes`` before ConvertLayout (negative axes
 crash some of TVM's layout rules); ``FoldFlattenIntoLinear`` after the cleanup (a flatten's
-transpose into the Linear's weight: the dot products sum in another order); and, once the
+transpose into the Linear's weight: the dot products sum in another order);
+``lower_conv_transpose`` after it (a transposed convolution ConvertLayout carried into a
+layout TVM cannot lower becomes a convolution of the zero-stuffed input there); and, once the
 weights are bound, ``FoldScaleShift`` moves the per-channel scale and shift a BatchNorm leaves
 after a convolution into the convolution's weights plus one bias add (float rounding differs,
 nothing else).
@@ -35,6 +37,7 @@ from tvm import relax
 
 from cl_validate.compile.passes.broadcasts import ElideBroadcasts
 from cl_validate.compile.passes.cancel_permutes import CancelPermutes
+from cl_validate.compile.passes.conv_transpose import lower_conv_transpose
 from cl_validate.compile.passes.flatten_linear import FoldFlattenIntoLinear
 from cl_validate.compile.passes.fold_scale_shift import FoldScaleShift
 from cl_validate.compile.passes.hoist_permutes import HoistPermutes
@@ -81,4 +84,5 @@ __all__ = [
     "SinkPermutes",
     "cleanup_passes",
     "extra_layout_rules",
+    "lower_conv_transpose",
 ]

@@ -175,6 +175,7 @@ class _ScaleShiftFolder(PyExprMutator):  # type: ignore[misc]
         super().__init__()
         self.plans = plans
         self.dropped = {v for fold in plans.values() for v in fold.middle}
+        self.pending: dict[relax.Var, relax.Expr] = {}  # last var → its shift-free conv
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         fold = self.plans.get(binding.var)
@@ -182,12 +183,19 @@ class _ScaleShiftFolder(PyExprMutator):  # type: ignore[misc]
             call = binding.value
             new = relax.Call(call.op, [self.visit_expr(call.args[0]), relax.const(fold.weight)],
                              call.attrs, call.ty_args, call.span)
+            if fold.bias is None:
+                # No shift: the chain's last variable is bound to the convolution itself, at
+                # the last step. An alias ``last = conv`` instead would stop FuseOps from
+                # fusing the convolution with what follows (a ReLU, a residual add).
+                self.pending[fold.last] = new
+                return
             self.builder_.emit_normalized(
                 relax.VarBinding(binding.var, self.builder_.normalize(new)))
             return
         if fold is not None:  # the chain's last step
+            value: relax.Expr
             if fold.bias is None:
-                value: relax.Expr = fold.conv
+                value = self.pending.pop(binding.var)
             else:
                 value = relax.op.add(fold.conv, relax.const(fold.bias))
             self.builder_.emit_normalized(
