@@ -1,4 +1,4 @@
-"""``python -m cl_validate.cli.reference --write docs/reference``: regenerate the reference
+"""``python -m cl_validate.cli.reference --write docs``: regenerate the reference
 pages' generated blocks (`cl_validate.report.reference`), the CLI's included.
 
 It lives with the CLI because the CLI's block is rendered from ``cl-validate``'s own argparse

@@ -2,7 +2,7 @@
 
 Each generated block sits in a Markdown page between two markers::
 
-    <!-- generated: checks (python -m cl_validate.cli.reference --write docs/reference) -->
+    <!-- generated: checks (python -m cl_validate.cli.reference --write docs) -->
     ...
     <!-- /generated: checks -->
 
@@ -13,7 +13,7 @@ docstrings), the JUnit shape (a report `cl_validate.report.junit` builds for a s
 added by `cl_validate.cli.reference`, every subcommand's arguments (from ``cl-validate``'s own
 argparse parsers, which this layer may not import).
 
-``python -m cl_validate.cli.reference --write docs/reference`` rewrites every block of every
+``python -m cl_validate.cli.reference --write docs`` rewrites every block of every
 page under that folder (``... FILE ...``: the blocks of those files); ``--check`` instead exits
 1 naming each stale page. The test suite fails when a page differs from what is generated.
 """
@@ -39,7 +39,7 @@ from cl_validate.errors import ExitCode
 from cl_validate.spec.budget_keys import budget_keys
 from cl_validate.spec.key_docs import tables
 
-COMMAND = "python -m cl_validate.cli.reference --write docs/reference"
+COMMAND = "python -m cl_validate.cli.reference --write docs"
 _BEGIN = re.compile(r"<!-- generated: ([a-z_-]+) \(.*?\) -->\n")
 
 
