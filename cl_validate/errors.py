@@ -18,17 +18,22 @@ class ExitCode(enum.IntEnum):
     OK = 0
     """Every check of every selected case passed (skipped checks do not fail a run)."""
     CHECK_FAILED = 1
-    """At least one check failed or errored."""
+    """At least one check failed or errored, whether or not the report could be written."""
     USAGE_ERROR = 2
-    """Bad command line or a case file that does not validate; nothing was compiled."""
+    """Bad command line or a case file that does not validate: nothing ran, and an earlier
+    run's reports at the report paths are removed rather than left looking current. Also when
+    every case proved unusable in its case process (``no case could be run``): that run had
+    started, so its report is written."""
     INTERNAL_ERROR = 3
-    """A bug in cl_validate (or TVM/torch) that is not a verdict about a case."""
+    """A bug in cl_validate (or TVM/torch) that is not a verdict about a case: the traceback
+    is printed; once the run has started, the report is still written."""
     REPORT_NOT_WRITTEN = 4
     """Every check passed, but a report file could not be written (a full disk, a folder
     gone): one line names the file and the OS error. A run with a failed check exits 1
     whether or not its report was written: the verdict comes first."""
     INTERRUPTED = 130
-    """SIGINT or SIGTERM: the report holds what finished, the rest is marked not run."""
+    """Interrupted (SIGINT or SIGTERM from outside the run): the report holds every finished
+    case, the rest marked not run."""
 
 
 class ClValidateError(Exception):

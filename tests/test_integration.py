@@ -169,6 +169,8 @@ def test_junit_validates_against_schemas(suite_run):
         for props in tc.findall("properties"):
             tc.remove(props)
     strict.validate(tree)
+    # ... and the public JUnit schema of Jenkins' xUnit plugin (vendored, origin in its header).
+    xmlschema.XMLSchema(str(DATA / "junit-10.xsd")).validate(tree)
 
 
 def test_no_error_verdicts_in_the_suite(suite_run):

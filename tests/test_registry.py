@@ -1,5 +1,5 @@
 """A check is one object: adding one is writing its module. The registry drives judging, the
-console, Markdown, JUnit, the pytest items, budget tighten and the README's check table."""
+console, Markdown, JUnit, the pytest items, budget tighten and the reference's check table."""
 
 from __future__ import annotations
 
@@ -150,10 +150,11 @@ def test_every_failure_kind_is_documented():
                 assert kind.doc, (check.name, kind.value)
 
 
-def test_the_readme_check_table_is_generated_from_the_registry():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert reference.replace_section(text) == text, \
-        "README's check table is stale: python -m cl_validate.report.reference README.md"
+def test_the_check_reference_is_generated_from_the_registry():
+    text = (ROOT / "docs" / "reference" / "checks.md").read_text(encoding="utf-8")
+    assert {"checks", "failure-kinds"} <= set(reference.blocks_in(text))
+    assert reference.replace_blocks(text) == text, \
+        f"docs/reference/checks.md is stale: {reference.COMMAND}"
 
 
 def test_the_pipelines_a_case_may_name_are_the_registered_ones():

@@ -284,9 +284,9 @@ def test_device_farm_job_is_opt_in_and_runs_tox_device_against_the_runners_track
 
 
 # --------------------------------------------------------------------------------------------
-# The README's publisher snippets: what a user pastes must work
+# The docs' publisher snippets (docs/how-to/publish-reports.md): what a user pastes must work
 # --------------------------------------------------------------------------------------------
-#: Inputs of each publisher's action.yml at the release the README names (EnricoMi v2.24.0,
+#: Inputs of each publisher's action.yml at the release the docs name (EnricoMi v2.24.0,
 #: mikepenz v6.4.2, dorny v3.0.0), the ones the snippets may use.
 _INPUTS = {
     "EnricoMi/publish-unit-test-result-action": {"files", "check_name", "comment_mode",
@@ -309,8 +309,8 @@ _MUST = {
 }
 
 
-def _readme_snippets() -> dict[str, dict[str, Any]]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def _publisher_snippets() -> dict[str, dict[str, Any]]:
+    text = (ROOT / "docs" / "how-to" / "publish-reports.md").read_text(encoding="utf-8")
     out = {}
     for block in re.findall(r"```yaml\n(.*?)```", text, flags=re.S):
         data = yaml.safe_load(block)
@@ -320,8 +320,8 @@ def _readme_snippets() -> dict[str, dict[str, Any]]:
     return out
 
 
-def test_readme_has_a_snippet_per_publisher_with_what_annotations_need():
-    snippets = _readme_snippets()
+def test_docs_have_a_snippet_per_publisher_with_what_annotations_need():
+    snippets = _publisher_snippets()
     assert set(snippets) == set(_MUST)
     for action, data in snippets.items():
         step = data["steps"][-1]
@@ -337,13 +337,13 @@ def test_readme_has_a_snippet_per_publisher_with_what_annotations_need():
     assert snippets["dorny/test-reporter"]["steps"][0]["uses"].startswith("actions/checkout@")
 
 
-def test_readme_snippets_pass_actionlint(tmp_path):
+def test_publisher_snippets_pass_actionlint(tmp_path):
     exe = _actionlint()
     if exe is None:
         pytest.skip("actionlint is not installed")
     folder = tmp_path / ".github" / "workflows"
     folder.mkdir(parents=True)
-    for i, data in enumerate(_readme_snippets().values()):
+    for i, data in enumerate(_publisher_snippets().values()):
         workflow = {"name": "publish", "on": "pull_request",
                     "jobs": {"publish": {"runs-on": "ubuntu-latest", **data}}}
         (folder / f"w{i}.yml").write_text(yaml.safe_dump(workflow, sort_keys=False))

@@ -1,11 +1,11 @@
 """The fused kernel list of a compiled case, with its layout transforms found and classified.
 
-Definitions (the README's "What the numbers mean", written once in `cl_validate.ir`): a
-*runtime layout transform* is a ``permute_dims`` or ``layout_transform`` op in the entry
-function whose input is computed at run time, counted once per op whether it runs as its own
-kernel or fused into a compute kernel. A *weight transform* is one whose input derives only
-from parameters/constants yet survived to run time. The *fused kernel list* is the PrimFuncs
-``main`` calls, in order.
+Definitions ("What the numbers mean" in docs/explanation/why-transforms-cost.md, written once
+in `cl_validate.ir`): a *runtime layout transform* is a ``permute_dims`` or
+``layout_transform`` op in the entry function whose input is computed at run time, counted
+once per op whether it runs as its own kernel or fused into a compute kernel. A *weight
+transform* is one whose input derives only from parameters/constants yet survived to run
+time. The *fused kernel list* is the PrimFuncs ``main`` calls, in order.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Calibrating a tolerance: measure TVM's error over several samples, propose rtol/atol.
 
-The rule (documented in the README):
+The rule (documented in docs/how-to/tighten-budgets.md):
 
 1. ``rtol_obs`` = the largest relative error over the elements whose reference magnitude is at
    least the output's RMS (relative error is meaningless near zero);

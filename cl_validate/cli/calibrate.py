@@ -8,7 +8,8 @@ declared ``range``, default [-1, 1]; input seed ``seed + i``, so sample 0 is exa
 so other weights need another compile: ``--weight-seeds M`` rebuilds the model under seeds
 ``seed .. seed+M-1`` and compiles once per weight seed.
 
-The rule is `cl_validate.checks.calibration`'s (documented in the README).
+The rule is `cl_validate.checks.calibration`'s (documented in
+docs/how-to/tighten-budgets.md).
 
 NaN or Inf in any output is reported and nothing is proposed: no tolerance may hide them.
 ``--write`` writes the proposal into the case file, keeping its comments and formatting.

@@ -1,5 +1,5 @@
-"""JUnit XML as the README's contract says: one <testsuite> per target, one <testcase> per case
-× check.
+"""JUnit XML as its contract says (docs/reference/junit.md): one <testsuite> per target, one
+<testcase> per case × check.
 
 ``classname`` is the case name, ``file``/``line`` point at the case file line that declares
 what failed (GitHub's JUnit publishers annotate that line), ``failure@message`` is one line a
