@@ -63,6 +63,12 @@ DOCS: dict[str, dict[str, str]] = {
                     "run of its own",
         "profile": "`true` times every kernel on every run, as `--profile` does (default: "
                    "false)",
+        "weights": '`"calibrated"` recomputes every BatchNorm\'s running statistics on random '
+                   "inputs drawn like the case's before anything is measured, so a deep random "
+                   'network keeps its signal through depth (default: `"as-built"`)',
+        "input_sensitivity": '`"fail"`: numerics fails when PyTorch\'s outputs on another '
+                             "input would pass the comparison (it could not catch a wrong "
+                             'kernel); `"warn"` passes and says so (default: `"fail"`)',
     },
     "[[inputs]]": {
         "name": "the argument's name in reports and in `[dynamic]` sizes",
