@@ -74,3 +74,24 @@ def test_pt2e_network_reaches_the_layout_floor(write_case, layout, floor):
     assert not result.kernels.weight_transforms
     names = " ".join(k.name for k in result.kernels)
     assert "quantize" in names and "conv2d" in names
+
+
+def test_the_float64_reference_runs_the_same_qdq_graph_in_float64(write_case):
+    """quantized_decomposed refuses float64 input; the reference computes the codes from the
+    float64 values instead, and lands on eager float32's grid (the same graph)."""
+    pytest.importorskip("torchao")
+    import numpy as np
+    import quant_models
+    import torch
+
+    from cl_validate.session.execute import float64_model, run_torch, run_torch64
+
+    torch.manual_seed(0)
+    model, x = quant_models.pt2e_block(), torch.randn(quant_models.SHAPE)
+    model64 = float64_model(model)
+    with pytest.raises(Exception, match="float32"):
+        model64(x.double())
+    (out64,) = run_torch64(model64, [x])
+    (out32,) = run_torch(model, [x])
+    assert out64.dtype == np.float64
+    np.testing.assert_allclose(out64, out32, rtol=0, atol=1e-6)
