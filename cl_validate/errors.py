@@ -36,6 +36,16 @@ class ExitCode(enum.IntEnum):
     case, the rest marked not run."""
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first non-blank line of an exception's message, stripped (messages that open with
+    a newline and an indented paragraph, as PyTorch's often do, read from their first
+    sentence), at most `limit` characters."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()[:limit]
+    return ""
+
+
 class ClValidateError(Exception):
     """Base of every exception cl_validate raises on purpose."""
 

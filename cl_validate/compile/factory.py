@@ -20,14 +20,13 @@ from typing import Any
 
 import torch
 
-from cl_validate.errors import CaseFileError
+from cl_validate.errors import CaseFileError, first_line
 from cl_validate.paths import display_path
 from cl_validate.spec import CaseSpec
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+    return f"{type(exc).__name__}: {first_line(exc)}".rstrip(": ")
 
 
 def _error(case: CaseSpec, message: str, hint: str | None = None) -> CaseFileError:
@@ -75,11 +74,29 @@ def build_model(case: CaseSpec) -> torch.nn.Module:
         model = factory()
     except Exception as exc:
         raise _error(case, f"model factory '{case.model}' raised {_one_line(exc)}") from None
+    if isinstance(model, torch.export.ExportedProgram):
+        model = model.module()  # an exported program is accepted as what it runs
     if not isinstance(model, torch.nn.Module):
         raise _error(case, f"model factory '{case.model}' returned {type(model).__name__}, "
                      "not a torch.nn.Module", "return the module instance, e.g. `return Net()`")
     _check_inputs(case, model)
-    return model.eval()
+    _to_inference(case, model)
+    return model
+
+
+def _to_inference(case: CaseSpec, model: torch.nn.Module) -> None:
+    """Put `model` in inference mode where its mode is still a flag.
+
+    A module that torch.export made (``ExportedProgram.module()``, PT2E's ``convert_pt2e``)
+    carries its mode in its ops and refuses ``eval()``: it is taken as it is. Nothing uses
+    ``eval()``'s return value (torchao's ``allow_exported_model_train_eval`` makes it return
+    None)."""
+    try:
+        model.eval()
+    except NotImplementedError:
+        if not isinstance(model, torch.fx.GraphModule):
+            raise  # the model's own eval() is broken: the model's error (CaseSession.start)
+        # exported: its batch norms and dropouts already are what eval() would make them
 
 
 def _check_inputs(case: CaseSpec, model: torch.nn.Module) -> None:

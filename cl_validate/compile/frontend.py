@@ -75,7 +75,11 @@ def channels_last_wrapper(model: torch.nn.Module, case: CaseSpec) -> torch.nn.Mo
                     outs[i] = outs[i].permute(0, 2, 3, 1)
             return outs[0] if single else tuple(outs)
 
-    return ChannelsLastIO(model).eval()
+    wrapper = ChannelsLastIO(model)
+    # Not eval(): it would recurse into the model, and a model torch.export made refuses
+    # mode changes. The wrapper's own flag is all there is to set; the model's is its own.
+    wrapper.training = False
+    return wrapper
 
 
 def export_and_import(model: torch.nn.Module, case: CaseSpec,

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from cl_validate import procs
 from cl_validate.checks.compiled import CaseKind
-from cl_validate.errors import ErrorRecord
+from cl_validate.errors import ErrorRecord, first_line
 from cl_validate.measurements import wire
 from cl_validate.measurements.measurement import Measurement
 from cl_validate.measurements.messages import (
@@ -100,6 +100,12 @@ class _Control:
 
     def fds(self) -> tuple[int, ...]:
         return (self.sock.fileno(), self.wake_r, self.wake_w)
+
+
+def _summary(exc: BaseException) -> str:
+    """``Type: first meaningful line`` (a message's last line is often the middle of a
+    sentence)."""
+    return f"{type(exc).__name__}: {first_line(exc)}".rstrip(": ")
 
 
 def case_main(msg: RunCase, result_fd: int, control_fd: int,
@@ -169,10 +175,10 @@ def _run(msg: RunCase, result_fd: int, control: _Control) -> None:
         _send(result_fd, CaseFailed(f"the model's code called sys.exit({exc.code!r})",
                                     CaseKind.MODEL_EXITED, traceback.format_exc()))
         return
-    except BaseException:
+    except BaseException as exc:
         tb = traceback.format_exc()
-        _send(result_fd, CaseFailed("internal error in the case process: "
-                                    + tb.strip().splitlines()[-1], CaseKind.INTERNAL_ERROR, tb))
+        _send(result_fd, CaseFailed(f"internal error in the case process: {_summary(exc)}",
+                                    CaseKind.INTERNAL_ERROR, tb))
         return
     recorder.stop()
     procs.end_descendants(os.getpid())
@@ -236,11 +242,10 @@ def _target_main(session: CaseSession, target: str, key: str | None, fd: int,
             m = Measurement(target, ErrorRecord(
                 f"the model's code called sys.exit({exc.code!r})", CaseKind.MODEL_EXITED,
                 traceback.format_exc()))
-        except BaseException:
-            tb = traceback.format_exc()
-            m = Measurement(target, ErrorRecord("internal error in the target process: "
-                                                + tb.strip().splitlines()[-1],
-                                                CaseKind.INTERNAL_ERROR, tb))
+        except BaseException as exc:
+            m = Measurement(target, ErrorRecord(
+                f"internal error in the target process: {_summary(exc)}",
+                CaseKind.INTERNAL_ERROR, traceback.format_exc()))
         m.peak_rss_mb = max(procs.peak_rss_mb(), prep_peak)
         m.stray_processes = [*strays, *procs.end_descendants(os.getpid())]
         _send(fd, TargetMeasured(m, key, False, inputs=recorder.stamps(root, since=seen)))

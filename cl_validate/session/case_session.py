@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import functools
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,7 +41,13 @@ from cl_validate.compile.tvm_targets import (
     device_for,
     make_target,
 )
-from cl_validate.errors import CaseFileError, CompileStageError, ErrorRecord, UsageError
+from cl_validate.errors import (
+    CaseFileError,
+    CompileStageError,
+    ErrorRecord,
+    UsageError,
+    first_line,
+)
 from cl_validate.ir import weight_params
 from cl_validate.measurements.bisection import Bisection
 from cl_validate.measurements.cache import Cache, key
@@ -88,7 +96,34 @@ class TargetPlan:
 
 
 def _one_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [""])[0][:300]
+    return first_line(exc)
+
+
+def _model_frame(exc: BaseException) -> str | None:
+    """``zoo/net.py:12``: the innermost frame of the traceback in the user's code (not in an
+    installed package, not in cl_validate), relative to the working directory."""
+    import cl_validate
+
+    ours = str(Path(cl_validate.__file__).parent)
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if "site-packages" in frame.filename or frame.filename.startswith((ours, "<")):
+            continue
+        found = f"{display_path(Path(frame.filename))}:{frame.lineno}"
+    return found
+
+
+def model_error(case: CaseSpec, what: str, exc: BaseException, hint: str) -> ErrorRecord:
+    """The model's code raised: its error (``ModelError``), not the tool's — the exception's
+    first meaningful line, where in the model's code, the case file's ``model`` line and a
+    hint; the traceback as the detail."""
+    where = _model_frame(exc)
+    at = f" at {where}" if where else ""
+    text = f"{type(exc).__name__}: {first_line(exc)}".rstrip(": ")
+    line = case.line_of("model")
+    return ErrorRecord(f"{display_path(case.path)}:{line}: {what}: {text}{at} "
+                       f"(hint: {hint})", CaseKind.MODEL_ERROR,
+                       "".join(traceback.format_exception(exc)), line)
 
 
 class CaseSession:
@@ -229,13 +264,19 @@ class CaseSession:
         refuses (theirs), and the cache (every target there: the cached measurements). Hands
         what it answers to `emit`; returns the cache keys of the targets left to measure
         (`self.targets`), or None when none is left."""
+        error: ErrorRecord | None = None
         try:
             self.model  # noqa: B018 - builds and validates it
         except UsageError as exc:
+            error = ErrorRecord(str(exc), CaseKind.CASE_FILE_ERROR, "", exc.line)
+        except Exception as exc:  # the model's code (its eval(), named_modules(), ...) raised
+            error = model_error(self.case, f"the model '{self.case.model}' raised", exc,
+                                "run the factory and model.eval() in Python to see the "
+                                "traceback; a model torch.export made is taken as it is")
+        if error is not None:
             for t in self.targets:
-                emit(Measurement(t, ErrorRecord(str(exc), CaseKind.CASE_FILE_ERROR, "",
-                                                exc.line),
-                                 seconds=time.perf_counter() - self.started), None, False)
+                emit(Measurement(t, error, seconds=time.perf_counter() - self.started),
+                     None, False)
             return None
         self._drop_unusable_targets(emit)
         if not self.targets:
@@ -308,8 +349,8 @@ class CaseSession:
         except UsageError as exc:  # the case says something the model cannot do
             error = ErrorRecord(str(exc), CaseKind.CASE_FILE_ERROR, "", exc.line)
         except Exception as exc:  # the model's own forward raised
-            msg = f"PyTorch forward failed: {type(exc).__name__}: {_one_line(exc)}".rstrip(": ")
-            error = ErrorRecord(msg, CaseKind.MODEL_ERROR, "", case.line_of("model"))
+            error = model_error(case, "PyTorch forward failed", exc,
+                                "call the model on the case's [[inputs]] shapes in Python")
             t0 = time.perf_counter()  # the forward's time is nobody's measurement
         else:
             # Too many [[outputs]] is judged (`judge`), not measured: the measurement stays

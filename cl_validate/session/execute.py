@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from tvm import relax
 from tvm.runtime import Tensor as TvmTensor
 
@@ -53,11 +54,47 @@ def float64_model(model: torch.nn.Module) -> torch.nn.Module:
 
 def run_torch64(model64: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
     """The float64 reference: `float64_model`'s copy on the same inputs in float64 (integer
-    inputs stay integers)."""
+    inputs stay integers); a quantized model's QDQ ops run in float64 too
+    (`_QuantizeInFloat64`)."""
     args = [t.double() if t.is_floating_point() else t for t in inputs]
-    with torch.no_grad():
+    with torch.no_grad(), _QuantizeInFloat64():
         out = model64(*args)
     return [_to_numpy(o) for o in flatten_outputs(out)]
+
+
+class _QuantizeInFloat64(TorchDispatchMode):
+    """The same QDQ graph in float64: ``quantized_decomposed``'s quantize ops accept float32
+    only, so here a quantize computes its integer codes from the float64 value exactly
+    (``clamp(round(x / scale) + zero_point)``, kept as float64 numbers) and a dequantize
+    returns float64. Every other op runs as it is."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        op = func.overloadpacket
+        if getattr(op, "_qualified_op_name", "").startswith("quantized_decomposed::"):
+            name = op.__name__
+            if name in ("quantize_per_tensor", "dequantize_per_tensor"):
+                x, scale, zp, qmin, qmax = args[:5]
+                return _qdq64(name, x, scale, zp, qmin, qmax, axis=None)
+            if name in ("quantize_per_channel", "dequantize_per_channel"):
+                x, scale, zp, axis, qmin, qmax = args[:6]
+                return _qdq64(name, x, scale, zp, qmin, qmax, axis=int(axis))
+        return func(*args, **kwargs)
+
+
+def _qdq64(name: str, x: torch.Tensor, scale: Any, zp: Any, qmin: int, qmax: int,
+           axis: int | None) -> torch.Tensor:
+    x = x.double()
+    scale = torch.as_tensor(scale, dtype=torch.float64)
+    zp = torch.as_tensor(zp, dtype=torch.float64)
+    if axis is not None:  # per channel: along `axis`
+        shape = [1] * x.dim()
+        shape[axis] = -1
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    if name.startswith("quantize"):
+        return torch.clamp(torch.round(x / scale) + zp, qmin, qmax)
+    return (x - zp) * scale
 
 
 def run_tvm(executable: Any, case: CaseSpec, arrays: Sequence[np.ndarray], device: Any,

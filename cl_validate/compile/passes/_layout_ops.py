@@ -42,7 +42,11 @@ BROADCAST_OPS = frozenset(f"relax.{n}" for n in (
     "bitwise_and bitwise_or bitwise_xor left_shift right_shift log_add_exp where ewise_fma"
 ).split())
 REDUCE_OPS = frozenset(f"relax.{n}" for n in "mean sum max min prod variance std".split())
-AXIS_OPS = frozenset({"relax.nn.softmax", "relax.nn.log_softmax", "relax.nn.prelu"})
+# quantize/dequantize(x, scale, zero_point, axis): the scale and zero point are scalars (per
+# tensor) or vectors along ``axis`` (per channel): the axis follows the data, they stay as
+# they are. The int8 codes and the float values are the same, element for element.
+AXIS_OPS = frozenset({"relax.nn.softmax", "relax.nn.log_softmax", "relax.nn.prelu",
+                      "relax.quantize", "relax.dequantize"})
 LAYOUT_ATTR_OPS = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d",
                              "relax.nn.adaptive_avg_pool2d", "relax.image.resize2d"})
 
@@ -102,7 +106,8 @@ def _reduce(call: relax.Call, perm_of: PermOf) -> Plan | None:
 
 
 def _axis(call: relax.Call, perm_of: PermOf) -> Plan | None:
-    """softmax/log_softmax(x, axis) and prelu(x, alpha, axis): the axis follows the data."""
+    """softmax/log_softmax(x, axis), prelu(x, alpha, axis) and quantize/dequantize(x, scale,
+    zero_point, axis): the axis follows the data."""
     x, rest = call.args[0], list(call.args[1:])
     p = perm_of(x)
     if p is None or call.attrs.axis is None:

@@ -1,0 +1,101 @@
+"""Whole networks quantized as teams quantize them: PyTorch 2's export-based flow (PT2E).
+
+The factory is the whole recipe, as the README shows it: build the float model (seeded by the
+case), ``torch.export`` it, ``prepare_pt2e`` with a quantizer, calibrate on a few seeded
+batches, ``convert_pt2e``. What comes back is the converted ``GraphModule`` as it is (it
+refuses ``eval()``; cl_validate takes it unchanged).
+
+Layout feature: quantize/dequantize pairs on every activation edge, per-channel (x86) or
+per-tensor (Arm) int8 weights, around convolutions, residual adds, max/avg pooling, depthwise
+convolutions and ReLU6/Hardswish: ConvertLayout must carry NHWC through every QDQ chain and the
+int8 weights' layout changes must fold.
+
+The networks end in global average pooling (a backbone's embedding). x86's quantizer
+quantizes the pooled output (it has a quantization step); Arm's leaves it in float.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer.arm_inductor_quantizer import (
+    ArmInductorQuantizer,
+    get_default_arm_inductor_quantization_config,
+)
+from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+    X86InductorQuantizer,
+    get_default_x86_inductor_quantization_config,
+)
+
+from zoo._common import finalize
+from zoo.mobilenet import MobileNetV2
+from zoo.resnet import BasicBlock, ResNet
+
+#: calibration batches: enough for the histogram observers to settle on this input range
+CALIBRATION_BATCHES = 4
+
+
+def pt2e_quantize(model: nn.Module, example: torch.Tensor, quantizer: object,
+                  batches: int = CALIBRATION_BATCHES) -> nn.Module:
+    """`model` (in eval mode) quantized by PT2E with `quantizer`, calibrated on `batches`
+    random batches shaped like `example` (drawn from the case's seed)."""
+    exported = torch.export.export(model, (example,)).module()
+    prepared = prepare_pt2e(exported, quantizer)  # type: ignore[arg-type]
+    with torch.no_grad():
+        for _ in range(batches):
+            prepared(torch.randn_like(example))
+    return convert_pt2e(prepared)
+
+
+def _x86() -> X86InductorQuantizer:
+    """uint8 activations, int8 weights per output channel."""
+    q = X86InductorQuantizer()
+    q.set_global(get_default_x86_inductor_quantization_config())
+    return q
+
+
+def _arm() -> ArmInductorQuantizer:
+    """int8 activations, int8 weights per tensor."""
+    q = ArmInductorQuantizer()
+    q.set_global(get_default_arm_inductor_quantization_config())
+    return q
+
+
+class _Backbone(nn.Module):
+    """A classifier's feature extractor and its global average pool: the embedding."""
+
+    def __init__(self, features: Callable[[torch.Tensor], torch.Tensor],
+                 owner: nn.Module) -> None:
+        super().__init__()
+        self.net = owner
+        self._features = features
+        self.pool = nn.AdaptiveAvgPool2d(1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.flatten(self.pool(self._features(x)), 1)
+
+
+def _resnet_features(net: ResNet) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda x: net.layer4(net.layer3(net.layer2(net.layer1(net.stem(x)))))
+
+
+def quant_resnet(size: int = 64, width: int = 16) -> nn.Module:
+    """ResNet-18 layout (residual adds, max pool) quantized by PT2E for Arm: int8 activations,
+    int8 weights per tensor. (x86's quantizer refuses this block: its ReLU module is called
+    twice, "Input partition has more than one output node".)"""
+    net = finalize(ResNet(BasicBlock, (2, 2, 2, 2), 10, width), (4, 3, size, size))
+    assert isinstance(net, ResNet)
+    model = _Backbone(_resnet_features(net), net).eval()
+    return pt2e_quantize(model, torch.randn(1, 3, size, size), _arm())
+
+
+def quant_mobilenet_v2(size: int = 64, width_mult: float = 0.5) -> nn.Module:
+    """MobileNetV2 (inverted residuals, depthwise, ReLU6) quantized by PT2E for x86: uint8
+    activations, int8 weights per output channel (the issue's report)."""
+    net = finalize(MobileNetV2(width_mult, 10), (4, 3, size, size))
+    assert isinstance(net, MobileNetV2)
+    model = _Backbone(net.features, net).eval()
+    return pt2e_quantize(model, torch.randn(1, 3, size, size), _x86())

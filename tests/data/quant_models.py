@@ -1,0 +1,65 @@
+"""Small models for the quantized-model tests (tests/test_quant.py): modules torch.export and
+PT2E made, which refuse ``eval()``, and a model whose own ``eval()`` is broken."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+SHAPE = (1, 3, 16, 16)
+
+
+class Block(nn.Module):
+    """conv → ReLU6 → depthwise conv → Hardswish, a residual add, a concat, max and global
+    average pooling: the ops a quantized mobile network is made of."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.pw = nn.Conv2d(16, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.relu6(self.conv(x))
+        z = nn.functional.hardswish(self.dw(y)) + y
+        z = self.pw(torch.cat([z, y], 1))
+        return torch.flatten(nn.functional.adaptive_avg_pool2d(
+            nn.functional.max_pool2d(z, 2), 1), 1)
+
+
+def exported_module() -> nn.Module:
+    """``ExportedProgram.module()``: refuses eval() ("not supported yet")."""
+    return torch.export.export(Block().eval(), (torch.randn(SHAPE),)).module()
+
+
+def exported_program() -> torch.export.ExportedProgram:
+    return torch.export.export(Block().eval(), (torch.randn(SHAPE),))
+
+
+def pt2e_block() -> nn.Module:
+    """`Block` quantized as the README shows: PT2E with the x86 quantizer, calibrated on a few
+    seeded batches; returned as convert_pt2e made it."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+        X86InductorQuantizer,
+        get_default_x86_inductor_quantization_config,
+    )
+
+    quantizer = X86InductorQuantizer()
+    quantizer.set_global(get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(exported_module(), quantizer)  # type: ignore[arg-type]
+    for _ in range(3):
+        prepared(torch.randn(SHAPE))
+    return convert_pt2e(prepared)
+
+
+class BrokenEval(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def train(self, mode: bool = True) -> BrokenEval:
+        raise RuntimeError("\n    this model cannot leave training mode\n    (second line)")
+
+
+def broken_eval() -> nn.Module:
+    return BrokenEval()
