@@ -5,6 +5,8 @@ the case's process dying, a limit."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from cl_validate.checks.registry import Check, FailureKind, Judging, register
 from cl_validate.checks.verdict import NOT_RUN_ERRORED, CheckResult, Figures, Status
 from cl_validate.errors import ErrorRecord
@@ -36,6 +38,14 @@ class CaseKind(FailureKind):
     INTERNAL_ERROR = "InternalError", "a bug in cl_validate: report it with the detail"
 
 
+@dataclass(frozen=True)
+class CompileFigures(Figures):
+    """What the compile cost: read back by `cl-validate diff` and the trend figures."""
+
+    compile_seconds: float | None = None  # export, import, pipeline and build
+    peak_rss_mb: float | None = None  # the peak resident memory of the processes that measured
+
+
 @register
 class Compiled(Check):
     name = NAME
@@ -56,7 +66,8 @@ class Compiled(Check):
                 f"running ({m.stray_processes[0]}); killed", kind=CaseKind.STRAY_PROCESS,
                 line=line, body="\n".join(m.stray_processes))
         return CheckResult(NAME, Status.PASSED, f"compiled for {m.target} in "
-                           f"{m.compile_seconds:.1f} s{built}", line=line, figures=Figures())
+                           f"{m.compile_seconds:.1f} s{built}", line=line,
+                           figures=CompileFigures(m.compile_seconds, m.peak_rss_mb))
 
     def errored(self, error: ErrorRecord, others: list[str],
                 seconds: float = 0.0) -> list[CheckResult]:
