@@ -23,6 +23,7 @@ import errno
 import functools
 import hashlib
 import io
+import json
 import os
 import re
 import stat
@@ -204,6 +205,7 @@ class ReportKind(enum.Enum):
 
     JUNIT = "JUnit report"
     MARKDOWN = "Markdown report"
+    TREND_JSON = "trend figures file"  # ``run --trend-json``: a JSON list of named values
 
 
 #: The first line of every Markdown file cl_validate writes (``run --markdown``, ``ledger
@@ -224,6 +226,13 @@ def is_report(data: bytes, kind: ReportKind) -> bool:
     if kind is ReportKind.MARKDOWN:
         first = data.removeprefix(b"\xef\xbb\xbf").split(b"\n", 1)[0].decode("utf-8", "replace")
         return first.strip() == MARKDOWN_MARKER or first.startswith(_OLD_MARKDOWN_HEADINGS)
+    if kind is ReportKind.TREND_JSON:  # a list of {name, unit, value, ...}: benchmark figures
+        try:
+            entries = json.loads(data)
+        except ValueError:
+            return False
+        return isinstance(entries, list) and all(
+            isinstance(e, dict) and {"name", "unit", "value"} <= e.keys() for e in entries)
     try:  # the root's start is enough: the rest of the file is not parsed
         for _, elem in ET.iterparse(io.BytesIO(data), events=("start",)):
             return elem.tag in ("testsuites", "testsuite")

@@ -18,6 +18,7 @@ from junitparser import Failure, JUnitXml
 from cl_validate.checks.verdict import Status
 from cl_validate.errors import ExitCode
 from cl_validate.measurements.kernel_list import Kernel, KernelList, StageCount, Transform
+from cl_validate.paths import repo_path
 from cl_validate.spec import load_case
 from cl_validate.spec.budgets import MeasuredCounts, plan, rewrite
 from cl_validate.spec.casefile import CaseText
@@ -47,8 +48,9 @@ def test_under_budget_is_stale_and_fails_by_default(write_case):
     case = load_case(write_case(OVERRIDDEN))
     r = judge_check("layout_transforms", case, "llvm", kernels=_kernels(1), stage_counts=COUNTS)
     assert r.status is Status.FAILED and r.kind == "BudgetStale"
+    # the command names the file, so it works for a case outside model_cases/ too
     assert r.message == ("budget stale: layout_transforms 1 < 2 (llvm) — run cl-validate "
-                         "budget tighten")
+                         f"budget tighten {repo_path(case.path)}")
     assert r.figures.stale and r.line == 11
     r = judge_check("kernels", case, "llvm", kernels=_kernels(1))
     assert r.kind == "BudgetStale" and r.message.startswith("budget stale: kernels 2 < 3")
@@ -72,6 +74,9 @@ def test_budget_source_names_the_override_and_its_line(write_case):
     case = load_case(write_case(OVERRIDDEN))
     r = judge_check("layout_transforms", case, "cuda", kernels=_kernels(2), stage_counts=COUNTS)
     assert r.message.startswith("layout_transforms 2 > budget 1 (cuda)")
+    # the way to raise it, if intended, names the file (a case outside model_cases/ too)
+    assert r.message.endswith(f"(if intended: cl-validate budget tighten {repo_path(case.path)} "
+                              "--allow-increase --reason TEXT)")
     assert r.figures.budget_source == "targets_override.cuda, line 15"
     assert r.body.startswith("budget 1 (targets_override.cuda, line 15)\n")
     r = judge_check("kernels", case, "cuda", kernels=_kernels(2, extra=1))
@@ -282,7 +287,7 @@ def test_stale_budget_fails_unless_pyproject_says_warn(tmp_path, monkeypatch):
     (failure,) = tc.result
     assert isinstance(failure, Failure) and failure.type == "BudgetStale"
     assert failure.message == ("budget stale: layout_transforms 2 < 3 (llvm) — run "
-                               "cl-validate budget tighten")
+                               "cl-validate budget tighten tiny.toml")
     assert tc._elem.get("line") == "14" and "budget 3 (budget, line 14)" in failure.text
 
     (tmp_path / "pyproject.toml").write_text('[tool.cl_validate]\nstale_budget = "warn"\n')

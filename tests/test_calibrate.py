@@ -10,6 +10,7 @@ import pytest
 
 from cl_validate.checks.calibration import FLOOR, nice_ceil, observe, propose
 from cl_validate.errors import ExitCode
+from cl_validate.paths import repo_path
 from cl_validate.spec import load_case
 from cl_validate.spec.casefile import toml_number
 from tests.conftest import DATA, run_cli, tiny_case
@@ -161,4 +162,4 @@ def test_a_float64_case_that_exceeds_its_bound_fails_and_says_how_to_find_the_st
     code, out = run_cli(["calibrate", str(case), "--seeds", "2"]).both()
     assert code == ExitCode.CHECK_FAILED, out
     assert out.count("EXCEEDS") == 2 and "2 of 2 exceed the bound" in out
-    assert "cl-validate show tiny --bisect" in out
+    assert f"cl-validate show {repo_path(case)} --bisect" in out

@@ -5,6 +5,8 @@ the case's process dying, a limit."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from cl_validate.checks.registry import Check, FailureKind, Judging, register
 from cl_validate.checks.verdict import NOT_RUN_ERRORED, CheckResult, Figures, Status
 from cl_validate.errors import ErrorRecord
@@ -36,6 +38,14 @@ class CaseKind(FailureKind):
     INTERNAL_ERROR = "InternalError", "a bug in cl_validate: report it with the detail"
 
 
+@dataclass(frozen=True)
+class CompileFigures(Figures):
+    """What the compile cost: read back by `cl-validate diff` and the trend figures."""
+
+    compile_seconds: float | None = None  # export, import, pipeline and build
+    peak_rss_mb: float | None = None  # the peak resident memory of the processes that measured
+
+
 @register
 class Compiled(Check):
     name = NAME
@@ -58,7 +68,7 @@ class Compiled(Check):
         kept = "".join(f"; {k}" for k in m.kept_layouts)
         return CheckResult(NAME, Status.PASSED, f"compiled for {m.target} in "
                            f"{m.compile_seconds:.1f} s{built}{kept}", line=line,
-                           figures=Figures())
+                           figures=CompileFigures(m.compile_seconds, m.peak_rss_mb))
 
     def errored(self, error: ErrorRecord, others: list[str],
                 seconds: float = 0.0) -> list[CheckResult]:

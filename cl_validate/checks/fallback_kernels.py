@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cl_validate.checks.ratchet import BudgetCheck, budget_verdict
+from cl_validate.checks.ratchet import BudgetCheck, budget_verdict, show_command
 from cl_validate.checks.registry import FailureKind, Judging, register
 from cl_validate.checks.verdict import CheckResult, Figures, Status
 from cl_validate.measurements.kernel_list import FALLBACK, UNRECORDED, KernelList
@@ -82,7 +82,7 @@ class FallbackKernels(BudgetCheck):
                                line=budget.line(NAME), body=body, figures=figures)
         return budget_verdict(j, NAME, n, int(limit), budget.line(NAME), body, figures,
                               "a kernel no specific dlight rule matched: see which op it fuses "
-                              f"(`cl-validate show {case.name} --target {target}`)")
+                              f"(`{show_command(case, target)}`)")
 
     def cell(self, result: CheckResult, compact: bool = True) -> str | None:
         f = result.figures

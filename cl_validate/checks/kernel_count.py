@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cl_validate.checks.ratchet import BudgetCheck, budget_verdict, count_cell
+from cl_validate.checks.ratchet import BudgetCheck, budget_verdict, count_cell, show_command
 from cl_validate.checks.registry import Judging, register
 from cl_validate.checks.verdict import CheckResult, Figures, Status
 from cl_validate.measurements.kernel_list import KernelList
@@ -47,7 +47,7 @@ class KernelCount(BudgetCheck):
                                kind=SkipKind.NOT_DECLARED, figures=figures)
         body = kernels.render() if n > limit else ""
         return budget_verdict(j, NAME, n, int(limit), budget.line(NAME), body, figures,
-                              f"`cl-validate show {case.name} --target {target}` lists the "
+                              f"`{show_command(case, target)}` lists the "
                               "kernels; a new or split one is a fusion that broke")
 
     def cell(self, result: CheckResult, compact: bool = True) -> str | None:

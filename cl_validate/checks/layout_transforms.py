@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cl_validate.checks.ratchet import BudgetCheck, budget_verdict, count_cell
+from cl_validate.checks.ratchet import BudgetCheck, budget_verdict, count_cell, show_command
 from cl_validate.checks.registry import FailureKind, Judging, register
 from cl_validate.checks.verdict import CheckResult, Figures, Status
 from cl_validate.measurements.attribution import Reason
@@ -36,6 +36,9 @@ class TransformFigures(Figures):
     budget: float | None = None  # the budget that applied on this target
     budget_source: str | None = None  # "targets_override.cuda, line 22", "budget, line 14"
     stale: bool = False  # under budget: `budget tighten` would lower it
+    #: each runtime transform's attribution, one property each ("graph output boundary, from
+    #: conv2 (convolution)"): what `cl-validate diff` names as a new transform's module
+    transform: tuple[str, ...] = ()
 
 
 def stage_body(kernels: KernelList, counts: Sequence[StageCount]) -> str:
@@ -45,6 +48,12 @@ def stage_body(kernels: KernelList, counts: Sequence[StageCount]) -> str:
     return (f"transforms after each stage (runtime[+weight]): {stages}\n"
             f"kernel list ({len(kernels)} kernels, >> = contains a layout transform):\n"
             f"{kernels.render()}")
+
+
+def attributions(kernels: KernelList) -> tuple[str, ...]:
+    """Why each runtime transform is there and the module that caused it, in kernel order."""
+    return tuple(t.attribution.describe() if t.attribution else f"{t.op} (not attributed)"
+                 for t in kernels.runtime_transforms)
 
 
 def next_step(case: CaseSpec, target: str, kernels: KernelList) -> str:
@@ -63,7 +72,7 @@ def next_step(case: CaseSpec, target: str, kernels: KernelList) -> str:
         return 'declare the input layout = "NHWC" if callers can pass channels-last data'
     if any(a.reason is Reason.OUTPUT_BOUNDARY for a in atts):
         return 'declare [[outputs]] layout = "NHWC" if callers accept channels-last data'
-    return f"`cl-validate show {case.name} --target {target}` names each transform's source"
+    return f"`{show_command(case, target)}` names each transform's source"
 
 
 @register
@@ -88,7 +97,7 @@ class LayoutTransforms(BudgetCheck):
         runtime = len(kernels.runtime_transforms)
         weights = kernels.weight_transforms
         figures = TransformFigures(layout_transforms=runtime, weight_transforms=len(weights),
-                                   budget=limit)
+                                   budget=limit, transform=attributions(kernels))
         body = stage_body(kernels, m.stage_counts)
         if weights:
             w = weights[0]

@@ -7,6 +7,7 @@ exactly on budget passes. A budget that was improved must come down in the same 
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import replace
 from typing import ClassVar, Protocol, TypeVar
@@ -14,6 +15,7 @@ from typing import ClassVar, Protocol, TypeVar
 from cl_validate.checks.registry import Check, FailureKind, Judging
 from cl_validate.checks.verdict import CheckResult, Figures, Status
 from cl_validate.measurements.kernel_list import KernelList
+from cl_validate.paths import repo_path
 from cl_validate.spec import CaseSpec
 from cl_validate.spec.budget_keys import BudgetKey
 from cl_validate.spec.config import StalePolicy
@@ -48,6 +50,19 @@ def budget_source(case: CaseSpec, target: str, key: str) -> str:
     return f"{table}, line {line}"
 
 
+def case_command(case: CaseSpec, command: str, *options: str) -> str:
+    """The ``cl-validate`` command line that acts on `case`'s file, runnable from the
+    repository root wherever the file lies (a name would only be found under model_cases/):
+    ``cl-validate show model_cases/x.toml --target llvm``."""
+    return " ".join(["cl-validate", command, shlex.quote(repo_path(case.path)), *options])
+
+
+def show_command(case: CaseSpec, target: str) -> str:
+    """``cl-validate show FILE --target T`` (with ``--variant`` for a variant's run)."""
+    variant = ("--variant", case.variant.name) if case.variant is not None else ()
+    return case_command(case, "show", "--target", target, *variant)
+
+
 def budget_verdict(j: Judging, key: str, measured_n: int, budget: int, line: int | None,
                    body: str, figures: F, next_step: str = "",
                    show: Callable[[int], str] = str) -> CheckResult:
@@ -59,15 +74,16 @@ def budget_verdict(j: Judging, key: str, measured_n: int, budget: int, line: int
     figures = replace(figures, budget=budget, budget_source=source)  # type: ignore[call-arg]
     body = f"budget {show(budget)} ({source})" + (f"\n{body}" if body else "")
     got, limit = show(measured_n), show(budget)
+    tighten = case_command(case, "budget tighten")
     if measured_n > budget:
         nxt = f" — next: {next_step}" if next_step else ""
+        raise_it = f" (if intended: {tighten} --allow-increase --reason TEXT)"
         return CheckResult(key, Status.FAILED,
-                           f"{key} {got} > budget {limit} ({target}){nxt}",
+                           f"{key} {got} > budget {limit} ({target}){nxt}{raise_it}",
                            kind=RatchetKind.EXCEEDED, line=line, body=body, figures=figures)
     if measured_n < budget:
         figures = replace(figures, stale=True)  # type: ignore[call-arg]
-        msg = (f"budget stale: {key} {got} < {limit} ({target}) — run cl-validate "
-               "budget tighten")
+        msg = f"budget stale: {key} {got} < {limit} ({target}) — run {tighten}"
         if j.stale is StalePolicy.WARN:
             return CheckResult(key, Status.PASSED, msg + " (stale_budget = \"warn\")",
                                line=line, body=body, figures=figures)

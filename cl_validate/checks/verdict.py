@@ -68,6 +68,8 @@ class Figures:
                     out.append((f.name, "true"))
             elif isinstance(value, tuple) and all(isinstance(v, tuple) for v in value):
                 out.extend((str(k), str(n)) for k, n in value)  # counted kinds: ("split", 2)
+            elif isinstance(value, tuple):  # one property per item, all named as the field
+                out.extend((f.name, str(v)) for v in value)
             elif isinstance(value, float):
                 out.append((f.name, f"{value:.6g}"))
             elif value is not None:

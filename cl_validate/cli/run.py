@@ -57,6 +57,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", metavar="FILE", help="write a Markdown report to FILE: "
                         "tables, why each failure failed, kernel-chain charts (GitHub renders "
                         "it; an existing FILE must be a report cl_validate wrote, or empty)")
+    parser.add_argument("--trend-json", metavar="FILE", help="write the figures of every case "
+                        "x target to FILE as JSON trend tools read (github-action-benchmark's "
+                        "customSmallerIsBetter: a list of {name, unit, value, extra})")
     add_patterns(parser)
     add_to_argparse(parser)
 
@@ -64,7 +67,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> ExitCode:
     # Report paths that cannot be written, or would replace what is not a report, fail now,
     # not after the compiles.
-    reports = RunReports(args.junit, args.markdown)
+    reports = RunReports(args.junit, args.markdown, args.trend_json)
     try:
         cases, options = _plan(args)
     except BaseException:  # nothing ran: no report, and none of an earlier run left standing

@@ -1,4 +1,6 @@
-"""Reporters: render `CaseResult`s as JUnit XML, console text, Markdown and GitHub annotations."""
+"""Reporters: render `CaseResult`s as JUnit XML, console text, Markdown and GitHub annotations;
+read reports' figures back (``figures``) to compare two runs (``delta``) or chart many
+(``trend``)."""
 
 from cl_validate.report.annotations import emit_annotations, github_annotations
 from cl_validate.report.console import progress_line, summary_table

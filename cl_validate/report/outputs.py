@@ -1,5 +1,5 @@
-"""The report files of one ``cl-validate run``: whatever ends the run, what lies at ``--junit``
-and ``--markdown`` is this run's report, never an earlier run's.
+"""The report files of one ``cl-validate run``: whatever ends the run, what lies at ``--junit``,
+``--markdown`` and ``--trend-json`` is this run's report, never an earlier run's.
 
 A CI job publishes the file at ``--junit`` whatever the step's outcome; a report left from an
 earlier run (a restored workspace, a self-hosted runner) would be published as this one's. So
@@ -34,6 +34,7 @@ from pathlib import Path
 from cl_validate.atomic import through_links
 from cl_validate.checks.verdict import CaseResult
 from cl_validate.paths import ReportKind, display_path, distinct_files, report_file
+from cl_validate.report.figures import write_trend_json
 from cl_validate.report.junit import write_junit
 from cl_validate.report.markdown import write_markdown
 
@@ -52,8 +53,10 @@ class RunReports:
     """``--junit`` and ``--markdown`` of a run (either may be None). See the module
     docstring for when each method is called."""
 
-    def __init__(self, junit: str | None, markdown: str | None) -> None:
-        named = [(o, p) for o, p in (("--junit", junit), ("--markdown", markdown)) if p]
+    def __init__(self, junit: str | None, markdown: str | None,
+                 trend_json: str | None = None) -> None:
+        named = [(o, p) for o, p in (("--junit", junit), ("--markdown", markdown),
+                                     ("--trend-json", trend_json)) if p]
         distinct_files(named)
         self._files: list[tuple[str, Path, Callable[[Sequence[CaseResult], Path], Path]]] = []
         if junit:
@@ -63,6 +66,9 @@ class RunReports:
             self._files.append(("Markdown report", report_file(markdown, "--markdown",
                                                                ReportKind.MARKDOWN),
                                 write_markdown))
+        if trend_json:
+            self._files.append(("trend figures", report_file(
+                trend_json, "--trend-json", ReportKind.TREND_JSON), write_trend_json))
         self._written: set[Path] = set()  # written by this run at least once
         self._failed: dict[Path, str] = {}  # path → why its last write failed
         self._next = 0.0  # time.monotonic() from which a progress write is due
