@@ -29,7 +29,26 @@ try:
 finally:
     _signal.pthread_sigmask(_signal.SIG_SETMASK, _mask)
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """The version setuptools-scm wrote at build time (from the git tag), else the installed
+    distribution's, else ``0+unknown`` (a source tree that was never built)."""
+    try:
+        from cl_validate._version import version  # type: ignore[import-not-found]
+
+        return str(version)
+    except ImportError:
+        pass
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("cl_validate")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__ = _version()
 
 __all__ = [
     "CaseFileError",

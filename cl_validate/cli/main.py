@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from types import ModuleType
 
-from cl_validate.cli import budget, calibrate, ledger, merge, run, show
+from cl_validate.cli import budget, calibrate, ledger, merge, pins, run, show
 from cl_validate.cli import list as list_
 from cl_validate.cli.streams import guarded_streams
 from cl_validate.errors import CompileStageError, ExitCode, UsageError
@@ -22,8 +22,19 @@ from cl_validate.report.console import one_line
 
 SUBCOMMANDS: dict[str, ModuleType] = {
     "run": run, "show": show, "list": list_, "budget": budget, "calibrate": calibrate,
-    "merge": merge, "ledger": ledger,
+    "merge": merge, "ledger": ledger, "pins": pins,
 }
+
+
+def version_line() -> str:
+    """``cl-validate X (apache-tvm Y, torch Z, Python W)``: from the installed distributions'
+    metadata, without importing TVM or torch (seconds each)."""
+    import platform
+
+    from cl_validate import __version__
+
+    deps = ", ".join(f"{d} {pins.installed(d) or 'absent'}" for d in ("apache-tvm", "torch"))
+    return f"cl-validate {__version__} ({deps}, Python {platform.python_version()})"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,6 +47,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="cl-validate", description="Gate channels-last TVM compiles of PyTorch "
                 "models: layout, runtime layout transforms, kernels and numerics.")
+    p.add_argument("--version", action="version", version=version_line())
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, mod in SUBCOMMANDS.items():
         mod.configure(sub.add_parser(name, help=mod.HELP, description=mod.__doc__))
