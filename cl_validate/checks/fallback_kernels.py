@@ -82,7 +82,7 @@ class FallbackKernels(BudgetCheck):
                                line=budget.line(NAME), body=body, figures=figures)
         return budget_verdict(j, NAME, n, int(limit), budget.line(NAME), body, figures,
                               "a kernel no specific dlight rule matched: see which op it fuses "
-                              f"(`cl-validate show {case.name} --target {target}`)")
+                              f"(`cl-validate show {case.ref} --target {target}`)")
 
     def cell(self, result: CheckResult, compact: bool = True) -> str | None:
         f = result.figures

@@ -47,7 +47,7 @@ class KernelCount(BudgetCheck):
                                kind=SkipKind.NOT_DECLARED, figures=figures)
         body = kernels.render() if n > limit else ""
         return budget_verdict(j, NAME, n, int(limit), budget.line(NAME), body, figures,
-                              f"`cl-validate show {case.name} --target {target}` lists the "
+                              f"`cl-validate show {case.ref} --target {target}` lists the "
                               "kernels; a new or split one is a fusion that broke")
 
     def cell(self, result: CheckResult, compact: bool = True) -> str | None:

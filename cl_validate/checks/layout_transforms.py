@@ -63,7 +63,7 @@ def next_step(case: CaseSpec, target: str, kernels: KernelList) -> str:
         return 'declare the input layout = "NHWC" if callers can pass channels-last data'
     if any(a.reason is Reason.OUTPUT_BOUNDARY for a in atts):
         return 'declare [[outputs]] layout = "NHWC" if callers accept channels-last data'
-    return f"`cl-validate show {case.name} --target {target}` names each transform's source"
+    return f"`cl-validate show {case.ref} --target {target}` names each transform's source"
 
 
 @register

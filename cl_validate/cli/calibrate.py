@@ -215,7 +215,7 @@ def report_float64(case: CaseSpec, target: str, stats: Float64Stats) -> str:
     worst = max(stats, key=lambda x: x[2].ratio)[2]
     over = sum(1 for _, _, st in stats if not st)
     verdict = (f"{over} of {len(stats)} exceed the bound: a regression to explain, not a "
-               f"tolerance to tune (`cl-validate show {case.name} --bisect` finds the stage)"
+               f"tolerance to tune (`cl-validate show {case.ref} --bisect` finds the stage)"
                if over else "every sample within: nothing to tune")
     lines.append(f"worst ratio {worst.ratio:.2f}x eager float32; {verdict}")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from types import ModuleType
 
-from cl_validate.cli import budget, calibrate, ledger, merge, pins, run, show
+from cl_validate.cli import budget, calibrate, init, ledger, merge, pins, run, show
 from cl_validate.cli import list as list_
 from cl_validate.cli.streams import guarded_streams
 from cl_validate.errors import CompileStageError, ExitCode, UsageError
@@ -22,7 +22,7 @@ from cl_validate.report.console import one_line
 
 SUBCOMMANDS: dict[str, ModuleType] = {
     "run": run, "show": show, "list": list_, "budget": budget, "calibrate": calibrate,
-    "merge": merge, "ledger": ledger, "pins": pins,
+    "merge": merge, "ledger": ledger, "init": init, "pins": pins,
 }
 
 
