@@ -44,10 +44,20 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, hint=f"see '{self.prog} --help'")
 
 
+class _Version(argparse.Action):
+    """``--version``: `version_line`, unwrapped (argparse's own action wraps it to the
+    terminal's width), read only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(version_line())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="cl-validate", description="Gate channels-last TVM compiles of PyTorch "
                 "models: layout, runtime layout transforms, kernels and numerics.")
-    p.add_argument("--version", action="version", version=version_line())
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="print cl_validate's, TVM's and torch's versions and exit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, mod in SUBCOMMANDS.items():
         mod.configure(sub.add_parser(name, help=mod.HELP, description=mod.__doc__))
