@@ -8,12 +8,14 @@ loading torch or TVM.
 from __future__ import annotations
 
 import argparse
+import platform
 import sys
 import traceback
 import warnings
 from collections.abc import Sequence
 from types import ModuleType
 
+from cl_validate import __version__
 from cl_validate.cli import budget, calibrate, init, ledger, merge, pins, run, show
 from cl_validate.cli import list as list_
 from cl_validate.cli.streams import guarded_streams
@@ -29,10 +31,6 @@ SUBCOMMANDS: dict[str, ModuleType] = {
 def version_line() -> str:
     """``cl-validate X (apache-tvm Y, torch Z, Python W)``: from the installed distributions'
     metadata, without importing TVM or torch (seconds each)."""
-    import platform
-
-    from cl_validate import __version__
-
     deps = ", ".join(f"{d} {pins.installed(d) or 'absent'}" for d in ("apache-tvm", "torch"))
     return f"cl-validate {__version__} ({deps}, Python {platform.python_version()})"
 
