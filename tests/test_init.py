@@ -110,6 +110,12 @@ def test_tighten_flags_the_comment_next_to_each_changed_number():
     # a comment flagged already keeps the value it was written for
     again = flag_comments(got2, got2.replace("= 2", "= 1"), datetime.date(2026, 2, 3))
     assert again == got2.replace("= 2", "= 1")
+    # a line tighten adds beside a changed one (raised: its reason) is not a change
+    old3 = "[budget]\nlayout_transforms = 1   # boundaries\nkernels = 4\n"
+    got3 = flag_comments(old3, old3.replace("= 1   # boundaries\n",
+                                            '= 2   # boundaries\nreason = "r"\n'), day)
+    assert got3 == ("[budget]\nlayout_transforms = 2   # boundaries [tighten 2026-01-02: was "
+                    "`layout_transforms = 1`: check this comment]\nreason = \"r\"\nkernels = 4\n")
     # the flagged text still means the new numbers
     assert load_text_as_case(Path("t.toml"), got).budget_for("llvm").get("layout_transforms") == 2
 

@@ -223,6 +223,13 @@ def _code_and_comment(line: str) -> tuple[str, str | None]:
     return line.rstrip(), None
 
 
+def _key(line: str) -> str | None:
+    """The key a ``key = value`` line sets, None for any other line."""
+    code, _ = _code_and_comment(line)
+    key, eq, _ = code.partition("=")
+    return key.strip() or None if eq and not code.lstrip().startswith("[") else None
+
+
 def flag_comments(old: str, new: str, day: datetime.date | None = None) -> str:
     """`new` (tighten's rewrite of `old`) with the comment next to each changed line marked:
     its trailing comment, else the block of comment lines right above it. Lines tighten
@@ -233,10 +240,15 @@ def flag_comments(old: str, new: str, day: datetime.date | None = None) -> str:
     inserts: list[tuple[int, str]] = []
     ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
     for tag, i1, i2, j1, j2 in ops:
-        if tag != "replace" or i2 - i1 != j2 - j1:
+        if tag != "replace":
             continue
-        for i, j in zip(range(i1, i2), range(j1, j2), strict=True):
-            was, _ = _code_and_comment(a[i])
+        # a changed line is paired with the old line of the same key (`kernels = ...`,
+        # `budget = {...}`): a `reason = ...` added beside it is new, not a change
+        olds = {_key(a[i]): a[i] for i in range(i1, i2) if _key(a[i])}
+        for j in range(j1, j2):
+            if _key(b[j]) not in olds:
+                continue
+            was, _ = _code_and_comment(olds[_key(b[j])])
             _, comment = _code_and_comment(b[j].rstrip("\n"))
             mark = f"[tighten {stamp}: was `{was.strip()}`: check this comment]"
             if comment is not None:
