@@ -543,3 +543,28 @@ def test_the_adopter_workflow_uses_the_action_by_tag_with_declared_inputs(tmp_pa
     proc = subprocess.run([exe, "-oneline", "-no-color", str(folder / ADOPTER.name)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_merge_job_installs_cl_validate_without_torch_or_tvm_and_can_merge(tmp_path):
+    """Merge mode installs cl_validate's requirements less torch and TVM (the action's LIGHT
+    script, run here on this environment's metadata), and `cl-validate merge` works where
+    torch and TVM cannot be imported."""
+    install = next(s for s in _action_steps() if s.get("id") == "install")
+    assert 'pip install --no-deps $PIP_ARGS "$spec"' in install["run"]
+    proc = subprocess.run([sys.executable, "-I", "-c", install["env"]["LIGHT"]],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    light = {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower() for r in proc.stdout.split("\n")
+             if r}
+    assert "junitparser" in light and not light & {"torch", "apache-tvm", "pytest"}
+    a, b, out = tmp_path / "a.xml", tmp_path / "b.xml", tmp_path / "o.xml"
+    a.write_text('<testsuite name="s" tests="1" failures="0" errors="0" time="1">'
+                 '<testcase classname="c" name="t1" time="1"/></testsuite>')
+    b.write_text('<testsuite name="s" tests="1" failures="0" errors="0" time="2">'
+                 '<testcase classname="c" name="t2" time="2"/></testsuite>')
+    blocked = ("import sys\nsys.modules['torch'] = sys.modules['tvm'] = None\n"
+               "from cl_validate.cli import main\nsys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", blocked, "merge", str(a), str(b), "-o",
+                           str(out)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert out.read_text().count("<testcase") == 2
