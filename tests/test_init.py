@@ -68,6 +68,22 @@ def test_init_measures_each_target_and_overrides_where_they_differ(tmp_path, mon
 
 
 @pytest.mark.compile
+def test_init_of_a_model_without_convolutions_declares_no_layout(tmp_path, monkeypatch):
+    (tmp_path / "mlp.py").write_text(
+        "import torch\n\n\ndef mlp():\n    return torch.nn.Sequential(torch.nn.Linear(8, 4), "
+        "torch.nn.ReLU())\n")
+    monkeypatch.chdir(tmp_path)
+    code, text = run_cli(["init", "mlp:mlp", "--input", "x:2x8", "--target", "llvm",
+                          "--no-isolation"]).both()
+    assert code == ExitCode.OK, text
+    out = tmp_path / "model_cases" / "mlp.toml"  # the default place
+    case = load_case(out)
+    assert case.layout == {} and "[layout]" not in out.read_text()
+    assert case.budget_for("llvm").get("layout_transforms") == 0
+    assert (case.budget_for("llvm").get("kernels") or 0) >= 1
+
+
+@pytest.mark.compile
 def test_init_of_a_model_that_does_not_compile_writes_nothing(tmp_path, monkeypatch):
     shutil.copy(DATA / "tiny_models.py", tmp_path)
     monkeypatch.chdir(tmp_path)

@@ -203,10 +203,9 @@ def main(args: argparse.Namespace) -> ExitCode:
         print(f"cl-validate init: the model does not compile: {display_path(out)} not written")
         return ExitCode.CHECK_FAILED
     layouts = [r.check(LAYOUT) for r in results if _has(r, LAYOUT)]
-    if layouts and all(c.kind is LayoutKind.MISSING for c in layouts):
+    if layouts and all(c.kind == LayoutKind.MISSING for c in layouts):
         # no convolution in the model: no layout to declare
-        text = text.replace(text[text.index("# The channels-last goal"):
-                                 text.index("[tolerance]")], "")
+        text = text[:text.index("\n# The channels-last goal")] + "\n"
         layouts = []
     budget, plan = budgets_text(results, case.targets)
     text += budget + TOLERANCE
