@@ -14,6 +14,8 @@ Importing this package does not import torch or TVM. It loads the checks, which 
 """
 
 import signal as _signal
+from importlib.metadata import PackageNotFoundError as _NotInstalled
+from importlib.metadata import version as _dist_version
 
 from cl_validate.procs import GUARDED_SIGNALS as _GUARDED
 
@@ -29,7 +31,16 @@ try:
 finally:
     _signal.pthread_sigmask(_signal.SIG_SETMASK, _mask)
 
-__version__ = "0.1.0"
+
+# The version setuptools-scm wrote at build time (from the git tag), else the installed
+# distribution's, else ``0+unknown`` (a source tree that was never built).
+try:
+    from cl_validate._version import version as __version__  # type: ignore[import-not-found]
+except ImportError:
+    try:
+        __version__ = _dist_version("cl_validate")
+    except _NotInstalled:
+        __version__ = "0+unknown"
 
 __all__ = [
     "CaseFileError",

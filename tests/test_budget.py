@@ -8,6 +8,7 @@ tests compile a bundled case and tiny models for real.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
@@ -214,12 +215,21 @@ def test_tighten_writes_through_a_link_keeping_crlf_the_bom_and_the_mode(tmp_pat
     assert "cases/tiny.toml -> shared/tiny.toml:\n" in out
     assert "(CRLF line ends and the UTF-8 byte-order mark kept)" in out
     assert link.is_symlink() and os.readlink(link) == "../shared/tiny.toml"
-    assert target.read_bytes() == original.replace(b"layout_transforms = 3",
-                                                   b"layout_transforms = 2")
+    written = target.read_bytes()
+    assert re.search(rb"layout_transforms = 2   # boundaries \[tighten [-\d]+: was "
+                     rb"`layout_transforms = 3`: check this comment\]\r\n", written)
+    assert unflagged(written.decode("utf-8-sig")) == original.replace(
+        b"layout_transforms = 3", b"layout_transforms = 2").decode("utf-8-sig")
     assert stat.S_IMODE(target.stat().st_mode) == 0o640
     assert sorted(p.name for p in shared.iterdir() if p.name != "__pycache__") == \
         ["tiny.toml", "tiny_models.py"]  # no temporary file left beside the target
 
+
+
+def unflagged(text: str) -> str:
+    """`text` without the markers tighten leaves on comments next to the numbers it changed."""
+    text = re.sub(r"[ \t]*# \^ \[tighten [^\]]*\]\r?\n", "", text)
+    return re.sub(r" \[tighten [-\d]+: was `[^`]*`: check this comment\]", "", text)
 
 
 @pytest.mark.compile
@@ -240,8 +250,14 @@ def test_tighten_restores_a_loosened_bundled_case_byte_for_byte(tmp_path):
     assert code == ExitCode.OK, out
     assert "llvm  layout_transforms 4 -> 2 (lowered)" in out
     assert "cuda  kernels 5 -> 3 (lowered)" in out
-    assert case.read_text() == original + (
+    text = case.read_text()
+    assert unflagged(text) == original + (
         "\n[targets_override.cuda]\nbudget = { kernels = 3 }   # cuda is different\n")
+    # each changed number's comment is flagged: trailing, or the block right above
+    assert "# cuda is different [tighten " in text
+    assert "kernels = 3                 # transpose, conv2d+bias, transpose [tighten " in text
+    assert "# ^ [tighten " in text.split("layout_transforms = 2")[0]  # the block above
+    assert text.count("check this comment]") == 3
     mtime = case.stat().st_mtime_ns
     code, out = run_cli(["budget", "tighten", str(case), "--no-isolation"]).both()
     assert code == ExitCode.OK and "0 file(s) updated, 1 exact" in out
@@ -266,7 +282,9 @@ def test_tighten_refuses_to_raise_silently_then_raises_with_a_reason(tmp_path):
                       "--reason", "output boundary is NCHW"]).both()
     assert code == ExitCode.OK, out
     text = case.read_text()
-    assert "layout_transforms = 2   # boundaries\n" in text
+    # the comment beside the raised number is flagged for the reviewer, with the old value
+    assert re.search(r"layout_transforms = 2   # boundaries \[tighten \d{4}-\d\d-\d\d: "
+                     r"was `layout_transforms = 1`: check this comment\]\n", text), text
     assert 'reason = "output boundary is NCHW"' in text and "# the two NCHW boundaries" in text
     assert load_case(case).budget.reason == "output boundary is NCHW"
     code, out = run_cli(["run", str(case), "--no-isolation"]).both()  # the loader accepts `reason`

@@ -1,6 +1,7 @@
-"""The GitHub Actions workflows: actionlint finds nothing, and the security properties of a
-pull-request gate hold (no privileged trigger, least-privilege tokens, pinned actions, a
-self-hosted GPU runner that never runs code from forks)."""
+"""The GitHub Actions workflows and the composite action (action.yml) they and adopting
+repositories use: actionlint finds nothing, the security properties of a pull-request gate
+hold (no privileged trigger, least-privilege tokens, pinned actions, a self-hosted GPU runner
+that never runs code from forks), and every input of the action is documented and used."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 SAME_REPO = "github.event.pull_request.head.repo.full_name == github.repository"
 PUBLISHERS = ("EnricoMi/publish-unit-test-result-action", "mikepenz/action-junit-report")
 PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+ACTION = ROOT / "action.yml"
+#: The adopter example's workflow: `uses:` this action by tag, as another repository would.
+ADOPTER = ROOT / "examples" / "adopter" / ".github" / "workflows" / "cl_validate.yml"
 
 
 def _actionlint() -> str | None:
@@ -51,6 +55,8 @@ def _triggers(data: dict[str, Any]) -> dict[str, Any]:
 
 def _uses(data: dict[str, Any]) -> list[str]:
     out = []
+    if "runs" in data:  # an action
+        return [s["uses"] for s in data["runs"]["steps"] if "uses" in s]
     for job in data["jobs"].values():
         if "uses" in job:  # a reusable workflow
             out.append(job["uses"])
@@ -113,13 +119,14 @@ def test_least_privilege_permissions(path):
         writes = {k for k, v in perms.items() if v == "write"}
         if writes:
             publishes = any(u.split("@")[0].startswith(PUBLISHERS) for u in
-                            (s.get("uses", "") for s in _steps(job)))
+                            (s.get("uses", "") for s in _steps(job))) or any(
+                s.get("uses") == "./" and "publish" in s.get("with", {}) for s in _steps(job))
             assert publishes and writes <= {"checks", "pull-requests"}, \
                 f"{name} asks for {sorted(writes)}"
         assert set(perms.values()) <= {"read", "write", "none"}
 
 
-@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*WORKFLOWS, ACTION], ids=lambda p: p.name)
 def test_every_action_is_pinned_to_a_commit_with_its_version(path):
     uses = _uses(_load(path))
     assert uses
@@ -150,11 +157,25 @@ def test_checkouts_do_not_keep_the_token():
                 assert step.get("with", {}).get("persist-credentials") is False, name
 
 
+def _action() -> dict[str, Any]:
+    return _load(ACTION)
+
+
+def _action_steps() -> list[dict[str, Any]]:
+    return list(_action()["runs"]["steps"])
+
+
+def _own_action_steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in _steps(job) if s.get("uses") == "./"]
+
+
 def test_pip_downloads_are_cached_and_torch_is_the_cpu_build():
     data = _ci()
     for name, job in data["jobs"].items():
         if "self-hosted" in job["runs-on"]:
             continue
+        for step in _own_action_steps(job):  # the action installs: torch's CPU build
+            assert step.get("with", {}).get("torch-index-url", CPU_INDEX) == CPU_INDEX, name
         installs = "pip install" in _runs(job)
         setup = [s for s in _steps(job) if s.get("uses", "").startswith("actions/setup-python@")]
         if not installs and not setup:  # a job that only publishes needs no Python
@@ -162,12 +183,20 @@ def test_pip_downloads_are_cached_and_torch_is_the_cpu_build():
         assert setup, name
         with_ = setup[0]["with"]
         assert with_["cache"] == "pip", name
-        assert set(with_["cache-dependency-path"].split()) == {"constraints.txt",
-                                                               "pyproject.toml"}, name
+        assert set(with_["cache-dependency-path"].split()) == {
+            "constraints.txt", "cl_validate/pins.txt", "pyproject.toml"}, name
         if installs:
             env = {**data.get("env", {}), **job.get("env", {})}
             assert env.get("PIP_EXTRA_INDEX_URL") == CPU_INDEX, name
             assert "-c constraints.txt" in _runs(job), name
+    inputs = _action()["inputs"]
+    assert inputs["torch-index-url"]["default"] == CPU_INDEX
+    install = next(s for s in _action_steps() if s.get("id") == "install")
+    assert '--extra-index-url "$TORCH_INDEX"' in install["run"]
+    # the action's own source with its pins, unless told otherwise
+    assert 'spec=${SPEC:-"$ACTION_PATH[pinned]"}' in install["run"]
+    assert install["env"]["ACTION_PATH"] == "${{ github.action_path }}"
+    assert "cl-validate\" pins --check" in install["run"]
 
 
 def test_lint_and_unit_tests_job():
@@ -175,30 +204,91 @@ def test_lint_and_unit_tests_job():
     assert "tox -e lint" in runs and "tox -e py" in runs
 
 
-def test_cpu_validation_runs_in_shards_and_uploads_each_report():
+def test_cpu_validation_runs_this_repositorys_action_in_shards():
     job = _ci()["jobs"]["validate"]
     shards = job["strategy"]["matrix"]["shard"]
     assert shards == list(range(1, len(shards) + 1))  # 1-based, no gap: every case runs
-    run = " ".join(_runs(job).split())
-    assert ("cl-validate run model_cases --target llvm --target cuda --target arm64 "
-            "--shard ${{ matrix.shard }}/${{ strategy.job-total }} "
-            "--junit reports/shard-${{ matrix.shard }}.xml") in run
-    upload = [s for s in _steps(job) if s.get("uses", "").startswith("actions/upload-artifact@")]
-    assert upload and upload[0]["if"] == "${{ !cancelled() }}"
-    assert upload[0]["with"]["path"] == "reports/shard-${{ matrix.shard }}.xml"
+    (step,) = _own_action_steps(job)  # exercised on every change, as adopters use it
+    assert step["with"] == {
+        "cases": "model_cases", "targets": "llvm cuda arm64",
+        "shard": "${{ matrix.shard }}/${{ strategy.job-total }}",
+        "junit": "reports/shard-${{ matrix.shard }}.xml", "python-version": "3.11"}
+    steps = _action_steps()
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert "!cancelled()" in upload["if"] and "inputs.upload == 'true'" in upload["if"]
+    assert upload["with"]["path"] == "${{ steps.paths.outputs.junit }}"
+    # the verdict fails the job only after the cache and the report are kept
+    names = [s.get("name", "") for s in steps]
+    assert names.index("Fail on a failed check") > names.index("Upload the JUnit report")
+
+
+def _run_script(step_name: str, env: dict[str, str], tmp_path: Path) -> list[str]:
+    """Run one of the action's bash steps with `env` as its inputs and a `cl-validate` that
+    records its arguments; the arguments it got."""
+    step = next(s for s in _action_steps() if s.get("name") == step_name)
+    fake = tmp_path / "bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "cl-validate").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS_OUT"\n')
+    (fake / "cl-validate").chmod(0o755)
+    out = tmp_path / "github_output"
+    full = {"PATH": f"{fake}:/usr/bin:/bin", "GITHUB_OUTPUT": str(out),
+            "ARGS_OUT": str(tmp_path / "args"), **env}
+    proc = subprocess.run(["bash", "-e", "-c", step["run"]], env=full, capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return (tmp_path / "args").read_text().splitlines()
+
+
+def test_the_actions_run_step_builds_the_command_from_its_inputs(tmp_path):
+    inputs = {"CASES": "model_cases more", "TARGETS": "llvm cuda", "SHARD": "2/3",
+              "ARGS": "--jobs 2 -k res", "REQUIRE_DEVICE": "false",
+              "JUNIT": "reports/s2.xml", "CACHE": "true"}
+    args = _run_script("Validate the cases", inputs, tmp_path)
+    assert args == ["run", "model_cases", "more", "--target", "llvm", "--target", "cuda",
+                    "--shard", "2/3", "--junit", "reports/s2.xml", "--jobs", "2", "-k", "res"]
+    assert "exit-code=0" in (tmp_path / "github_output").read_text()
+    args = _run_script("Validate the cases", {**inputs, "SHARD": "", "TARGETS": "",
+                                              "REQUIRE_DEVICE": "true", "CACHE": "false",
+                                              "ARGS": ""}, tmp_path)
+    assert args == ["run", "model_cases", "more", "--require-device", "--no-cache", "--junit",
+                    "reports/s2.xml"]
+
+
+def test_the_action_refuses_a_bad_shard_and_names_each_shards_report(tmp_path):
+    step = next(s for s in _action_steps() if s.get("id") == "paths")
+
+    def run(**env: str) -> tuple[int, str]:
+        out = tmp_path / "o"
+        out.write_text("")
+        proc = subprocess.run(["bash", "-e", "-c", step["run"]], capture_output=True,
+                              text=True, env={"PATH": "/usr/bin:/bin", "GITHUB_OUTPUT": str(out),
+                                              "MODE": "run", "SHARD": "", "JUNIT": "", **env})
+        return proc.returncode, proc.stdout + out.read_text()
+
+    assert run(SHARD="2/4") == (0, "junit=reports/cl_validate-shard-2.xml\nshard-name=shard-2\n")
+    assert run() == (0, "junit=reports/cl_validate.xml\nshard-name=\n")
+    code, out = run(SHARD="two")
+    assert code == 2 and "::error title=cl_validate::shard must be I/N" in out
+    code, out = run(MODE="merg")
+    assert code == 2 and "mode must be run or merge" in out
 
 
 def test_report_job_merges_publishes_and_summarizes():
     job = _ci()["jobs"]["report"]
     assert job["needs"] == "validate" and job["if"] == "${{ !cancelled() }}"
-    runs = _runs(job)
-    assert "cl-validate merge reports/shard-*.xml -o reports/cpu.xml" in runs
-    assert "GITHUB_STEP_SUMMARY" in runs
-    publish = [s for s in _steps(job) if s.get("uses", "").split("@")[0] in PUBLISHERS]
-    assert publish and publish[0]["with"]["files"] == "reports/cpu.xml"
-    assert SAME_REPO in publish[0]["if"]  # a fork's read-only token cannot publish
+    (step,) = _own_action_steps(job)
+    assert step["with"]["mode"] == "merge" and step["with"]["junit"] == "reports/cpu.xml"
+    assert SAME_REPO in step["with"]["publish"]  # a fork's read-only token cannot publish
     assert job["permissions"] == {"contents": "read", "checks": "write",
                                   "pull-requests": "write"}
+    steps = {s.get("name", s.get("uses", "")): s for s in _action_steps()}
+    merge = steps["Merge the reports"]
+    assert 'cl-validate merge "$RUNNER_TEMP"/cl_validate-reports/*.xml -o "$JUNIT"' in merge["run"]
+    assert "GITHUB_STEP_SUMMARY" in merge["run"] and merge["if"] == "inputs.mode == 'merge'"
+    publish = steps["Publish the JUnit report"]
+    assert publish["uses"].split("@")[0] in PUBLISHERS
+    assert publish["with"]["files"] == "${{ steps.paths.outputs.junit }}"
+    assert publish["if"] == "inputs.mode == 'merge' && inputs.publish == 'true'"
 
 
 def test_gpu_job_runs_tox_gpu_only_for_trusted_code():
@@ -210,23 +300,31 @@ def test_gpu_job_runs_tox_gpu_only_for_trusted_code():
 
 
 def test_each_shard_restores_prunes_and_saves_the_measurement_cache():
-    steps = _steps(_ci()["jobs"]["validate"])
+    steps = _action_steps()
     names = [s.get("name", s.get("uses", "")) for s in steps]
     restore = next(s for s in steps if s.get("uses", "").startswith("actions/cache/restore@"))
     save = next(s for s in steps if s.get("uses", "").startswith("actions/cache/save@"))
-    run = next(i for i, n in enumerate(names) if str(n).startswith("Validate shard"))
-    prune = next(i for i, n in enumerate(names) if str(n).startswith("Prune"))
-    assert steps.index(restore) < run < prune < steps.index(save)
+    run = names.index("Validate the cases")
+    prune = names.index("Prune the measurement cache")
+    assert names.index("Key the measurement cache") < steps.index(restore) < run < prune < \
+        steps.index(save)
     assert restore["with"]["path"] == save["with"]["path"] == ".cl_validate_cache"
     key = restore["with"]["key"]
-    # A pin change or a cl_validate change starts cold; every run saves its own entry.
-    assert "hashFiles('constraints.txt', 'cl_validate/**/*.py')" in key
-    assert "matrix.shard" in key and "github.run_id" in key
+    # The installed versions (cl-validate --version) and the case files key it, never the
+    # caller's own Python sources; every run saves its own entry.
+    assert "hashFiles" not in key and "cl_validate/**" not in key
+    key_step = steps[names.index("Key the measurement cache")]
+    assert "steps.install.outputs.version" in key_step["env"]["VERSION"]
+    assert "find $CASES" in key_step["run"]
+    assert key.startswith("${{ steps.key.outputs.prefix }}${{ steps.paths.outputs.shard-name")
+    assert "steps.key.outputs.cases" in key and "github.run_id" in key
     fallbacks = [f for f in restore["with"]["restore-keys"].splitlines() if f.strip()]
-    assert len(fallbacks) == 2 and all(key.startswith(f) for f in fallbacks)  # shard, any
+    assert len(fallbacks) == 3 and all(key.startswith(f) for f in fallbacks)  # cases, shard, any
     assert save["with"]["key"] == "${{ steps.cache.outputs.cache-primary-key }}"
-    assert save["if"] == "${{ !cancelled() }}"  # a failing shard keeps its measurements
+    assert "!cancelled()" in save["if"]  # a failing shard keeps its measurements
     assert "-newer" in steps[prune]["run"] and "run-start" in steps[prune]["run"]
+    for step in (restore, save, steps[prune], key_step):
+        assert "inputs.cache == 'true'" in step["if"]
 
 
 def test_gpu_verdicts_are_published_as_their_own_check_from_a_hosted_runner():
@@ -237,8 +335,8 @@ def test_gpu_verdicts_are_published_as_their_own_check_from_a_hosted_runner():
     publish = [s for s in _steps(job) if s.get("uses", "").split("@")[0] in PUBLISHERS]
     assert publish and publish[0]["with"]["files"] == "reports/gpu.xml"
     assert "GPU" in publish[0]["with"]["check_name"]
-    cpu = [s for s in _steps(jobs["report"]) if s.get("uses", "").split("@")[0] in PUBLISHERS]
-    assert publish[0]["with"]["check_name"] != cpu[0]["with"]["check_name"]
+    (cpu,) = _own_action_steps(jobs["report"])
+    assert publish[0]["with"]["check_name"] != cpu["with"]["check-name"]
     gpu_perms = jobs["gpu"].get("permissions", {})
     assert "write" not in gpu_perms.values()  # the self-hosted runner never writes
 
@@ -280,6 +378,8 @@ def test_device_farm_job_is_opt_in_and_runs_tox_device_against_the_runners_track
     assert publish and publish[0]["with"]["files"] == "reports/device.xml"
     names = {s["with"]["check_name"] for j in jobs.values() for s in _steps(j)
              if s.get("uses", "").split("@")[0] in PUBLISHERS}
+    names |= {s["with"]["check-name"] for j in jobs.values() for s in _own_action_steps(j)
+              if "check-name" in s.get("with", {})}
     assert len(names) == 3  # CPU, GPU and device farm: three checks, never merged into one
 
 
@@ -350,3 +450,121 @@ def test_publisher_snippets_pass_actionlint(tmp_path):
     proc = subprocess.run([exe, "-oneline", "-no-color", *sorted(map(str, folder.iterdir()))],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# The composite action (action.yml): what adopting repositories `uses:`
+# --------------------------------------------------------------------------------------------
+def _expressions(data: Any) -> str:
+    """Every string in `data`, joined: where ``${{ ... }}`` and ``if:`` expressions live."""
+    if isinstance(data, dict):
+        return "\n".join(_expressions(v) for v in data.values())
+    if isinstance(data, list):
+        return "\n".join(_expressions(v) for v in data)
+    return str(data)
+
+
+def test_every_input_is_documented_used_and_every_reference_exists():
+    action = _action()
+    inputs = action["inputs"]
+    for name, spec in inputs.items():
+        assert len(str(spec.get("description", "")).split()) >= 4, f"document input {name}"
+        assert "default" in spec or spec.get("required"), f"input {name}: default or required"
+    steps = _action_steps()
+    used = set(re.findall(r"\binputs\.([\w-]+)", _expressions(steps)))
+    assert used == set(inputs), (f"referenced, not declared: {sorted(used - set(inputs))}; "
+                                 f"declared, never used: {sorted(set(inputs) - used)}")
+    ids: list[str] = []
+    for step in steps:  # a step's outputs are read only after that step
+        for ref in re.findall(r"\bsteps\.([\w-]+)\.outputs", _expressions(step)):
+            assert ref in ids, f"{step.get('name')}: steps.{ref} is not an earlier step"
+        if "id" in step:
+            ids.append(step["id"])
+    for name, out in action["outputs"].items():
+        assert out["description"], name
+        (ref,) = re.findall(r"\bsteps\.([\w-]+)\.outputs", out["value"])
+        assert ref in ids, name
+    assert action["runs"]["using"] == "composite"
+    for step in steps:
+        if "run" in step:
+            assert step["shell"] == "bash", step.get("name")
+            # inputs reach scripts through env, never spliced into the script's text
+            assert "${{" not in step["run"], step.get("name")
+
+
+def test_every_step_script_of_the_action_is_valid_bash():
+    for step in _action_steps():
+        if "run" in step:
+            proc = subprocess.run(["bash", "-n", "-c", step["run"]], capture_output=True,
+                                  text=True, timeout=30)
+            assert proc.returncode == 0, f"{step.get('name')}: {proc.stderr}"
+
+
+def test_the_actions_steps_pass_actionlint(tmp_path):
+    """actionlint checks an action's inputs where a workflow uses it, not its steps: they go
+    through it as the steps of a job whose `workflow_dispatch` inputs are the action's."""
+    exe = _actionlint()
+    if exe is None:
+        pytest.skip("actionlint is not installed")
+    action = _action()
+    inputs = {name: {"description": "an input of the action", "required": False,
+                     "default": str(spec.get("default", "")), "type": "string"}
+              for name, spec in action["inputs"].items()}
+    steps = [{k: v for k, v in s.items()} for s in action["runs"]["steps"]]
+    workflow = {"name": "action", "on": {"workflow_dispatch": {"inputs": inputs}},
+                "permissions": {"contents": "read"},
+                "jobs": {"action": {"runs-on": "ubuntu-latest", "steps": steps}}}
+    folder = tmp_path / ".github" / "workflows"
+    folder.mkdir(parents=True)
+    text = yaml.safe_dump(workflow, sort_keys=False)
+    # `github.action_path` exists only inside an action
+    (folder / "action.yml").write_text(text.replace("github.action_path", "github.workspace"))
+    proc = subprocess.run([exe, "-oneline", "-no-color", str(folder / "action.yml")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_adopter_workflow_uses_the_action_by_tag_with_declared_inputs(tmp_path):
+    data = _load(ADOPTER)
+    inputs = set(_action()["inputs"])
+    steps = [s for j in data["jobs"].values() for s in _steps(j)]
+    ours = [s for s in steps if s.get("uses", "").startswith("OWNER/cl_validate@")]
+    assert ours, "the example uses the action as another repository would"
+    for step in ours:
+        assert re.fullmatch(r"OWNER/cl_validate@v\d+\.\d+\.\d+", step["uses"]), step["uses"]
+        assert set(step.get("with", {})) <= inputs
+    assert len(ADOPTER.read_text().splitlines()) <= 30  # a starting point, not a framework
+    exe = _actionlint()
+    if exe is None:
+        pytest.skip("actionlint is not installed")
+    folder = tmp_path / ".github" / "workflows"
+    folder.mkdir(parents=True)
+    shutil.copy(ADOPTER, folder)
+    proc = subprocess.run([exe, "-oneline", "-no-color", str(folder / ADOPTER.name)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_merge_job_installs_cl_validate_without_torch_or_tvm_and_can_merge(tmp_path):
+    """Merge mode installs cl_validate's requirements less torch and TVM (the action's LIGHT
+    script, run here on this environment's metadata), and `cl-validate merge` works where
+    torch and TVM cannot be imported."""
+    install = next(s for s in _action_steps() if s.get("id") == "install")
+    assert 'pip install --no-deps $PIP_ARGS "$spec"' in install["run"]
+    proc = subprocess.run([sys.executable, "-I", "-c", install["env"]["LIGHT"]],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    light = {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower() for r in proc.stdout.split("\n")
+             if r}
+    assert "junitparser" in light and not light & {"torch", "apache-tvm", "pytest"}
+    a, b, out = tmp_path / "a.xml", tmp_path / "b.xml", tmp_path / "o.xml"
+    a.write_text('<testsuite name="s" tests="1" failures="0" errors="0" time="1">'
+                 '<testcase classname="c" name="t1" time="1"/></testsuite>')
+    b.write_text('<testsuite name="s" tests="1" failures="0" errors="0" time="2">'
+                 '<testcase classname="c" name="t2" time="2"/></testsuite>')
+    blocked = ("import sys\nsys.modules['torch'] = sys.modules['tvm'] = None\n"
+               "from cl_validate.cli import main\nsys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", blocked, "merge", str(a), str(b), "-o",
+                           str(out)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert out.read_text().count("<testcase") == 2

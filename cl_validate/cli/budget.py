@@ -34,7 +34,7 @@ from cl_validate.errors import ExitCode, UsageError
 from cl_validate.measurements.kernel_list import KernelList
 from cl_validate.paths import display_path
 from cl_validate.spec import CaseSpec, load_cases
-from cl_validate.spec.budgets import MeasuredCounts, plan, rewrite, verify
+from cl_validate.spec.budgets import MeasuredCounts, flag_comments, plan, rewrite, verify
 from cl_validate.spec.casefile import CaseText, diff_lines, written_to
 from cl_validate.spec.options import add_to_argparse
 
@@ -143,7 +143,7 @@ def _record(results: Sequence[CaseResult]) -> ExitCode:
     return ExitCode.OK
 
 
-def _figures(kernels: KernelList) -> dict[str, int]:
+def figures(kernels: KernelList) -> dict[str, int]:
     """What tighten may write, where it applies: each budget check's exact figure (the
     transform bytes where every shape is known, the kernels left to dlight's Fallback where
     dlight scheduled the target, ...)."""
@@ -160,7 +160,7 @@ def _tighten(cases: Sequence[CaseSpec], results: Sequence[CaseResult], *,
             broken.append(f"{r.case.label} [{r.target}]")
             continue
         variant = r.case.variant.name if r.case.variant else None
-        measured.setdefault(r.case.name, {}).setdefault(variant, {})[r.target] = _figures(
+        measured.setdefault(r.case.name, {}).setdefault(variant, {})[r.target] = figures(
             r.kernels)
     changed = exact = refused = 0
     print()
@@ -176,7 +176,7 @@ def _tighten(cases: Sequence[CaseSpec], results: Sequence[CaseResult], *,
             exact += 1
             continue
         source = CaseText.read(case.path)
-        new = rewrite(source.text, p)
+        new = flag_comments(source.text, rewrite(source.text, p))
         verify(case.path, source.encode(new), p)  # the bytes that will be written
         changed += 1
         print(f"{written_to(case.path)}:" + (" (dry run: not written)" if dry_run else ""))

@@ -13,6 +13,7 @@ from cl_validate.errors import UsageError
 from cl_validate.paths import display_path
 from cl_validate.spec import CaseSpec, load_case, load_cases
 from cl_validate.spec.config import StalePolicy
+from cl_validate.spec.model import DEFAULT_CASES
 from cl_validate.spec.options import (
     RunOptions,
     check_target_names,
@@ -22,7 +23,7 @@ from cl_validate.spec.options import (
 from cl_validate.suite.driver import Measurer, run_suite
 from cl_validate.suite.pool import WorkerPool
 
-DEFAULT_PATH = "model_cases"
+DEFAULT_PATH = DEFAULT_CASES
 
 
 def add_paths(p: argparse.ArgumentParser) -> None:

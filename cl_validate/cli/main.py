@@ -8,13 +8,26 @@ loading torch or TVM.
 from __future__ import annotations
 
 import argparse
+import platform
 import sys
 import traceback
 import warnings
 from collections.abc import Sequence
 from types import ModuleType
 
-from cl_validate.cli import budget, calibrate, diff, ledger, merge, run, show, trend
+from cl_validate import __version__
+from cl_validate.cli import (
+    budget,
+    calibrate,
+    diff,
+    init,
+    ledger,
+    merge,
+    pins,
+    run,
+    show,
+    trend,
+)
 from cl_validate.cli import list as list_
 from cl_validate.cli.streams import guarded_streams
 from cl_validate.errors import CompileStageError, ExitCode, UsageError
@@ -22,8 +35,16 @@ from cl_validate.report.console import one_line
 
 SUBCOMMANDS: dict[str, ModuleType] = {
     "run": run, "show": show, "list": list_, "budget": budget, "calibrate": calibrate,
-    "merge": merge, "ledger": ledger, "diff": diff, "trend": trend,
+    "merge": merge, "ledger": ledger, "diff": diff, "trend": trend, "init": init,
+    "pins": pins,
 }
+
+
+def version_line() -> str:
+    """``cl-validate X (apache-tvm Y, torch Z, Python W)``: from the installed distributions'
+    metadata, without importing TVM or torch (seconds each)."""
+    deps = ", ".join(f"{d} {pins.installed(d) or 'absent'}" for d in ("apache-tvm", "torch"))
+    return f"cl-validate {__version__} ({deps}, Python {platform.python_version()})"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,9 +54,20 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, hint=f"see '{self.prog} --help'")
 
 
+class _Version(argparse.Action):
+    """``--version``: `version_line`, unwrapped (argparse's own action wraps it to the
+    terminal's width), read only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(version_line())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="cl-validate", description="Gate channels-last TVM compiles of PyTorch "
                 "models: layout, runtime layout transforms, kernels and numerics.")
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="print cl_validate's, TVM's and torch's versions and exit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, mod in SUBCOMMANDS.items():
         mod.configure(sub.add_parser(name, help=mod.HELP, description=mod.__doc__))

@@ -16,10 +16,19 @@ planned budgets before anything is written:
   ``targets_override``); the ones it declares are updated in place;
 - a budget the case does not declare (``kernels`` is optional) is not added;
 - a budget is never raised unless ``allow_increase``, and then with its ``reason`` recorded.
+
+A comment that explains a number is wrong once tighten changes the number: `flag_comments`
+marks each comment next to a changed line (its own trailing comment, else the comment lines
+right above it) with ``[tighten DATE: was `kernels = 58`: check this comment]``, for the
+reviewer of the change to rewrite or drop (with the marker): the value the comment was
+written for stays readable in it, and a later tighten leaves a marked comment alone.
 """
 
 from __future__ import annotations
 
+import datetime
+import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,3 +204,64 @@ def verify(path: Path, data: str | bytes, p: Plan) -> None:
                 where = f"[{variant}] " if variant else ""
                 raise AssertionError(f"rewriting {path} would give {where}{t} {key} "
                                      f"{got.get(key)}, not {value}")
+
+
+#: The marker `flag_comments` leaves (until a person removes it with the comment checked).
+_MARK = re.compile(r"\s*\[tighten \d{4}-\d{2}-\d{2}: was `[^`]*`: check this comment\]")
+
+
+def _code_and_comment(line: str) -> tuple[str, str | None]:
+    """`line` split at its trailing comment (a ``#`` outside a string), stripped."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            return line[:i].rstrip(), line[i:]
+    return line.rstrip(), None
+
+
+def _key(line: str) -> str | None:
+    """The key a ``key = value`` line sets, None for any other line."""
+    code, _ = _code_and_comment(line)
+    key, eq, _ = code.partition("=")
+    return key.strip() or None if eq and not code.lstrip().startswith("[") else None
+
+
+def flag_comments(old: str, new: str, day: datetime.date | None = None) -> str:
+    """`new` (tighten's rewrite of `old`) with the comment next to each changed line marked:
+    its trailing comment, else the block of comment lines right above it. Lines tighten
+    added (a new override) have no comment of the user's to flag."""
+    stamp = (day or datetime.date.today()).isoformat()
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    out = list(b)
+    inserts: list[tuple[int, str]] = []
+    ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    for tag, i1, i2, j1, j2 in ops:
+        if tag != "replace":
+            continue
+        # a changed line is paired with the old line of the same key (`kernels = ...`,
+        # `budget = {...}`): a `reason = ...` added beside it is new, not a change
+        olds = {_key(a[i]): a[i] for i in range(i1, i2) if _key(a[i])}
+        for j in range(j1, j2):
+            if _key(b[j]) not in olds:
+                continue
+            was, _ = _code_and_comment(olds[_key(b[j])])
+            _, comment = _code_and_comment(b[j].rstrip("\n"))
+            mark = f"[tighten {stamp}: was `{was.strip()}`: check this comment]"
+            if comment is not None:
+                if not _MARK.search(comment):  # else flagged already, with the older value
+                    out[j] = f"{b[j].rstrip()} {mark}\n"
+                continue
+            k = j
+            while k > 0 and b[k - 1].lstrip().startswith("#"):
+                k -= 1
+            if k < j:  # a comment block right above the line
+                indent = b[j][: len(b[j]) - len(b[j].lstrip())]
+                inserts.append((j, f"{indent}# ^ {mark}\n"))
+    for j, line in sorted(inserts, reverse=True):
+        if not _MARK.search(out[j - 1]):  # else flagged already, with the older value
+            out.insert(j, line)
+    return "".join(out)

@@ -7,14 +7,18 @@ sent to a case process. Imports nothing heavy.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from cl_validate.paths import display_path
 from cl_validate.spec.budget_keys import budget_keys
 from cl_validate.spec.targets import BUILTIN, TargetDef
 
+#: Where commands look for case files by default, and cases by name.
+DEFAULT_CASES = "model_cases"
 DTYPES: tuple[str, ...] = (
     "float32", "float16", "float64", "bfloat16", "int8", "uint8", "int32", "int64", "bool",
 )
@@ -228,6 +232,18 @@ class CaseSpec:
     def label(self) -> str:
         """The run's name in reports: ``resnet50``, or ``resnet50[b8]`` for a variant."""
         return self.name if self.variant is None else f"{self.name}[{self.variant.name}]"
+
+    @property
+    def ref(self) -> str:
+        """How a command line names this case (``cl-validate show REF``): its name where a
+        name finds it (a case file under ``model_cases/`` of the working directory), else its
+        file's path, shell-quoted: a hint must work for a case kept anywhere."""
+        cases = Path.cwd() / DEFAULT_CASES
+        try:
+            self.path.resolve().relative_to(cases.resolve())
+            return self.name
+        except ValueError:
+            return shlex.quote(display_path(self.path))
 
     # -- dynamic dimensions -----------------------------------------------------------------
     def sample_sizes(self) -> list[dict[str, int]]:
