@@ -279,7 +279,7 @@ def test_report_job_merges_publishes_and_summarizes():
     (step,) = _own_action_steps(job)
     assert step["with"]["mode"] == "merge" and step["with"]["junit"] == "reports/cpu.xml"
     assert SAME_REPO in step["with"]["publish"]  # a fork's read-only token cannot publish
-    assert job["permissions"] == {"contents": "read", "checks": "write",
+    assert job["permissions"] == {"contents": "read", "actions": "read", "checks": "write",
                                   "pull-requests": "write"}
     steps = {s.get("name", s.get("uses", "")): s for s in _action_steps()}
     merge = steps["Merge the reports"]
@@ -289,6 +289,55 @@ def test_report_job_merges_publishes_and_summarizes():
     assert publish["uses"].split("@")[0] in PUBLISHERS
     assert publish["with"]["files"] == "${{ steps.paths.outputs.junit }}"
     assert publish["if"] == "inputs.mode == 'merge' && inputs.publish == 'true'"
+
+
+def _compare(tmp_path: Path, *, base_runs: str, allowed: str = "false",
+             fail: str = "true") -> tuple[int, str, list[str] | None]:
+    """The action's compare step with `gh` and `git` replaced: `gh run list` prints
+    `base_runs`, `gh run download` writes the base report; returns the exit code, the output
+    and the arguments `cl-validate` got (None: not called)."""
+    step = next(s for s in _action_steps() if s.get("name") == "Compare with the base branch")
+    fake = tmp_path / "bin"
+    fake.mkdir(parents=True)
+    scripts = {
+        "cl-validate": 'printf "%s\\n" "$@" > "$ARGS_OUT"',
+        "gh": f'if [ "$2" = list ]; then echo "{base_runs}"; exit 0; fi\n'
+              'while [ "$1" != --dir ]; do shift; done; mkdir -p "$2"; echo "<x/>" > "$2/cpu.xml"',
+        "git": "exit 0",
+    }
+    for name, body in scripts.items():
+        (fake / name).write_text(f"#!/bin/sh\n{body}\n")
+        (fake / name).chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "GITHUB_OUTPUT": str(tmp_path / "out"),
+           "ARGS_OUT": str(tmp_path / "args"), "RUNNER_TEMP": str(tmp_path),
+           "GITHUB_REPOSITORY": "team/repo", "JUNIT": "reports/cpu.xml", "BASE_REF": "main",
+           "BASE_SHA": "abc123", "WORKFLOW_REF": "team/repo/.github/workflows/ci.yml@refs/x",
+           "PREFIX": "cl-validate-junit", "FAIL": fail, "ALLOWED": allowed, "GH_TOKEN": "t"}
+    proc = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    args = tmp_path / "args"
+    return (proc.returncode, proc.stdout + proc.stderr,
+            args.read_text().splitlines() if args.exists() else None)
+
+
+def test_merge_compares_with_the_base_branchs_last_report(tmp_path):
+    """On a pull request the merged report is compared with the base branch's newest merged
+    report, the base commit's case files checked for loosened budgets; the label
+    acknowledges a raise; with no base report there is nothing to compare, and no failure."""
+    code, out, args = _compare(tmp_path / "a", base_runs="42")
+    base = str(tmp_path / "a" / "cl_validate-base" / "cpu.xml")
+    assert code == 0, out
+    assert args == ["diff", base, "reports/cpu.xml", "--markdown", "reports/diff.md",
+                    "--base-cases", "abc123", "--fail-on-budget-increase"]
+    code, out, args = _compare(tmp_path / "b", base_runs="42", allowed="true")
+    assert args is not None and args[-2:] == ["--fail-on-budget-increase",
+                                              "--allow-budget-increase"]
+    code, out, args = _compare(tmp_path / "c", base_runs="")
+    assert code == 0 and args is None and "no report of main to compare with" in out
+    steps = {s.get("name"): s for s in _action_steps()}
+    upload = steps["Upload the merged report (the base of later pull requests' comparisons)"]
+    assert upload["with"]["name"] == "${{ inputs.artifact-prefix }}-merged"
+    assert "cl-validate trend" in steps["Figures for trend tools"]["run"]
 
 
 def test_gpu_job_runs_tox_gpu_only_for_trusted_code():
