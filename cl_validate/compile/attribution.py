@@ -210,7 +210,7 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
         if op in kept:
             return Attribution(Reason.KEPT_LAYOUT, op, src)
         if module is not None and module in pinned:
-            return Attribution(Reason.PINNED, op, src)
+            return _pinned(cur, module, producer, derived, sources)
         if not has_layout_rule(op):
             if first_ruleless is None:
                 first_ruleless = Attribution(Reason.NO_LAYOUT_RULE, op, src)
@@ -230,6 +230,21 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
     if start is not None:
         return Attribution(Reason.UNTRACED, op_name(start.value), sources.get(start.var.name))
     return Attribution(Reason.UNTRACED, None, sources.get(name))
+
+
+def _pinned(cur: Any, module: str, producer: dict[Any, Any], derived: set[Any],
+            sources: dict[str, str]) -> Attribution:
+    """A pinned module's transform names the module's first op (its convolution, not the
+    bias add after it): walk up while the producer belongs to the same module."""
+    for _ in range(_WALK_LIMIT):
+        args = [a for a in getattr(cur.value, "args", [])
+                if isinstance(a, relax.Var) and not is_weight_derived(a, derived)]
+        prev = producer.get(args[0]) if args else None
+        src = sources.get(prev.var.name) if prev is not None else None
+        if prev is None or src is None or src.rsplit(" (", 1)[0] != module:
+            break
+        cur = prev
+    return Attribution(Reason.PINNED, op_name(cur.value), sources.get(cur.var.name))
 
 
 def _output_vars(ret: Any, producer: dict[Any, Any]) -> set[Any]:

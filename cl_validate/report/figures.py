@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cl_validate.atomic import write_atomic
+from cl_validate.checks.fallback_kernels import NAME as FALLBACK_KERNELS
 from cl_validate.checks.verdict import CaseResult, parse_check_id
 from cl_validate.measurements.units import bytes_text
 from cl_validate.paths import repo_path
@@ -111,7 +112,7 @@ FIGURES = (
     Figure("transform_bytes", "transform bytes", "layout_transform_bytes.transform_bytes",
            "bytes"),
     Figure("kernels", "kernels", "kernels.kernels", "kernels"),
-    Figure("fallback_kernels", "fallback kernels", "fallback_kernels.fallback_kernels",
+    Figure(FALLBACK_KERNELS, "fallback kernels", f"{FALLBACK_KERNELS}.{FALLBACK_KERNELS}",
            "kernels"),
     Figure("numerics_ratio", "numerics (x eager float32's error)",
            "numerics.float64_ratio", "x", noise_rel=0.1),

@@ -27,6 +27,7 @@ import itertools
 import re
 import tempfile
 import xml.dom.minidom
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -36,8 +37,10 @@ from cl_validate.checks.ratchet import RatchetKind
 from cl_validate.checks.registry import checks
 from cl_validate.checks.verdict import CaseResult, CheckResult, Status
 from cl_validate.errors import ExitCode
+from cl_validate.report.junit import build_junit
 from cl_validate.spec.budget_keys import budget_keys
 from cl_validate.spec.key_docs import tables
+from cl_validate.spec.validate import load_case
 
 COMMAND = "python -m cl_validate.cli.reference --write docs"
 _BEGIN = re.compile(r"<!-- generated: ([a-z_-]+) \(.*?\) -->\n")
@@ -222,9 +225,6 @@ shape = [1, 3, 32, 32]
 def junit_sample() -> str:
     """The report `build_junit` writes for a sample case whose budget is exceeded: one
     failure, the other checks passed or skipped (hostname and timestamp masked)."""
-    from cl_validate.report.junit import build_junit
-    from cl_validate.spec.validate import load_case
-
     failed = next(c for c in checks() if c.budget is not None)  # the first budgeted check
     assert failed.budget is not None
     with tempfile.TemporaryDirectory() as tmp:
@@ -248,8 +248,6 @@ def junit_sample() -> str:
     for suite in root.iter("testsuite"):
         suite.set("hostname", "HOST")
         suite.set("timestamp", "2026-01-01T00:00:00+00:00")
-    import xml.etree.ElementTree as ET
-
     text = xml_pretty(ET.tostring(root, encoding="unicode"))
     return f"```xml\n{text}\n```"
 

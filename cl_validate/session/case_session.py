@@ -102,9 +102,7 @@ def _one_line(exc: BaseException) -> str:
 def _model_frame(exc: BaseException) -> str | None:
     """``zoo/net.py:12``: the innermost frame of the traceback in the user's code (not in an
     installed package, not in cl_validate), relative to the working directory."""
-    import cl_validate
-
-    ours = str(Path(cl_validate.__file__).parent)
+    ours = str(Path(__file__).resolve().parents[1])
     found = None
     for frame in traceback.extract_tb(exc.__traceback__):
         if "site-packages" in frame.filename or frame.filename.startswith((ours, "<")):
