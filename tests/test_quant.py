@@ -228,3 +228,18 @@ def test_quantized_convs_run_in_float_and_the_budget_shows_it(write_case):
     assert numerics.status is Status.PASSED, numerics.message
     assert "step" in numerics.message and "off float64" in numerics.message
     assert numerics_cell(numerics).endswith(("step", "steps"))
+
+
+def test_a_quantized_error_is_said_in_steps_under_any_rule():
+    import numpy as np
+
+    from cl_validate.measurements.error_stats import compare
+    from cl_validate.measurements.quant_steps import OutputStep
+    from cl_validate.spec import Tolerance
+
+    ref = np.zeros((1, 4), np.float32)
+    got = ref.copy()
+    got[0, 1] = 0.5
+    stats = compare(got, ref, Tolerance(0.0, 1e-3), step=OutputStep(0.25, False, ("add",)))
+    assert not stats and "max 2 steps of its quantization" in stats.summary()
+    assert "steps=2 (step 0.25 (the last quantize before it, through add))" in stats.detail()

@@ -105,6 +105,8 @@ class ErrorStats:
                      f"+ {t.floor:g}); max abs {self.max_abs:.3g}"]
         else:
             parts = [f"{self.where}: max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}"]
+        if self.step is not None and not t.by_steps:  # a quantized output, under another rule
+            parts.append(f"max {steps_text(self.steps)} of its quantization")
         if self.nonfinite_tvm or self.nonfinite_torch:
             parts.append(f"non-finite values: {self.nonfinite_tvm} in TVM, "
                          f"{self.nonfinite_torch} in PyTorch")
@@ -124,6 +126,8 @@ class ErrorStats:
                     f"allowed={t.multiplier:g}x+{t.floor:g}")
         else:
             rule = f"mismatched={self.mismatched}/{self.total} rtol={t.rtol:g} atol={t.atol:g}"
+        if self.step is not None and not t.by_steps:
+            rule += f" steps={self.steps:.4g} ({self.step.describe()})"
         return (f"{self.where} shape {list(self.shape)}: max_abs={self.max_abs:.6g} "
                 f"max_rel={self.max_rel:.6g} mean_abs={self.mean_abs:.6g} "
                 f"nonfinite(tvm/torch)={self.nonfinite_tvm}/{self.nonfinite_torch} "
