@@ -161,7 +161,7 @@ def check_numerics(case: CaseSpec, target: str, stats: Sequence[ErrorStats],
         head = f"max abs {worst.max_abs:.3g}, max rel {figures.max_rel:.3g}"
     stepped = [s for s in stats if s.step is not None]
     if stepped and not by_steps:  # quantized outputs judged by another rule: said in steps too
-        head += f"; max {steps_text(max(s.steps for s in stepped))} of quantization"
+        head += f"; max {steps_text(max(s.steps for s in stepped))} of its quantization"
     return CheckResult(NAME, Status.PASSED, head + over, line=line, body=body, figures=figures)
 
 
