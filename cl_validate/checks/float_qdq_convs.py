@@ -83,7 +83,7 @@ class FloatQdqConvs(BudgetCheck):
                "→ quantize, not an int8 kernel) ≤ budget (when the case declares one; reported "
                "for every quantized program, on every target, from the compiled program alone)")
     declared_by = ("budget", NAME)
-    budget = BudgetKey(NAME, "count", minimum=0, label="float QDQ convs")
+    budget = BudgetKey(NAME, "count", minimum=0, label="float_convs")
     kinds = (*BudgetCheck.kinds, QdqKind)
     title = "float convs between QDQ"
 
