@@ -95,3 +95,151 @@ def test_the_float64_reference_runs_the_same_qdq_graph_in_float64(write_case):
     (out32,) = run_torch(model, [x])
     assert out64.dtype == np.float64
     np.testing.assert_allclose(out64, out32, rtol=0, atol=1e-6)
+
+
+def _export(model):
+    import quant_models
+    import torch
+
+    return torch.export.export(model, (torch.randn(quant_models.SHAPE),))
+
+
+def test_each_output_has_the_step_of_the_last_quantize_before_it(write_case):  # data path
+    """The step is read off the QDQ graph: the output's own dequantize (through a reshape,
+    which keeps the grid), else the nearest one before float ops (propagated); a float model
+    has none."""
+    pytest.importorskip("torchao")
+    import quant_models
+    import torch
+
+    from cl_validate.compile.quant_steps import output_steps
+
+    torch.manual_seed(0)
+    ep = _export(quant_models.pt2e_block())
+    last = [n for n in ep.graph.nodes if "dequantize_per_tensor" in str(n.target)][-1]
+    (step,) = output_steps(ep)
+    assert step is not None and step.on_grid and step.after == ("flatten",)
+    assert step.scale == pytest.approx(float(last.args[1]))
+    torch.manual_seed(0)
+    (head,) = output_steps(_export(quant_models.pt2e_float_head()))
+    assert head is not None and not head.on_grid
+    assert head.scale == step.scale and head.after == ("flatten", "mul", "add")
+    assert "the last quantize before it, through flatten, mul, add" in head.describe()
+    assert output_steps(_export(quant_models.Block().eval())) == [None]
+
+
+STEPS_CASE = """
+model = "quant_models:pt2e_block"
+targets = ["llvm"]
+[[inputs]]
+name = "x"
+shape = [1, 3, 16, 16]
+[tolerance]
+reference = "float64"
+steps = 1
+"""
+
+
+def _judge(case, m):
+    from cl_validate.checks.numerics import Numerics
+    from cl_validate.checks.registry import Judging
+
+    return Numerics().judge(Judging(case, m))
+
+
+def test_numerics_count_a_quantized_error_in_steps(write_case):
+    """One rounding flip is one step and passes ``steps = 1``; two steps fail, and the
+    verdict, the figure and the failure say it in steps; an output with no step cannot be
+    judged so (an error at the ``steps`` line, not a pass)."""
+    import numpy as np
+
+    from cl_validate.measurements.measurement import Sample
+    from cl_validate.measurements.quant_steps import OutputStep
+
+    case = load_case(write_case(STEPS_CASE))
+    step = OutputStep(0.25, True, ("flatten",))
+    ref = np.arange(8, dtype=np.float64).reshape(1, 8) * 0.25
+    eager = ref.astype(np.float32)
+    m = Measurement("llvm", model_outputs=1, output_steps=[step])
+    flip = eager.copy()
+    flip[0, 3] += 0.25
+    m.samples = [Sample("", [flip], [eager], [ref])]
+    passed = _judge(case, m)
+    assert passed.status is Status.PASSED, passed.message
+    assert passed.message.startswith("1 step off float64 (allowed 1 step; output 0: step 0.25")
+    assert numerics_cell(passed) == "1 step"
+    two = flip.copy()
+    two[0, 5] -= 0.5
+    m.samples = [Sample("", [two], [eager], [ref])]
+    failed = _judge(case, m)
+    assert failed.status is Status.FAILED and str(failed.kind) == "NumericsMismatch"
+    assert "output 0: 2 steps off float64 (allowed 1 step" in failed.message
+    assert failed.line == 6 and numerics_cell(failed) == "2 steps"
+    m.samples = [Sample("", [eager], [eager], [ref])]
+    assert numerics_cell(_judge(case, m)) == "0 steps"
+    m.output_steps = [None]
+    err = _judge(case, m)
+    assert err.status is Status.ERROR and str(err.kind) == "NoQuantizationStep"
+    assert "output 0 has no quantization step" in err.message and err.line == 6
+
+
+def numerics_cell(result):  # the check's figure as a table shows it
+    from cl_validate.checks.registry import get
+
+    return get("numerics").cell(result)
+
+
+QDQ_CASE = """
+model = "quant_models:pt2e_block"
+targets = ["llvm", "cuda"]
+[[inputs]]
+name = "x"
+shape = [1, 3, 16, 16]
+layout = "NHWC"
+[layout]
+"relax.nn.conv2d" = ["NHWC", "OHWI"]
+[budget]
+layout_transforms = 0
+float_qdq_convs = {budget}
+[tolerance]
+reference = "float64"
+steps = 1
+"""
+
+
+@pytest.mark.compile
+def test_quantized_convs_run_in_float_and_the_budget_shows_it(write_case):
+    """TVM 0.27 runs each of the block's three quantized convs as a float conv between QDQ
+    kernels (quantize and dequantize fused into one kernel, float32 in and out), on llvm and
+    (static) cuda alike; the budget counts them, and a budget below fails. The numerics are
+    within one step."""
+    pytest.importorskip("torchao")
+    case = load_case(write_case(QDQ_CASE.format(budget=2)))
+    results = judge_in_process([case], RunOptions(isolate=False))
+    assert {r.target for r in results} == {"llvm", "cuda"}
+    for r in results:
+        check = r.check("float_qdq_convs")
+        assert check.status is Status.FAILED, check.message
+        assert check.message.startswith(f"float_qdq_convs 3 > budget 2 ({r.target})")
+        assert "3 in float between QDQ ops" in check.body and "0 on integer data" in check.body
+        assert check.line == 11
+    llvm = next(r for r in results if r.target == "llvm")
+    numerics = llvm.check("numerics")
+    assert numerics.status is Status.PASSED, numerics.message
+    assert "step" in numerics.message and "off float64" in numerics.message
+    assert numerics_cell(numerics).endswith(("step", "steps"))
+
+
+def test_a_quantized_error_is_said_in_steps_under_any_rule():
+    import numpy as np
+
+    from cl_validate.measurements.error_stats import compare
+    from cl_validate.measurements.quant_steps import OutputStep
+    from cl_validate.spec import Tolerance
+
+    ref = np.zeros((1, 4), np.float32)
+    got = ref.copy()
+    got[0, 1] = 0.5
+    stats = compare(got, ref, Tolerance(0.0, 1e-3), step=OutputStep(0.25, False, ("add",)))
+    assert not stats and "max 2 steps of its quantization" in stats.summary()
+    assert "steps=2 (step 0.25 (the last quantize before it, through add))" in stats.detail()

@@ -79,6 +79,15 @@ class _Component:
     attribution: Attribution | None = None
     bytes_read: int | None = None
     bytes_written: int | None = None
+    dtype: str | None = None  # its first argument's
+
+
+def _dtype(args: list[Any]) -> str | None:
+    """The dtype of a kernel's or component's first argument (a conv's data: float32, or
+    int8 in an integer conv)."""
+    ty = getattr(args[0], "ty", None) if args else None
+    dtype = ty.dtype if isinstance(ty, relax.TensorType) else None
+    return str(dtype) if dtype else None
 
 
 def fused_components(mod: Any, sizes: Mapping[str, int] | None = None
@@ -116,7 +125,8 @@ def fused_components(mod: Any, sizes: Mapping[str, int] | None = None
                 comps.append(_Component(gv.name_hint, kind, axes,
                                         shown_shape(targs[0]) if targs else None, weight,
                                         _attribution(mod, gv) if kind else None,
-                                        _sum_bytes(targs, sizes), tensor_bytes(fb.var, sizes)))
+                                        _sum_bytes(targs, sizes), tensor_bytes(fb.var, sizes),
+                                        _dtype(targs)))
         out[call.op.name_hint] = comps
     return out
 
@@ -162,8 +172,9 @@ def read_kernel_list(compiled: Compiled, sizes: Mapping[str, int] | None = None)
                                                 c.in_shape, c.axes, c.attribution,
                                                 c.bytes_read, c.bytes_written))
             ops = tuple(c.primfunc for c in comps)
+            dtypes = tuple(c.dtype for c in comps)
         else:
-            ops = (callee,)
+            ops, dtypes = (callee,), (_dtype(args),)
             if name in ("relax.call_tir", "relax.call_tir_inplace"):
                 kind, axes = primfunc_transform(mod, gv)
                 if kind:
@@ -173,5 +184,5 @@ def read_kernel_list(compiled: Compiled, sizes: Mapping[str, int] | None = None)
                                                 _attribution(mod, gv), read, written))
         schedule = _schedule(mod, gv) if name != "relax.call_dps_packed" else None
         kernels.append(Kernel(index, callee, ops, tuple(transforms), shown_shape(b.var),
-                              read, written, schedule))
+                              read, written, schedule, dtypes))
     return KernelList(kernels, sizes)

@@ -181,7 +181,7 @@ def _run(first: CaseSession, target: str, seeds: int, weight_seeds: int
                                       "instead)") from exc
                     label = ", ".join(f"{k}={v}" for k, v in sizes.items())
                     by_float64.extend((w, s, st) for st in compare_all(
-                        case, target, actual, expected, label, ref64) if st.tolerance.float64)
+                        case, target, actual, expected, label, ref64) if st.tolerance.by_ratio)
     return pairs, by_float64
 
 

@@ -9,6 +9,7 @@ module and op that produced it (`cl_validate.compile.attribution`).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import time
 from collections.abc import Sequence
@@ -22,8 +23,10 @@ from tvm.relax.frontend.torch.exported_program_translator import ExportedProgram
 
 from cl_validate.compile.attribution import mark_own_permutes, sources_by_binding
 from cl_validate.compile.converters import custom_convert_map
+from cl_validate.compile.quant_steps import output_steps
 from cl_validate.errors import CaseFileError, ClValidateError, CompileStageError
 from cl_validate.ir import shape_exprs, weight_params
+from cl_validate.measurements.quant_steps import OutputStep
 from cl_validate.paths import display_path
 from cl_validate.spec import CaseSpec
 
@@ -38,6 +41,12 @@ class Frontend:
     export_seconds: float
     import_seconds: float
     sources: dict[str, str] = field(default_factory=dict)  # binding name → PyTorch source
+
+    @functools.cached_property
+    def output_steps(self) -> list[OutputStep | None]:
+        """Each output's quantization step, off the exported QDQ graph (None: a float
+        output)."""
+        return output_steps(self.exported)
 
 
 

@@ -35,7 +35,7 @@ class StageRun:
         """The output that decides: the first failing one, else the largest error."""
         bad = [s for s in self.stats if not s]
         return bad[0] if bad else max(self.stats, key=lambda s: (s.ratio, s.max_abs)
-                                      if s.tolerance.float64 else (s.max_abs, 0.0))
+                                      if s.tolerance.by_ratio else (s.max_abs, 0.0))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cl_validate.measurements.quant_steps import OutputStep, steps_text
 from cl_validate.spec import Tolerance
+
+#: An error of k steps computed from float32 outputs is k within float32's own rounding of
+#: the dequantized values (a relative 6e-8 of them): far below this slack, which no real
+#: miss of a step comes near.
+STEP_SLACK = 1e-3
 
 
 @dataclass(frozen=True)
@@ -32,13 +38,24 @@ class ErrorStats:
     sample: str = ""  # which inputs ("batch=16"); "" for a case's only sample
     rmse: float = 0.0  # TVM against the reference
     eager_rmse: float | None = None  # float64 rule: eager float32 against float64
+    step: OutputStep | None = None  # steps rule: the output's quantization step
 
     def __bool__(self) -> bool:
         if self.shape_mismatch is not None or self.nonfinite_tvm or self.nonfinite_torch:
             return False
-        if self.tolerance.float64:
+        t = self.tolerance
+        if t.steps is not None:
+            return self.step is not None and self.steps <= t.steps + STEP_SLACK
+        if t.float64:
             return self.rmse <= self.bound
         return self.mismatched == 0
+
+    @property
+    def steps(self) -> float:
+        """The largest error in quantization steps (inf: the output has no step)."""
+        if self.step is None or self.step.scale <= 0:
+            return math.inf
+        return self.max_abs / self.step.scale
 
     @property
     def bound(self) -> float:
@@ -64,6 +81,8 @@ class ErrorStats:
         eager)``."""
         if self.shape_mismatch:
             return self.shape_mismatch
+        if self.tolerance.by_steps:
+            return steps_text(self.steps)
         if self.tolerance.float64:
             return f"RMSE {self.rmse:.3g} ({self.ratio:.3g}x eager float32)"
         return f"max abs {self.max_abs:.3g}"
@@ -73,25 +92,42 @@ class ErrorStats:
         if self.shape_mismatch:
             return f"{self.where}: {self.shape_mismatch}"
         t = self.tolerance
-        if t.float64:
+        if t.steps is not None:
+            against = "float64" if t.float64 else "eager float32"
+            parts = [f"{self.where}: no quantization step (no quantize before it)"
+                     if self.step is None else
+                     f"{self.where}: {steps_text(self.steps)} off {against} (allowed "
+                     f"{steps_text(t.steps)}; {self.step.describe()}); max abs "
+                     f"{self.max_abs:.3g}"]
+        elif t.float64:
             parts = [f"{self.where}: RMSE {self.rmse:.3g} against float64, {self.ratio:.3g}x "
                      f"eager float32's {self.eager_rmse or 0:.3g} (allowed {t.multiplier:g}x "
                      f"+ {t.floor:g}); max abs {self.max_abs:.3g}"]
         else:
             parts = [f"{self.where}: max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}"]
+        if self.step is not None and not t.by_steps:  # a quantized output, under another rule
+            parts.append(f"max {steps_text(self.steps)} of its quantization")
         if self.nonfinite_tvm or self.nonfinite_torch:
             parts.append(f"non-finite values: {self.nonfinite_tvm} in TVM, "
                          f"{self.nonfinite_torch} in PyTorch")
-        if self.mismatched and not t.float64:
+        if self.mismatched and not t.float64 and not t.by_steps:
             parts.append(f"{self.mismatched}/{self.total} elements outside "
                          f"rtol {t.rtol:g} atol {t.atol:g}")
         return "; ".join(parts)
 
     def detail(self) -> str:
         t = self.tolerance
-        rule = (f"reference=float64 rmse={self.rmse:.6g} eager_rmse={self.eager_rmse or 0:.6g} "
-                f"ratio={self.ratio:.4g} allowed={t.multiplier:g}x+{t.floor:g}" if t.float64
-                else f"mismatched={self.mismatched}/{self.total} rtol={t.rtol:g} atol={t.atol:g}")
+        if t.steps is not None:
+            rule = (f"steps={self.steps:.4g} allowed={t.steps:g} reference={t.reference} "
+                    + (self.step.describe() if self.step else "no step"))
+        elif t.float64:
+            rule = (f"reference=float64 rmse={self.rmse:.6g} "
+                    f"eager_rmse={self.eager_rmse or 0:.6g} ratio={self.ratio:.4g} "
+                    f"allowed={t.multiplier:g}x+{t.floor:g}")
+        else:
+            rule = f"mismatched={self.mismatched}/{self.total} rtol={t.rtol:g} atol={t.atol:g}"
+        if self.step is not None and not t.by_steps:
+            rule += f" steps={self.steps:.4g} ({self.step.describe()})"
         return (f"{self.where} shape {list(self.shape)}: max_abs={self.max_abs:.6g} "
                 f"max_rel={self.max_rel:.6g} mean_abs={self.mean_abs:.6g} "
                 f"nonfinite(tvm/torch)={self.nonfinite_tvm}/{self.nonfinite_torch} "
@@ -103,10 +139,11 @@ def _rmse(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance, output: int = 0,
-            sample: str = "", reference64: np.ndarray | None = None) -> ErrorStats:
+            sample: str = "", reference64: np.ndarray | None = None,
+            step: OutputStep | None = None) -> ErrorStats:
     """Error statistics of `actual` (TVM) against PyTorch: against `expected` (eager
     float32), or with the float64 rule against `reference64`, eager float32's own error
-    against it setting the bar."""
+    against it setting the bar; the steps rule counts the error in `step`s."""
     ref = expected
     if tol.float64:
         if reference64 is None:
@@ -116,7 +153,7 @@ def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance, output: in
         return ErrorStats(output, tuple(ref.shape), tol, math.inf, math.inf, math.inf,
                           ref.size, ref.size, 0, 0, None,
                           f"shape {list(actual.shape)} from TVM, {list(ref.shape)} from "
-                          "PyTorch", sample, math.inf)
+                          "PyTorch", sample, math.inf, step=step)
     a = actual.astype(np.float64)
     e = ref.astype(np.float64)
     fin_a, fin_e = np.isfinite(a), np.isfinite(e)
@@ -132,7 +169,7 @@ def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance, output: in
     if diff.size:
         worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
     eager = None
-    if tol.float64:
+    if tol.by_ratio:
         f32 = expected.astype(np.float64)
         eager = _rmse(np.where(both, f32, 0.0), np.where(both, e, 0.0))
     return ErrorStats(
@@ -144,4 +181,5 @@ def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance, output: in
         nonfinite_tvm=int((~fin_a).sum()), nonfinite_torch=int((~fin_e).sum()),
         worst_index=worst, sample=sample,
         rmse=_rmse(np.where(both, a, 0.0), np.where(both, e, 0.0)), eager_rmse=eager,
+        step=step,
     )

@@ -73,6 +73,9 @@ class Kernel(_Moves):
     #: the dlight rule that scheduled it for a GPU (`cl_validate.compile.schedule`); None on
     #: a target dlight does not schedule (llvm)
     schedule: str | None = None
+    #: the dtype of each op's first argument, as `ops` (a conv's data: ``float32``, or
+    #: ``int8`` in an integer conv); empty where unknown
+    dtypes: tuple[str | None, ...] = ()
 
 
 @dataclass

@@ -32,3 +32,4 @@ class SkipKind(Kind):
     NOT_DECLARED = "NotDeclared", "the case declares no budget (or baseline) for the check"
     NOT_PROFILED = "NotProfiled", "kernels were not timed (--profile, or profile = true)"
     NOT_SCHEDULED = "NotScheduled", "dlight schedules no kernel on this target (CPU targets)"
+    NOT_QUANTIZED = "NotQuantized", "the program holds no quantize op (a float model)"

@@ -16,6 +16,7 @@ from cl_validate.errors import ErrorRecord
 from cl_validate.measurements.bisection import Bisection
 from cl_validate.measurements.kernel_list import KernelList, OpLayout, StageCount
 from cl_validate.measurements.profile import Profile
+from cl_validate.measurements.quant_steps import OutputStep
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ class Measurement:
     seconds: float = 0.0
     peak_rss_mb: float | None = None
     model_outputs: int | None = None  # how many outputs the PyTorch model returns
+    #: each output's quantization step, read off the exported QDQ graph (None: no quantize
+    #: before it); what ``[tolerance] steps`` counts the error in
+    output_steps: list[OutputStep | None] = field(default_factory=list)
     #: processes the model's code started and left running (killed by the worker)
     stray_processes: list[str] = field(default_factory=list)
     #: why the program was not built (the static checks come from the IR alone)

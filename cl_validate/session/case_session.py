@@ -371,7 +371,8 @@ class CaseSession:
         shared_seconds, self._prepared_seconds = self._prepared_seconds, 0.0
         reference64_error = self._reference64_error
         t0 = time.perf_counter()
-        m = Measurement(target, model_outputs=len(self.expected[0]), decoy=self.decoy)
+        m = Measurement(target, model_outputs=len(self.expected[0]), decoy=self.decoy,
+                        output_steps=self.front.output_steps)
         try:
             compiled = self.compiled(target)
         except CompileStageError as exc:

@@ -89,7 +89,7 @@ def _run_stage(case: CaseSpec, target: str, name: str, mod: Any, front: Frontend
     if len(actual) != len(expected):
         return StageRun(name, note=f"not run: it returns {len(actual)} outputs, PyTorch "
                         f"{len(expected)}", seconds=time.perf_counter() - t0)
-    stats = compare_all(case, target, actual, expected, label, reference64)
+    stats = compare_all(case, target, actual, expected, label, reference64, front.output_steps)
     return StageRun(name, tuple(stats), seconds=time.perf_counter() - t0)
 
 
@@ -102,7 +102,7 @@ def bisect_failure(case: CaseSpec, target: str, compiled: Compiled, front: Front
     for i, s in enumerate(samples):
         if len(s.actual) != len(s.expected):
             continue
-        worst = worst_failure(sample_stats(case, target, s))
+        worst = worst_failure(sample_stats(case, target, s, front.output_steps))
         if worst is not None:
             failing.append((worst, i))
     if not failing:

@@ -20,7 +20,7 @@ from cl_validate.spec.targets import BUILTIN_TARGETS, NAME_RE
 __all__ = ["IDENT_RE", "NAME_RE", "Checker"]
 
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TOL_KEYS = ("rtol", "atol", "reference", "multiplier", "floor")
+_TOL_KEYS = ("rtol", "atol", "reference", "multiplier", "floor", "steps")
 _OVERRIDE_KEYS = ("budget", "tolerance")
 
 

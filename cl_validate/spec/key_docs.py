@@ -98,6 +98,10 @@ DOCS: dict[str, dict[str, str]] = {
                       f"float32's, at least 1 (default: {DEFAULT_MULTIPLIER:g})",
         "floor": f"float64 rule: added to the bound, so outputs whose errors are all tiny "
                  f"pass (default: {DEFAULT_FLOOR:g})",
+        "steps": "a quantized model: the largest error against the reference (`reference`), "
+                 "counted in steps of the output's quantization scale (read off the QDQ "
+                 "graph: the output's quantize, else the last one before it), at most this "
+                 "many; rtol/atol/multiplier/floor unused (default: not used)",
     },
     "[targets_override.<target>]": {
         "budget": "the `[budget]` keys that differ on this target",

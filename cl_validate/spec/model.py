@@ -57,6 +57,9 @@ class Tolerance:
     model also runs eagerly in float64, and TVM's RMSE against that must be at most
     ``multiplier`` times eager float32's own RMSE against it, plus ``floor`` (the rule
     PyTorch's accuracy CI accepts compiled models by); rtol and atol are then unused.
+    ``steps`` (a quantized model): the largest error against the reference (eager float32,
+    or float64 as ``reference`` says), counted in the output's quantization steps, must be at
+    most ``steps``; rtol, atol, multiplier and floor are then unused.
     """
 
     rtol: float
@@ -64,6 +67,7 @@ class Tolerance:
     reference: str = "float32"
     multiplier: float = DEFAULT_MULTIPLIER
     floor: float = DEFAULT_FLOOR
+    steps: float | None = None
 
     def merged(self, override: Mapping[str, float | str] | None) -> Tolerance:
         if not override:
@@ -74,11 +78,23 @@ class Tolerance:
             reference=str(override.get("reference", self.reference)),
             multiplier=float(override.get("multiplier", self.multiplier)),
             floor=float(override.get("floor", self.floor)),
+            steps=float(override["steps"]) if "steps" in override else self.steps,
         )
 
     @property
     def float64(self) -> bool:
+        """Whether it judges against the float64 reference run."""
         return self.reference == "float64"
+
+    @property
+    def by_steps(self) -> bool:
+        """Whether it counts the error in quantization steps (a quantized output)."""
+        return self.steps is not None
+
+    @property
+    def by_ratio(self) -> bool:
+        """Whether it is the float64 rule: TVM's RMSE over eager float32's."""
+        return self.float64 and not self.by_steps
 
 
 #: A dimension: a size, or the name of a dynamic dimension declared in ``[dynamic]``.

@@ -63,3 +63,19 @@ class BrokenEval(nn.Module):
 
 def broken_eval() -> nn.Module:
     return BrokenEval()
+
+
+class _FloatHead(nn.Module):
+    """A quantized body and float ops after its last dequantize (as Arm's quantizer leaves a
+    residual add and the pool): the output is off any grid."""
+
+    def __init__(self, body: nn.Module) -> None:
+        super().__init__()
+        self.body = body
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x) * 0.5 + 1.0
+
+
+def pt2e_float_head() -> nn.Module:
+    return _FloatHead(pt2e_block())
