@@ -243,3 +243,37 @@ def test_a_quantized_error_is_said_in_steps_under_any_rule():
     stats = compare(got, ref, Tolerance(0.0, 1e-3), step=OutputStep(0.25, False, ("add",)))
     assert not stats and "max 2 steps of its quantization" in stats.summary()
     assert "steps=2 (step 0.25 (the last quantize before it, through add))" in stats.detail()
+
+
+def test_quantize_computes_pytorchs_codes_where_division_would_round_otherwise():
+    """TVM's quantize divides by the scale; PyTorch multiplies by its float32 reciprocal.
+    Where the two round apart, the compiled program must give PyTorch's code: a flipped
+    code early in a deep network spreads to many outputs."""
+    import numpy as np
+    import torch
+    import tvm
+    from torch.ao.quantization.fx import _decomposed  # noqa: F401 - registers the ops
+    from tvm import relax
+
+    from cl_validate.compile.legalize import quantize_as_pytorch
+
+    scale = np.float32(0.0235)
+    # values next to the rounding boundaries (k + 0.5) * scale, a few ulps either side
+    near = np.array([(k + 0.5) * np.float64(scale) for k in range(-120, 120)], np.float32)
+    x = np.concatenate([near + np.float32(d) * np.spacing(near) for d in range(-3, 4)])
+    recip = np.float32(1.0 / np.float64(scale))
+    apart = x[np.round(x / scale) != np.round(x * recip)][:64]
+    assert apart.size > 0  # the two formulas do disagree on such inputs
+    bb = relax.BlockBuilder()
+    xv = relax.Var("x", relax.TensorType((apart.size,), "float32"))
+    with bb.function("main", [xv]):
+        out = bb.emit(relax.op.quantize(xv, relax.const(np.array(scale)),
+                                        relax.const(np.array(0, "int8")), axis=-1,
+                                        out_dtype="int8"))
+        bb.emit_func_output(out)
+    mod = relax.transform.LegalizeOps()(quantize_as_pytorch(bb.get()))
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(apart)).numpy()
+    want = torch.ops.quantized_decomposed.quantize_per_tensor(
+        torch.from_numpy(apart), float(scale), 0, -128, 127, torch.int8).numpy()
+    np.testing.assert_array_equal(got, want)

@@ -19,12 +19,24 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
 import tvm
 from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.attribution import annotate_transforms
 from cl_validate.compile.context import PipelineContext
-from cl_validate.ir import AXES_ATTR, SOURCE_ATTR, TRANSFORM_ATTR, TRANSFORM_OPS
+from cl_validate.ir import (
+    AXES_ATTR,
+    SOURCE_ATTR,
+    TRANSFORM_ATTR,
+    TRANSFORM_OPS,
+    bindings,
+    is_tensor_constant,
+    op_name,
+    replace_function,
+    tensor_type,
+)
 
 
 def tagged_transform_legalizations() -> dict[str, Callable[..., Any]]:
@@ -48,12 +60,44 @@ def tagged_transform_legalizations() -> dict[str, Callable[..., Any]]:
     return {name: tag(name) for name in TRANSFORM_OPS}
 
 
+@mutator
+class _QuantizeAsPyTorch(PyExprMutator):  # type: ignore[misc]
+    """``quantize(x, s, zp)`` → ``quantize(x * r, 1, zp)`` with ``r = float32(1 / s)``.
+
+    TVM's quantize divides, ``round(x / s)``; PyTorch's (``quantized_decomposed``, what PT2E
+    models compute) multiplies by the reciprocal, ``round(x * float32(1 / s))``. The two
+    differ by one rounding where ``x / s`` lies near a half, and in a deep network such a
+    flipped code early on spreads to many outputs: the program must compute what the model
+    computes. Dividing by a scale of exactly 1 is exact, so the rewritten op is PyTorch's.
+    """
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if op_name(call) != "relax.quantize" or "int" not in str(call.attrs.out_dtype):
+            return call
+        data, scale, zp = call.args
+        if not is_tensor_constant(scale) or tensor_type(data) is None:
+            return call
+        s = scale.value.numpy()
+        recip = (1.0 / s.astype(np.float64)).astype(np.float32)
+        rank, axis = int(tensor_type(data).ndim), int(call.attrs.axis)  # type: ignore[union-attr]
+        if recip.ndim == 1 and recip.size > 1 and rank > 0:  # per channel, along `axis`
+            shape = [1] * rank
+            shape[axis % rank] = recip.size
+            recip = recip.reshape(shape)
+        scaled = relax.op.multiply(data, relax.const(recip))
+        return relax.op.quantize(scaled, relax.const(np.ones_like(s)), zp,
+                                 axis=axis, out_dtype=str(call.attrs.out_dtype))
+
+
 def legalize(ctx: PipelineContext) -> Callable[[tvm.IRModule], tvm.IRModule]:
-    """The ``legalize`` stage: attribute every transform, then lower ops to PrimFuncs."""
+    """The ``legalize`` stage: attribute every transform, quantize as PyTorch does, then
+    lower ops to PrimFuncs."""
 
     def run(mod: tvm.IRModule) -> tvm.IRModule:
         mod = annotate_transforms(mod, ctx.sources, ctx.case.layout_overrides,
                                   ctx.keep_layouts)
+        mod = quantize_as_pytorch(mod)
         with ctx.target:
             return tvm.transform.Sequential([
                 relax.backend.DispatchSampling(),
@@ -65,6 +109,18 @@ def legalize(ctx: PipelineContext) -> Callable[[tvm.IRModule], tvm.IRModule]:
             ])(mod)
 
     return run
+
+
+def quantize_as_pytorch(mod: tvm.IRModule) -> tvm.IRModule:
+    """Every Relax function's quantize ops computed as PyTorch computes them
+    (`_QuantizeAsPyTorch`)."""
+    out = mod
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function) and any(
+                op_name(b.value) == "relax.quantize" for b in bindings(func)):
+            out = replace_function(out, gvar.name_hint,
+                                   _QuantizeAsPyTorch().visit_expr(func))
+    return out
 
 
 #: attributes naming an op's layouts, in the order ConvertLayout's desired layouts list them
