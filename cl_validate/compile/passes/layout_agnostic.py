@@ -135,6 +135,9 @@ class _Analysis:
                 perm = self.seeds[expr][1]
             elif expr in self.plans:
                 perm = self.plans[expr].out_perm
+            elif expr in self.absorbed:  # a permute of a candidate: the candidate, read so
+                src, q = self.absorbed[expr]
+                perm = compose(self.plans[src].out_perm, q)
         return None if perm is None or is_identity(perm) else perm
 
     def _visit(self, var: relax.Var, value: relax.Expr) -> None:
@@ -145,6 +148,10 @@ class _Analysis:
                 if not self.plans[src].is_tuple:
                     self.absorbed[var] = (src, axes)
                     self.groups.union(var, src)
+            elif isinstance(src, relax.Var) and src in self.absorbed and self._in_block(src):
+                inner, q = self.absorbed[src]  # a permute of a permute of a candidate
+                self.absorbed[var] = (inner, compose(q, axes))
+                self.groups.union(var, src)
             elif not is_identity(axes) and not is_weight_derived(src, self.weights):
                 self.seeds[var] = (src, axes)
             return
@@ -192,13 +199,18 @@ class _Analysis:
 
         chain = self.chains.chain(var, stop=stop)
         p = None if chain is None else self.perm_of(chain.root)
-        if chain is None or p is None or rank != len(p):
+        if chain is None or p is None or rank is None:
             return None
+        # A chain that ends in another rank (patches flattened to tokens) comes out in its
+        # own layout: the folded chain reads the root's source and is the result itself.
+        if rank != len(p) and not self.chains.is_chain_end(var):
+            return None
+        out = p if rank == len(p) else tuple(range(rank))
         src_shape = _unpermuted_shape(static_shape(chain.root), p)
-        out_shape = _unpermuted_shape(static_shape(var), p)
+        out_shape = _unpermuted_shape(static_shape(var), out)
         if src_shape is None or out_shape is None or None in src_shape or None in out_shape:
             return None
-        steps = [("permute", p), *chain.steps, ("permute", inverse(p))]
+        steps = [("permute", p), *chain.steps, ("permute", inverse(out))]
         probe = folded_movement(chain.root, src_shape, steps,  # type: ignore[arg-type]
                                 out_shape, chain.own)  # type: ignore[arg-type]
         if probe is None:
@@ -210,7 +222,7 @@ class _Analysis:
             assert folded is not None
             return folded[0]
 
-        return Plan(p, (Operand(chain.root, p),), rebuild, cost=probe[1], replaces=chain.cost,
+        return Plan(out, (Operand(chain.root, p),), rebuild, cost=probe[1], replaces=chain.cost,
                     internal=chain.internal)
 
     # ---- cost model ---------------------------------------------------------------------
@@ -257,7 +269,10 @@ class _Analysis:
                 src, q = self.absorbed[v]
                 before.append(permute_cost(static_shape(src), q))
                 p = self.plans[src].out_perm
-                after.append(permute_cost(_unpermuted_shape(static_shape(src), p), compose(p, q)))
+                if any(u not in inside and u not in absorbed for u in uses.get(v, [])):
+                    # read as it is somewhere: materialized (candidates read ``w`` instead)
+                    after.append(permute_cost(_unpermuted_shape(static_shape(src), p),
+                                              compose(p, q)))
             else:
                 plan = self.plans[v]
                 before.append(plan.replaces)
@@ -297,6 +312,8 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
                 return self.new[e]
             if e in self.a.seeds:
                 return self.visit_expr(self.a.seeds[e][0])
+            if e in self.a.absorbed:
+                return self.new[self.a.absorbed[e][0]]
         e = self.visit_expr(e)
         rank = len(op.perm)
         if _is_free_to_convert(e, rank):
