@@ -162,3 +162,26 @@ def test_int_tensor_plus_float_computes_in_float() -> None:
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     out = vm["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
     np.testing.assert_allclose(out, Grid()(x).numpy(), rtol=1e-6)
+
+
+def test_a_sunk_own_permute_stays_the_models() -> None:
+    """The model's own transpose (nn.MultiheadAttention's kᵀ) sunk through elementwise ops to
+    where a matmul needs it materializes there, one transpose for two, still marked as the
+    model's own: reports must not blame a layout rule for attention's head transpose."""
+    from tvm import relax
+
+    from cl_validate.ir import bindings, is_own, mark_own, permute_axes
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 4, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.permute_dims(x, [0, 3, 1, 2]))  # ConvertLayout's
+            m = bb.emit(relax.op.multiply(a, relax.const(2.0, "float32")))
+            k = bb.emit(mark_own(relax.op.permute_dims(m, [0, 1, 3, 2])))  # the model's
+            r = bb.emit(relax.op.nn.relu(k))
+            gv = bb.emit_output(relax.op.matmul(r, r))
+        bb.emit_func_output(gv)
+    after = SinkPermutes()(bb.get())
+    left = [b.value for b in bindings(after["main"]) if permute_axes(b.value) is not None]
+    assert len(left) == 1 and is_own(left[0]), after

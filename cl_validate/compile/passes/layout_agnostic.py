@@ -109,6 +109,10 @@ class _Analysis:
         self.plans: dict[relax.Var, Plan] = {}
         self.absorbed: dict[relax.Var, tuple[relax.Var, Perm]] = {}
         self.groups = _UnionFind()
+        # Per candidate: the mark of the model's own permute its layout comes from, when it
+        # comes from nothing else (no ConvertLayout transpose): materialized, that permute is
+        # the model's own one, sunk to where something needs the original layout.
+        self.own_origin: dict[relax.Var, str | None] = {}
         # Set by the rewriter: binds a folded chain's reshape so its permute keeps its span.
         self.emit: Callable[[relax.Expr], relax.Expr] | None = None
         # While visiting: what the current block bound (a region stays inside one block).
@@ -148,6 +152,7 @@ class _Analysis:
                 if not self.plans[src].is_tuple:
                     self.absorbed[var] = (src, axes)
                     self.groups.union(var, src)
+                    self.own_origin[var] = own_tag(value)
             elif isinstance(src, relax.Var) and src in self.absorbed and self._in_block(src):
                 inner, q = self.absorbed[src]  # a permute of a permute of a candidate
                 self.absorbed[var] = (inner, compose(q, axes))
@@ -166,6 +171,9 @@ class _Analysis:
         if plan is None:
             return
         self.plans[var] = plan
+        origins = {self.own_origin.get(op.expr) if op.expr in self.own_origin else None
+                   for op in plan.operands if self.perm_of(op.expr) is not None}
+        self.own_origin[var] = origins.pop() if len(origins) == 1 else None
         for op in plan.operands:
             if self.perm_of(op.expr) is not None:
                 self.groups.union(var, op.expr)
@@ -334,8 +342,8 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
             self.new[var] = w
             perm = plan.out_perm
             if not plan.is_tuple:  # unused materializations are dropped afterwards
-                _alias(self.builder_, self, var,
-                       w if is_identity(perm) else relax.op.permute_dims(w, list(perm)))
+                _alias(self.builder_, self, var, w if is_identity(perm) else mark_own(
+                    relax.op.permute_dims(w, list(perm)), self.a.own_origin.get(var)))
         elif var in self.a.absorbed:
             src, q = self.a.absorbed[var]
             perm = compose(self.a.plans[src].out_perm, q)
