@@ -185,3 +185,25 @@ def test_a_sunk_own_permute_stays_the_models() -> None:
     after = SinkPermutes()(bb.get())
     left = [b.value for b in bindings(after["main"]) if permute_axes(b.value) is not None]
     assert len(left) == 1 and is_own(left[0]), after
+
+
+@pytest.mark.compile
+def test_f_unfold_imports() -> None:
+    """``F.unfold`` exports as ``aten.im2col``, which the importer decomposes into the same
+    adjacent-index gather: it failed the same way and imports now, exactly."""
+    import torch
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+
+    class Unfold(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.unfold(x, 3, stride=2)
+
+    x = torch.randn(1, 2, 9, 9)
+    mod = from_exported_program(torch.export.export(Unfold(), (x,)),
+                                custom_convert_map=custom_convert_map())
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
+    np.testing.assert_array_equal(out, Unfold()(x).numpy())
