@@ -5,7 +5,9 @@ The models (`benchmarks/wild_zoo/`) are public architectures written from their 
 reduced width and resolution, with random weights. For each: torch.export + Relax import,
 the ``nhwc`` pipeline for llvm, numerics against PyTorch eager at rtol = atol = 1e-3, and the
 runtime transforms by reason ("own": the model's own permutes, as attribution judges them;
-"other": everything else, the graph boundary included). With NCHW input the ``nhwc-plain``
+"out": the graph output boundary, which a model whose output is an NCHW map or channel-major
+(segmentation, detection heads, generators) needs because its caller reads that layout;
+"other": everything else, the input boundary included). With NCHW input the ``nhwc-plain``
 count (TVM's ConvertLayout alone) is given too. The floor is "other" ≤ 1 with NCHW input (the
 input's transform) and 0 with NHWC input.
 
@@ -51,23 +53,26 @@ class Row:
     numerics: bool = False
     worst: float = float("nan")  # max |tvm - torch| / (atol + rtol·|torch|)
     plain: int | None = None  # nhwc-plain, NCHW input: all runtime transforms
-    nchw: tuple[int, int] | None = None  # (own, other)
-    nhwc: tuple[int, int] | None = None
+    nchw: tuple[int, int, int] | None = None  # (own, out, other)
+    nhwc: tuple[int, int, int] | None = None
     error: str = ""
     seconds: float = 0.0
 
     @property
     def at_floor(self) -> bool:
         return (self.numerics and self.nchw is not None and self.nhwc is not None
-                and self.nchw[1] <= 1 and self.nhwc[1] == 0)
+                and self.nchw[2] <= 1 and self.nhwc[2] == 0)
 
 
-def _counts(kernels: Any) -> tuple[int, int]:
+def _counts(kernels: Any) -> tuple[int, int, int]:
     from cl_validate.measurements.attribution import Reason  # lazy: after sys.path is set
 
-    own = sum(1 for t in kernels.runtime_transforms
-              if t.attribution is not None and t.attribution.reason is Reason.OWN_PERMUTE)
-    return own, len(kernels.runtime_transforms) - own
+    def count(reason: Reason) -> int:
+        return sum(1 for t in kernels.runtime_transforms
+                   if t.attribution is not None and t.attribution.reason is reason)
+
+    own, out = count(Reason.OWN_PERMUTE), count(Reason.OUTPUT_BOUNDARY)
+    return own, out, len(kernels.runtime_transforms) - own - out
 
 
 def measure(name: str, factory: Callable[[], Any], size: int, folder: Path) -> Row:
@@ -127,12 +132,12 @@ def measure(name: str, factory: Callable[[], Any], size: int, folder: Path) -> R
 
 
 HEADER = ("model", "imports", "compiles", "numerics (worst/bound)", "plain NCHW",
-          "NCHW own + other", "NHWC own + other", "at floor")
+          "NCHW own + out + other", "NHWC own + out + other", "at floor")
 
 
 def _cells(r: Row) -> tuple[str, ...]:
-    def pair(p: tuple[int, int] | None) -> str:
-        return "–" if p is None else f"{p[0]} + {p[1]}"
+    def pair(p: tuple[int, ...] | None) -> str:
+        return "–" if p is None else " + ".join(map(str, p))
 
     yes = {True: "yes", False: "no"}
     plain = "error" if r.plain is None and r.compiles else str(r.plain or "–")
@@ -148,9 +153,9 @@ def main() -> None:
     ap.add_argument("--markdown", type=Path, help="also write the table as Markdown")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    from wild_zoo import classic, mobile  # lazy: imports torch
+    from wild_zoo import classic, deploy, mobile  # lazy: imports torch
 
-    models = {**classic.MODELS, **mobile.MODELS}
+    models = {**classic.MODELS, **mobile.MODELS, **deploy.MODELS}
     rows: list[Row] = []
     print("  ".join(HEADER))
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,10 +169,10 @@ def main() -> None:
             rows.append(row)
             print("  ".join(_cells(row)), f"{row.seconds:.1f}s", row.error, flush=True)
     floor = sum(r.at_floor for r in rows)
-    other = sum(r.nchw[1] for r in rows if r.nchw is not None)
+    other = sum(r.nchw[2] for r in rows if r.nchw is not None)
     plain = sum(r.plain for r in rows if r.plain is not None)
     summary = (f"{floor}/{len(rows)} at the floor; NCHW input: {other} runtime transforms "
-               f"besides the models' own (nhwc-plain: {plain} in all)")
+               f"besides the models' own and their outputs'  (nhwc-plain: {plain} in all)")
     print(summary)
     if args.markdown:
         lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]

@@ -63,6 +63,10 @@ TINY: dict[str, tuple[dict[str, Any], tuple[int, ...], tuple[int, ...]]] = {
     "wild:positional": ({"width": 8}, (1, 3, 32, 32), (1, 10)),
     "wild:mobilevit": ({"width": 8, "dim": 8}, (1, 3, 32, 32), (1, 10)),
     "wild:vgg_head": ({"width": 8}, (1, 3, 32, 32), (1, 10)),
+    "deploy:norm_after_attention": ({"dim": 8}, (1, 3, 16, 16), (1, 3, 16, 16)),
+    "deploy:dfl_head": ({}, (1, 3, 32, 32), (1, 7, 320)),
+    "deploy:conv_attention": ({"dim": 8}, (1, 3, 32, 32), (1, 8, 16, 16)),
+    "deploy:index_unfold": ({"dim": 8}, (1, 3, 32, 32), (1, 10)),
 }
 NAMES = sorted(TINY)
 

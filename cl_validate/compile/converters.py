@@ -14,10 +14,22 @@ integer tensor divided by a float becomes float32).
 
 ``amax`` / ``amin`` (``x.amax(dim=1, keepdim=True)``: CBAM's spatial attention, channel
 max-pooling) have no converter in TVM 0.27; they are Relax's ``max`` / ``min``.
+
+``add`` / ``sub`` / ``mul`` of an integer tensor and a Python float (``torch.arange(h) + 0.5``:
+YOLO anchor grids): TVM's converter makes the float a constant of the tensor's dtype, so
+``+ 0.5`` adds ``0``. PyTorch computes in float32; so does the import here.
+
+Advanced indexing with several index tensors next to each other after sliced axes
+(``x[:, :, ih[:, None], iw[None, :]]``: unfold-style patch gathers) is refused by TVM's
+converter ("cannot broadcast index shapes"). It is exactly a ``take`` along the indexed axes
+flattened into one: the index tensors combine into one flat index (constants fold it away),
+the data is viewed with those axes merged (a free reshape), and the result viewed back to
+``pre + broadcast(index shapes) + post`` — no transpose, so the layout passes can carry it.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -108,6 +120,61 @@ def _reduce_extreme(node: Any, importer: Any, op: Callable[..., Any]) -> Any:
     return importer.block_builder.emit(op(args[0], axis=axis, keepdims=bool(keep)))
 
 
+def _binary_promoting(relax_op: Callable[..., Any], intrinsic: Callable[..., Any]
+                      ) -> Callable[[Any, Any], Any]:
+    def convert(node: Any, importer: Any) -> Any:
+        args = importer.retrieve_args(node)
+        if len(args) == 2 and not node.kwargs and any(
+                isinstance(a, float) and not isinstance(b, (int, float))
+                for a, b in (args, args[::-1])):
+            lhs, rhs = _scalar_operands(args[0], args[1])
+            return importer.block_builder.emit(relax_op(lhs, rhs))
+        return importer._binary_op(relax_op, intrinsic)(node)  # the importer's own
+
+    return convert
+
+
+def _static_dims(expr: Any) -> list[int] | None:
+    shape = getattr(getattr(expr, "ty", None), "shape", None)
+    if shape is None:
+        return None
+    try:
+        return [int(d) for d in shape]
+    except (TypeError, ValueError):  # a symbolic dimension
+        return None
+
+
+def _index_adjacent(node: Any, importer: Any) -> Any:
+    """``x[..., i0, i1, ...]`` with index tensors on adjacent axes: a take along them merged."""
+    args = importer.retrieve_args(node)
+    data, indices = args[0], list(args[1])
+    used = [k for k, idx in enumerate(indices) if idx is not None]
+    dims = _static_dims(data)
+    idx_dims = [_static_dims(indices[k]) for k in used]
+    if (len(used) < 2 or used != list(range(used[0], used[-1] + 1)) or dims is None
+            or any(d is None for d in idx_dims)
+            or any(not str(indices[k].ty.dtype).startswith(("int", "uint")) for k in used)):
+        return importer._index_tensor(node)  # one index, or a case this does not cover
+    first, last = used[0], used[-1]
+    bb = importer.block_builder
+    flat: Any = None
+    stride = 1
+    for k in reversed(used):
+        idx = bb.emit(relax.op.astype(indices[k], "int64"))
+        # negative indices count from the end, as in PyTorch
+        idx = bb.emit(relax.op.where(relax.op.less(idx, relax.const(0, "int64")),
+                                     relax.op.add(idx, relax.const(dims[k], "int64")), idx))
+        term = idx if stride == 1 else bb.emit(relax.op.multiply(idx, relax.const(stride,
+                                                                                  "int64")))
+        flat = term if flat is None else bb.emit(relax.op.add(flat, term))
+        stride *= dims[k]
+    out_index = [int(d) for d in _static_dims(flat) or []]
+    merged = [*dims[:first], stride, *dims[last + 1:]]
+    view = bb.emit(relax.op.reshape(data, merged))
+    picked = bb.emit(relax.op.take(view, bb.emit(relax.op.reshape(flat, [-1])), axis=first))
+    return bb.emit(relax.op.reshape(picked, [*dims[:first], *out_index, *dims[last + 1:]]))
+
+
 def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
     """The converters, keyed as the importer looks them up (``node.target.__name__``)."""
     return {
@@ -118,4 +185,8 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "div.Tensor_mode": _divide_rounded,
         "amax.default": lambda n, imp: _reduce_extreme(n, imp, relax.op.max),
         "amin.default": lambda n, imp: _reduce_extreme(n, imp, relax.op.min),
+        "add.Tensor": _binary_promoting(relax.op.add, operator.add),
+        "sub.Tensor": _binary_promoting(relax.op.subtract, operator.sub),
+        "mul.Tensor": _binary_promoting(relax.op.multiply, operator.mul),
+        "index.Tensor": _index_adjacent,
     }

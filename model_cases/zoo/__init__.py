@@ -13,7 +13,9 @@ hiding behind identity statistics, and activations keep a sane scale through dee
 Families: forum, resnet, fcn, mobilenet, efficientnet, convnext, shufflenet, densenet, unet,
 norms, mixed, wild (patterns from architectures in the wild: split attention, selective
 kernels, global context, ECA, MobileViT, pooling with padding, scalar affine, VGG head,
-positional encoding).
+positional encoding), deploy (patterns of the detection, diffusion and transformer models
+teams deploy: GroupNorm after attention, DFL detect heads, attention inside conv nets,
+unfold-style indexing).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ FAMILIES: tuple[str, ...] = (
     "norms",
     "mixed",
     "wild",
+    "deploy",
 )
 
 # Every factory, as case files name it (``model = "zoo.<entry>"``).
@@ -59,4 +62,8 @@ FACTORIES: tuple[str, ...] = (
     "wild:scalar_affine",
     "wild:vgg_head",
     "wild:positional",
+    "deploy:norm_after_attention",
+    "deploy:dfl_head",
+    "deploy:conv_attention",
+    "deploy:index_unfold",
 )

@@ -17,8 +17,10 @@ input and output boundary, and the model's own permutes):
 * ``PermuteToReshape`` turns permutes that only move size-1 axes into free reshapes.
 
 All are pure data-movement rewrites: numerics are bit-identical (property-tested in
-``tests/passes/test_properties.py``). They work whether the weights are still parameters of
-``main`` (beyond ``num_input``) or already bound constants.
+``tests/passes/test_properties.py``), with one exception: a GroupNorm / InstanceNorm that
+SinkPermutes moves onto an NHWC stream sums its statistics in another order (exactly what
+TVM's own group_norm layout rule does under ConvertLayout). They work whether the weights
+are still parameters of ``main`` (beyond ``num_input``) or already bound constants.
 
 Four more passes run at other stages: ``NormalizeAxes`` before ConvertLayout (negative axes
 crash some of TVM's layout rules); ``FoldFlattenIntoLinear`` after the cleanup (a flatten's

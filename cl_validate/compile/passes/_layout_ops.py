@@ -7,6 +7,9 @@ floating-point operation per element, so results are bit-identical. Reductions (
 pooling) reduce the same elements; TVM's default lowering visits them in the same order in
 either layout (bit-identical in our tests), though a tuned schedule is free to order partial
 sums differently for a different memory layout, as it is for the layouts ConvertLayout picks.
+GroupNorm / InstanceNorm are the exception by construction: their statistics sum over the
+channels of a group and the pixels, and in NHWC the channels come innermost, so the sum runs
+in another order (a rounding difference, as under TVM's own group_norm rule).
 
 ``plan_for(call, perm_of)`` answers for one call: given the permutation each operand is
 available in (``perm_of``), can the call run in that layout, and how is it rebuilt.
@@ -194,6 +197,22 @@ def _layer_norm(call: relax.Call, perm_of: PermOf) -> Plan | None:
     return Plan(p, (Operand(x, p),), lambda new: remake(call, [new[0], gamma, beta], attrs))
 
 
+def _channel_norm(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    """group_norm / instance_norm(x, gamma, beta, channel_axis, axes): gamma and beta are
+    per channel (1-D), so any permutation moves through with the channel axis and the
+    reduced axes renamed (TVM's own rule for group_norm does the same, one call at a time:
+    here it also follows a layout the cleanup found after ConvertLayout, e.g. the residual
+    stream an attention block's ``transpose.reshape`` leaves)."""
+    x, rest = call.args[0], list(call.args[1:])
+    p = perm_of(x)
+    if p is None or any(ndim(a) not in (None, 1) for a in rest):
+        return None
+    n = len(p)
+    attrs = with_fields(call.attrs, channel_axis=p[int(call.attrs.channel_axis) % n],
+                        axes=sorted(p[int(a) % n] for a in call.attrs.axes))
+    return Plan(p, (Operand(x, p),), lambda new: remake(call, [new[0], *rest], attrs))
+
+
 _HANDLERS: dict[str, Callable[[relax.Call, PermOf], Plan | None]] = {
     **{name: _unary for name in UNARY_OPS},
     **{name: _broadcast for name in BROADCAST_OPS},
@@ -203,6 +222,8 @@ _HANDLERS: dict[str, Callable[[relax.Call, PermOf], Plan | None]] = {
     "relax.concat": _concat,
     "relax.split": _split,
     "relax.nn.layer_norm": _layer_norm,
+    "relax.nn.group_norm": _channel_norm,
+    "relax.nn.instance_norm": _channel_norm,
     **MOVEMENT_HANDLERS,
 }
 

@@ -13,6 +13,7 @@ in another layout under a condition checked here:
 * ``broadcast_to``: copies, in any layout, to the permuted target shape;
 * ``nn.pad``, ``take`` and ``strided_slice``: the pad widths, the axis, the sliced axes follow
   the data (``x[:, 0]`` on an NCHW input, as Inception-v3's ``transform_input`` does);
+* a 1×1 ``conv2d`` whose input has its spatial axes permuted: per-pixel channel mixing;
 * ``matmul(a, b)`` where one operand is available with its last two axes swapped:
   ``a @ b == (bᵀ @ aᵀ)ᵀ``. The same products are summed over the same ``k`` in the same
   order (a product of two floats does not depend on their order), so the result is
@@ -121,17 +122,20 @@ def _take(call: relax.Call, perm_of: PermOf) -> Plan | None:
     x, indices = call.args[0], call.args[1]
     p = perm_of(x)
     rank = ndim(indices)
-    # constant indices only: a run-time index var may itself be rewritten in this region
-    if p is None or call.attrs.axis is None or rank not in (0, 1) or not is_tensor_constant(
-            indices):
+    if p is None or call.attrs.axis is None or rank not in (0, 1):
         return None
+    # A computed index (an unfold-style gather's flat index, folded only later) is read as
+    # an operand in its own layout (a 0-/1-D tensor has no other), so the rewrite sees it
+    # as the region rewrote it; a constant is used as it is.
+    index_ops = () if is_tensor_constant(indices) else (Operand(indices, tuple(range(rank))),)
     axis = int(call.attrs.axis) % len(p)
     attrs = with_fields(call.attrs, axis=p[axis])
     out = p
     if rank == 0:
         kept = [p[i] for i in range(len(p)) if i != axis]
         out = tuple(sorted(kept).index(k) for k in kept)
-    return Plan(out, (Operand(x, p),), lambda new: remake(call, [new[0], indices], attrs))
+    return Plan(out, (Operand(x, p), *index_ops), lambda new: remake(
+        call, [new[0], new[1] if index_ops else indices], attrs))
 
 
 def _strided_slice(call: relax.Call, perm_of: PermOf) -> Plan | None:
@@ -168,6 +172,29 @@ def _matmul(call: relax.Call, perm_of: PermOf) -> Plan | None:
     return Plan(_swap_last(rc), (Operand(b, sb), Operand(a, sa)), rebuild)
 
 
+def _pointwise_conv(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    """A 1×1 ``conv2d`` (stride 1, no padding) mixes channels per pixel and never looks at a
+    neighbour, so the spatial axes may come in any order: on data available with its spatial
+    axes permuted (batch and channel axes fixed) it runs on that data, the result permuted
+    alike. YOLO's DFL decode is one: a fixed 1×1 conv over the bins of boxes laid out
+    ``(anchors, 4)``. The same dot products in the same order: exact."""
+    x, weight = call.args[0], call.args[1]
+    p = perm_of(x)
+    attrs = call.attrs
+    layout, kernel = str(attrs.data_layout), str(attrs.kernel_layout)
+    w_shape = known_shape(weight)
+    if p is None or w_shape is None or len(p) != 4 or str(attrs.out_layout) not in ("", layout):
+        return None
+    n, c = layout.find("N"), layout.find("C")
+    if n < 0 or c < 0 or p[n] != n or p[c] != c or any(
+            w_shape[kernel.find(a)] != 1 for a in "HW"):
+        return None
+    if any(int(v) != 1 for v in (*attrs.strides, *attrs.dilation)) or any(
+            int(v) != 0 for v in attrs.padding):
+        return None
+    return Plan(p, (Operand(x, p),), lambda new: remake(call, [new[0], weight]))
+
+
 MOVEMENT_HANDLERS: dict[str, Callable[[relax.Call, PermOf], Plan | None]] = {
     **{name: _view for name in VIEW_OPS},
     "relax.broadcast_to": _broadcast_to,
@@ -175,6 +202,7 @@ MOVEMENT_HANDLERS: dict[str, Callable[[relax.Call, PermOf], Plan | None]] = {
     "relax.matmul": _matmul,
     "relax.take": _take,
     "relax.strided_slice": _strided_slice,
+    "relax.nn.conv2d": _pointwise_conv,
 }
 
 __all__ = ["MOVEMENT_HANDLERS", "VIEW_OPS", "view_layout"]

@@ -109,6 +109,10 @@ class _Analysis:
         self.plans: dict[relax.Var, Plan] = {}
         self.absorbed: dict[relax.Var, tuple[relax.Var, Perm]] = {}
         self.groups = _UnionFind()
+        # Per candidate: the mark of the model's own permute its layout comes from, when it
+        # comes from nothing else (no ConvertLayout transpose): materialized, that permute is
+        # the model's own one, sunk to where something needs the original layout.
+        self.own_origin: dict[relax.Var, str | None] = {}
         # Set by the rewriter: binds a folded chain's reshape so its permute keeps its span.
         self.emit: Callable[[relax.Expr], relax.Expr] | None = None
         # While visiting: what the current block bound (a region stays inside one block).
@@ -135,6 +139,9 @@ class _Analysis:
                 perm = self.seeds[expr][1]
             elif expr in self.plans:
                 perm = self.plans[expr].out_perm
+            elif expr in self.absorbed:  # a permute of a candidate: the candidate, read so
+                src, q = self.absorbed[expr]
+                perm = compose(self.plans[src].out_perm, q)
         return None if perm is None or is_identity(perm) else perm
 
     def _visit(self, var: relax.Var, value: relax.Expr) -> None:
@@ -145,6 +152,11 @@ class _Analysis:
                 if not self.plans[src].is_tuple:
                     self.absorbed[var] = (src, axes)
                     self.groups.union(var, src)
+                    self.own_origin[var] = own_tag(value)
+            elif isinstance(src, relax.Var) and src in self.absorbed and self._in_block(src):
+                inner, q = self.absorbed[src]  # a permute of a permute of a candidate
+                self.absorbed[var] = (inner, compose(q, axes))
+                self.groups.union(var, src)
             elif not is_identity(axes) and not is_weight_derived(src, self.weights):
                 self.seeds[var] = (src, axes)
             return
@@ -159,6 +171,9 @@ class _Analysis:
         if plan is None:
             return
         self.plans[var] = plan
+        origins = {self.own_origin.get(op.expr) if op.expr in self.own_origin else None
+                   for op in plan.operands if self.perm_of(op.expr) is not None}
+        self.own_origin[var] = origins.pop() if len(origins) == 1 else None
         for op in plan.operands:
             if self.perm_of(op.expr) is not None:
                 self.groups.union(var, op.expr)
@@ -192,13 +207,18 @@ class _Analysis:
 
         chain = self.chains.chain(var, stop=stop)
         p = None if chain is None else self.perm_of(chain.root)
-        if chain is None or p is None or rank != len(p):
+        if chain is None or p is None or rank is None:
             return None
+        # A chain that ends in another rank (patches flattened to tokens) comes out in its
+        # own layout: the folded chain reads the root's source and is the result itself.
+        if rank != len(p) and not self.chains.is_chain_end(var):
+            return None
+        out = p if rank == len(p) else tuple(range(rank))
         src_shape = _unpermuted_shape(static_shape(chain.root), p)
-        out_shape = _unpermuted_shape(static_shape(var), p)
+        out_shape = _unpermuted_shape(static_shape(var), out)
         if src_shape is None or out_shape is None or None in src_shape or None in out_shape:
             return None
-        steps = [("permute", p), *chain.steps, ("permute", inverse(p))]
+        steps = [("permute", p), *chain.steps, ("permute", inverse(out))]
         probe = folded_movement(chain.root, src_shape, steps,  # type: ignore[arg-type]
                                 out_shape, chain.own)  # type: ignore[arg-type]
         if probe is None:
@@ -210,7 +230,7 @@ class _Analysis:
             assert folded is not None
             return folded[0]
 
-        return Plan(p, (Operand(chain.root, p),), rebuild, cost=probe[1], replaces=chain.cost,
+        return Plan(out, (Operand(chain.root, p),), rebuild, cost=probe[1], replaces=chain.cost,
                     internal=chain.internal)
 
     # ---- cost model ---------------------------------------------------------------------
@@ -257,7 +277,10 @@ class _Analysis:
                 src, q = self.absorbed[v]
                 before.append(permute_cost(static_shape(src), q))
                 p = self.plans[src].out_perm
-                after.append(permute_cost(_unpermuted_shape(static_shape(src), p), compose(p, q)))
+                if any(u not in inside and u not in absorbed for u in uses.get(v, [])):
+                    # read as it is somewhere: materialized (candidates read ``w`` instead)
+                    after.append(permute_cost(_unpermuted_shape(static_shape(src), p),
+                                              compose(p, q)))
             else:
                 plan = self.plans[v]
                 before.append(plan.replaces)
@@ -297,6 +320,8 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
                 return self.new[e]
             if e in self.a.seeds:
                 return self.visit_expr(self.a.seeds[e][0])
+            if e in self.a.absorbed:
+                return self.new[self.a.absorbed[e][0]]
         e = self.visit_expr(e)
         rank = len(op.perm)
         if _is_free_to_convert(e, rank):
@@ -317,8 +342,8 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
             self.new[var] = w
             perm = plan.out_perm
             if not plan.is_tuple:  # unused materializations are dropped afterwards
-                _alias(self.builder_, self, var,
-                       w if is_identity(perm) else relax.op.permute_dims(w, list(perm)))
+                _alias(self.builder_, self, var, w if is_identity(perm) else mark_own(
+                    relax.op.permute_dims(w, list(perm)), self.a.own_origin.get(var)))
         elif var in self.a.absorbed:
             src, q = self.a.absorbed[var]
             perm = compose(self.a.plans[src].out_perm, q)

@@ -1,0 +1,209 @@
+"""SinkPermutes on the patterns of deployed detection / diffusion / transformer models (#24):
+golden Before/Expected IR, and the unfold-style advanced-indexing import.
+
+The Before modules are what ConvertLayout leaves; Expected has no transpose in the middle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+from cl_validate.compile.passes import SinkPermutes
+from cl_validate.ir import count_permutes
+
+T4 = R.Tensor((1, 4, 4, 8), "float32")
+C8 = R.Tensor((8,), "float32")
+
+
+def _check(before: tvm.IRModule, expected: tvm.IRModule) -> None:
+    tvm.ir.assert_structural_equal(SinkPermutes()(before), expected)
+
+
+def test_group_norm_follows_the_stream_it_reads() -> None:
+    """A diffusers ResnetBlock2D after an attention block: the residual stream comes back
+    NHWC (the attention's ``transpose.reshape`` folded), ConvertLayout left the GroupNorm
+    NCHW between two transposes. It runs on the NHWC stream, channel axis and axes renamed."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: T4, g: C8, b: C8) -> T4:
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                a = R.permute_dims(x, axes=[0, 3, 1, 2])
+                n = R.nn.group_norm(a, g, b, num_groups=2, channel_axis=1, axes=[2, 3])
+                s = R.nn.silu(n)
+                c = R.permute_dims(s, axes=[0, 2, 3, 1])
+                gv = R.add(c, x)
+                R.output(gv)
+            return gv
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: T4, g: C8, b: C8) -> T4:
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                n = R.nn.group_norm(x, g, b, num_groups=2, channel_axis=3, axes=[1, 2])
+                s = R.nn.silu(n)
+                gv = R.add(s, x)
+                R.output(gv)
+            return gv
+
+    _check(Before, Expected)
+
+
+def test_dfl_decode_runs_on_anchor_major_boxes() -> None:
+    """YOLOv8's DFL: boxes (B, anchors, 4·bins) in NHWC are viewed (B, 4, bins, anchors),
+    transposed by the model (bins first), softmaxed over the bins and reduced by a 1×1 conv
+    that ConvertLayout wants NHWC, i.e. (B, 4, anchors, bins). All of it runs on
+    (B, anchors, 4, bins): the view is free, the model's transpose and ConvertLayout's
+    meet, softmax takes the last axis, the 1×1 conv does not care which spatial axis is which;
+    one transpose is left, where the output is channel-major."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((1, 6, 16), "float32"),
+                 w: R.Tensor((1, 1, 1, 4), "float32")) -> R.Tensor((1, 4, 6), "float32"):
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                a = R.permute_dims(x, axes=[0, 2, 1])
+                v = R.reshape(a, R.shape([1, 4, 4, 6]))
+                t = R.permute_dims(v, axes=[0, 2, 1, 3])
+                s = R.nn.softmax(t, axis=1)
+                u = R.permute_dims(s, axes=[0, 2, 3, 1])
+                c = R.nn.conv2d(u, w, data_layout="NHWC", kernel_layout="OHWI")
+                p = R.permute_dims(c, axes=[0, 3, 1, 2])
+                gv = R.reshape(p, R.shape([1, 4, 6]))
+                R.output(gv)
+            return gv
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: R.Tensor((1, 6, 16), "float32"),
+                 w: R.Tensor((1, 1, 1, 4), "float32")) -> R.Tensor((1, 4, 6), "float32"):
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                v = R.reshape(x, R.shape([1, 6, 4, 4]))
+                s = R.nn.softmax(v, axis=3)
+                c = R.nn.conv2d(s, w, data_layout="NHWC", kernel_layout="OHWI")
+                r = R.reshape(c, R.shape([1, 6, 4]))
+                gv = R.permute_dims(r, axes=[0, 2, 1])
+                R.output(gv)
+            return gv
+
+    _check(Before, Expected)
+    _numerics_equal(Before, SinkPermutes()(Before))
+
+
+def _numerics_equal(before: tvm.IRModule, after: tvm.IRModule) -> None:
+    from tvm import relax
+
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32")
+            for p in before["main"].params]
+    outs = []
+    for mod in (before, after):
+        ex = tvm.compile(mod, target="llvm")
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        outs.append(vm["main"](*[tvm.runtime.tensor(a) for a in args]).numpy())
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+@pytest.mark.compile
+def test_adjacent_index_tensors_import_as_one_take() -> None:
+    """``x[:, :, ih[:, None, :, None], iw[None, :, None, :]]`` (overlapping k×k patches, as
+    F.unfold) used to fail with "cannot broadcast index shapes"; it imports as a take along
+    H·W with reshapes around it (no transpose) and computes what PyTorch does, negative
+    indices included."""
+    import torch
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+
+    class Patches(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            ih = torch.arange(0, 6, 2)[:, None] + torch.arange(3)[None, :]
+            iw = torch.arange(0, 6, 2)[:, None] + torch.arange(3)[None, :] - 8
+            return x[:, :, ih[:, None, :, None], iw[None, :, None, :]] + 0.5
+
+    x = torch.randn(2, 3, 8, 8)
+    mod = from_exported_program(torch.export.export(Patches(), (x,)),
+                                custom_convert_map=custom_convert_map())
+    assert count_permutes(mod) == 0
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
+    np.testing.assert_array_equal(out, Patches()(x).numpy())
+
+
+@pytest.mark.compile
+def test_int_tensor_plus_float_computes_in_float() -> None:
+    """``torch.arange(h) + 0.5`` (anchor grids): TVM's converter made 0.5 an int64 0."""
+    import torch
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+
+    class Grid(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + (torch.arange(4) + 0.5) * (torch.arange(4) - 0.25) - (0.5 - torch.arange(4))
+
+    x = torch.randn(1, 4)
+    mod = from_exported_program(torch.export.export(Grid(), (x,)),
+                                custom_convert_map=custom_convert_map())
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
+    np.testing.assert_allclose(out, Grid()(x).numpy(), rtol=1e-6)
+
+
+def test_a_sunk_own_permute_stays_the_models() -> None:
+    """The model's own transpose (nn.MultiheadAttention's kᵀ) sunk through elementwise ops to
+    where a matmul needs it materializes there, one transpose for two, still marked as the
+    model's own: reports must not blame a layout rule for attention's head transpose."""
+    from tvm import relax
+
+    from cl_validate.ir import bindings, is_own, mark_own, permute_axes
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 4, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.permute_dims(x, [0, 3, 1, 2]))  # ConvertLayout's
+            m = bb.emit(relax.op.multiply(a, relax.const(2.0, "float32")))
+            k = bb.emit(mark_own(relax.op.permute_dims(m, [0, 1, 3, 2])))  # the model's
+            r = bb.emit(relax.op.nn.relu(k))
+            gv = bb.emit_output(relax.op.matmul(r, r))
+        bb.emit_func_output(gv)
+    after = SinkPermutes()(bb.get())
+    left = [b.value for b in bindings(after["main"]) if permute_axes(b.value) is not None]
+    assert len(left) == 1 and is_own(left[0]), after
+
+
+@pytest.mark.compile
+def test_f_unfold_imports() -> None:
+    """``F.unfold`` exports as ``aten.im2col``, which the importer decomposes into the same
+    adjacent-index gather: it failed the same way and imports now, exactly."""
+    import torch
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+
+    class Unfold(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.unfold(x, 3, stride=2)
+
+    x = torch.randn(1, 2, 9, 9)
+    mod = from_exported_program(torch.export.export(Unfold(), (x,)),
+                                custom_convert_map=custom_convert_map())
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
+    np.testing.assert_array_equal(out, Unfold()(x).numpy())
