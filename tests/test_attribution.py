@@ -111,14 +111,15 @@ def test_attention_view_is_named_not_the_group_norm_after_it(write_case):
     assert blamed, [t.attribution for t in ts]
 
 
-def test_dfl_transforms_are_the_models_own_permute(write_case):
-    """The detector's transpose(2, 1) is folded with ConvertLayout's permutes by our passes;
-    both transforms it leaves are still the model's own, with its source."""
-    ts = _transforms(write_case, "dfl_head", pipeline="nhwc")
-    own = [t.attribution for t in ts if t.attribution.reason is Reason.OWN_PERMUTE]
-    assert len(own) == 2, [t.attribution for t in ts]
-    assert all(a.source is not None and "permute" in a.source for a in own), own
-    assert not any(t.attribution.relax_op == "relax.nn.softmax" for t in ts)
+def test_dfl_decode_is_at_the_floor_and_no_op_with_a_rule_is_blamed(write_case):
+    """The detector's ``view → transpose(2, 1) → softmax → 1x1 conv`` decode: under TVM's
+    ConvertLayout its transforms are the model's own permute (never "softmax has no layout
+    rule"); under the nhwc pipeline only the graph's boundaries remain."""
+    plain = _transforms(write_case, "dfl_head", pipeline="nhwc-plain")
+    assert any(t.attribution.reason is Reason.OWN_PERMUTE for t in plain)
+    assert not any(t.attribution.relax_op == "relax.nn.softmax" for t in plain), plain
+    ours = [t.attribution.reason for t in _transforms(write_case, "dfl_head", pipeline="nhwc")]
+    assert ours == [Reason.INPUT_BOUNDARY, Reason.OUTPUT_BOUNDARY], ours
 
 
 def test_every_transform_in_a_fused_kernel_gets_its_own_mark():

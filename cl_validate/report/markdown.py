@@ -326,13 +326,19 @@ def ledger_section(results: Sequence[CaseResult], *, names: int | None = 3) -> s
 def render_markdown(results: Sequence[CaseResult], *, charts: bool = True,
                     max_bytes: int | None = None) -> str:
     """The whole report. With `max_bytes`, failure sections that do not fit are left out and
-    counted in a closing note (the tables always stay)."""
+    counted in a closing note, then the blocker ledger if even it does not fit (the tables
+    always stay)."""
     out = _heading(results)
     for target in dict.fromkeys(r.target for r in results):
         out += ["", *_table(results, target)]
     text = "\n".join(out) + "\n"
+    ledger_left_out = False
     if any(r.kernels is not None and r.kernels.transforms for r in results):
-        text += "\n" + ledger_section(results)
+        ledger = "\n" + ledger_section(results)
+        if max_bytes is not None and len((text + ledger).encode()) > max_bytes - 400:
+            ledger_left_out = True  # the tables first: the ledger has a command of its own
+        else:
+            text += ledger
     failing = [r for r in results if not r]
     if failing:
         text += "\n## Why it failed\n"
@@ -346,6 +352,9 @@ def render_markdown(results: Sequence[CaseResult], *, charts: bool = True,
     if left_out:
         text += (f"\n_{left_out} more failing case × target runs left out to stay under the "
                  "size limit: see the JUnit report or `cl-validate show CASE`._\n")
+    if ledger_left_out:
+        text += ("\n_The blocker ledger was left out to stay under the size limit: "
+                 "`cl-validate ledger`._\n")
     return text
 
 
