@@ -24,6 +24,7 @@ from typing import Any
 from tvm import ir, relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from cl_validate.compile.passes import LAYOUT_AGNOSTIC_OPS
 from cl_validate.ir import (
     TRANSFORM_OPS,
     bindings,
@@ -97,13 +98,13 @@ _TO_NHWC = (0, 2, 3, 1)
 
 
 def annotate_transforms(mod: Any, sources: dict[str, str],
-                        pinned_modules: Iterable[str] = (), kept_ops: Iterable[str] = ()
-                        ) -> Any:
+                        pinned_modules: Iterable[str] = (), kept_ops: Iterable[str] = (),
+                        desired_ops: Iterable[str] = ()) -> Any:
     """Return `mod` with every transform call in main carrying its `Attribution` in its span.
 
     `pinned_modules` are the nn.Module paths the case keeps in another layout on purpose;
     `kept_ops` the Relax ops kept in their import layout because TVM cannot lower them in
-    the one the pipeline asked for.
+    the one the pipeline asked for; `desired_ops` the ops the case's ``[layout]`` converts.
     """
     func = mod["main"]
     binds = list(bindings(func))
@@ -113,6 +114,7 @@ def annotate_transforms(mod: Any, sources: dict[str, str],
     producer = {b.var: b for b in binds}
     pinned = set(pinned_modules)
     kept = set(kept_ops)
+    decided = set(desired_ops) - kept
     outputs = _output_vars(func.body.body, producer)
 
     attributions: dict[Any, Attribution] = {}
@@ -142,7 +144,7 @@ def annotate_transforms(mod: Any, sources: dict[str, str],
                 start = producer.get(first_user) if first_user is not None else None
                 skip_arg = b.var
             att = _blame(start, skip_arg, producer, derived, inputs, sources, pinned, kept,
-                         name)
+                         decided, name)
         attributions[b.var] = att
 
     if not attributions:
@@ -182,12 +184,15 @@ def has_layout_rule(op: str | None) -> bool:
 #: permute behind them (a ``view → permute → view`` chain the passes folded), so the model's
 #: permute is named rather than the view next to it.
 _VIEWS = frozenset({"relax.reshape", "relax.flatten", "relax.squeeze", "relax.expand_dims"})
+#: Ops without a rule of TVM's that cl_validate's passes carry a layout through (quantize,
+#: clip, ...): a transform next to one that traces back to a graph input is the input's.
+_CARRIED = LAYOUT_AGNOSTIC_OPS - _VIEWS
 _WALK_LIMIT = 64
 
 
 def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any],
            inputs: set[Any], sources: dict[str, str], pinned: set[str], kept: set[str],
-           name: str) -> Attribution:
+           decided: set[str], name: str) -> Attribution:
     """Why the op bound at `start` is in the old layout next to a transform.
 
     An op without a layout rule is the cause itself. An op with one stayed in the old layout
@@ -211,19 +216,25 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
             return Attribution(Reason.KEPT_LAYOUT, op, src)
         if module is not None and module in pinned:
             return _pinned(cur, module, producer, derived, sources)
+        if op in decided:
+            break  # the case's [layout] put this op in the new layout: the cause is below it
         if not has_layout_rule(op):
             if first_ruleless is None:
                 first_ruleless = Attribution(Reason.NO_LAYOUT_RULE, op, src)
-            if op not in _VIEWS:
+            if op not in _VIEWS and op not in _CARRIED:
                 break
-        elif first_ruleless is not None:
+        elif first_ruleless is not None and first_ruleless.relax_op in _VIEWS:
             break  # an op with a rule past a view: the view decided
         args = [a for a in getattr(cur.value, "args", [])
                 if isinstance(a, relax.Var) and not a.same_as(prev_arg)
                 and not is_weight_derived(a, derived)]
         nxt = args[0] if args else None
-        if nxt is not None and nxt in inputs and first_ruleless is None:
-            return Attribution(Reason.FOLLOWS_INPUT, op, src)
+        if nxt is not None and nxt in inputs:
+            # Everything between the input and here follows its layout (ops with a rule, or
+            # ops our passes carry a layout through): the input's layout is the cause.
+            if first_ruleless is None or first_ruleless.relax_op in _CARRIED:
+                return Attribution(Reason.INPUT_BOUNDARY, None, f"input '{nxt.name}'")
+            break
         prev_arg, cur = None, producer.get(nxt) if nxt is not None else None
     if first_ruleless is not None:
         return first_ruleless
@@ -248,7 +259,8 @@ def _pinned(cur: Any, module: str, producer: dict[Any, Any], derived: set[Any],
 
 
 def _output_vars(ret: Any, producer: dict[Any, Any]) -> set[Any]:
-    """Vars whose value is returned, following views (reshape, tuple) back from the output."""
+    """Vars whose value is returned, following views (reshape, tuple) and one-tensor ops the
+    passes carry a layout through (quantize, dequantize, clip) back from the output."""
     out: set[Any] = set()
     todo = [ret]
     while todo:
@@ -266,6 +278,9 @@ def _output_vars(ret: Any, producer: dict[Any, Any]) -> set[Any]:
             elif isinstance(v, relax.Call) and isinstance(v.op, ir.Op) and v.op.name in (
                     "relax.reshape", "relax.squeeze", "relax.expand_dims"):
                 todo.append(v.args[0])
+            elif (op_name(v) in _CARRIED and v.args and isinstance(v.args[0], relax.Var)
+                  and not any(isinstance(a, relax.Var) for a in v.args[1:])):
+                todo.append(v.args[0])  # a QDQ pair or a clip on the way out
     return out
 
 

@@ -96,7 +96,7 @@ def legalize(ctx: PipelineContext) -> Callable[[tvm.IRModule], tvm.IRModule]:
 
     def run(mod: tvm.IRModule) -> tvm.IRModule:
         mod = annotate_transforms(mod, ctx.sources, ctx.case.layout_overrides,
-                                  ctx.keep_layouts)
+                                  ctx.keep_layouts, ctx.case.layout)
         mod = quantize_as_pytorch(mod)
         with ctx.target:
             return tvm.transform.Sequential([

@@ -18,7 +18,6 @@ class Reason(enum.Enum):
     OUTPUT_BOUNDARY = "graph output boundary"
     OWN_PERMUTE = "the model's own permute"
     NO_LAYOUT_RULE = "op without a layout rule"
-    FOLLOWS_INPUT = "follows a graph input's layout"
     KEPT_LAYOUT = "kept in a layout TVM lowers"
     PINNED = "layout pinned by [layout_overrides]"
     WEIGHT = "unfolded weight"
@@ -39,9 +38,6 @@ _NEXT_STEP = {
                         "model or let a cleanup pass cancel it against ConvertLayout's",
     Reason.NO_LAYOUT_RULE: "give {op} a layout rule (or a cl_validate pass that carries the "
                            "layout through it) so it runs in NHWC",
-    Reason.FOLLOWS_INPUT: "{op} takes its layout from a graph input in the old layout: "
-                          "declare the input layout = \"NHWC\" if callers can pass "
-                          "channels-last data",
     Reason.KEPT_LAYOUT: "TVM cannot lower {op} in the desired layout, so it stays in the one "
                         "it was imported in: budget the transforms at its borders (or lower it "
                         "in NHWC in a pipeline of your own)",
@@ -78,8 +74,6 @@ class Attribution:
         parts = [self.reason.value]
         if self.relax_op and self.reason is Reason.NO_LAYOUT_RULE:
             parts[0] = f"{self.relax_op} has no layout rule"
-        elif self.relax_op and self.reason is Reason.FOLLOWS_INPUT:
-            parts[0] = f"{self.relax_op} follows a graph input's layout"
         elif self.relax_op and self.reason is Reason.KEPT_LAYOUT:
             parts[0] = f"{self.relax_op} kept in a layout TVM lowers"
         if self.source:

@@ -38,8 +38,8 @@ class Entry:
     def why(self) -> str:
         if self.reason is None:
             return _UNATTRIBUTED
-        if self.reason in (Reason.NO_LAYOUT_RULE, Reason.PINNED, Reason.KEPT_LAYOUT,
-                           Reason.FOLLOWS_INPUT) and self.op:
+        if self.reason in (Reason.NO_LAYOUT_RULE, Reason.PINNED, Reason.KEPT_LAYOUT) \
+                and self.op:
             return f"{self.op}: {self.reason.value}"
         return self.reason.value + (f" ({self.op})" if self.op else "")
 
