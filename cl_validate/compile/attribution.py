@@ -187,6 +187,7 @@ _VIEWS = frozenset({"relax.reshape", "relax.flatten", "relax.squeeze", "relax.ex
 #: Ops without a rule of TVM's that cl_validate's passes carry a layout through (quantize,
 #: clip, ...): a transform next to one that traces back to a graph input is the input's.
 _CARRIED = LAYOUT_AGNOSTIC_OPS - _VIEWS
+_QDQ = frozenset({"relax.quantize", "relax.dequantize"})
 _WALK_LIMIT = 64
 
 
@@ -259,8 +260,8 @@ def _pinned(cur: Any, module: str, producer: dict[Any, Any], derived: set[Any],
 
 
 def _output_vars(ret: Any, producer: dict[Any, Any]) -> set[Any]:
-    """Vars whose value is returned, following views (reshape, tuple) and one-tensor ops the
-    passes carry a layout through (quantize, dequantize, clip) back from the output."""
+    """Vars whose value is returned, following views (reshape, tuple) and the output's own
+    quantize → dequantize back from the output."""
     out: set[Any] = set()
     todo = [ret]
     while todo:
@@ -278,9 +279,8 @@ def _output_vars(ret: Any, producer: dict[Any, Any]) -> set[Any]:
             elif isinstance(v, relax.Call) and isinstance(v.op, ir.Op) and v.op.name in (
                     "relax.reshape", "relax.squeeze", "relax.expand_dims"):
                 todo.append(v.args[0])
-            elif (op_name(v) in _CARRIED and v.args and isinstance(v.args[0], relax.Var)
-                  and not any(isinstance(a, relax.Var) for a in v.args[1:])):
-                todo.append(v.args[0])  # a QDQ pair or a clip on the way out
+            elif op_name(v) in _QDQ and isinstance(v.args[0], relax.Var):
+                todo.append(v.args[0])  # the output's quantize → dequantize
     return out
 
 
