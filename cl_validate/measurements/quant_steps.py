@@ -37,4 +37,5 @@ class OutputStep:
 
 def steps_text(n: float) -> str:
     """``0 steps``, ``1 step``, ``1.5 steps``."""
-    return f"{n:.2g} step" + ("" if n == 1 else "s")
+    shown = f"{n:.2g}"
+    return f"{shown} step" + ("" if shown == "1" else "s")
