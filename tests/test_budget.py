@@ -199,7 +199,7 @@ def test_tighten_writes_through_a_link_keeping_crlf_the_bom_and_the_mode(tmp_pat
                                                                         monkeypatch):
     """Before: every CRLF became LF (and the diff hid it), the BOM went, and the link was
     replaced by a regular file while the real one stayed stale — and was named as updated."""
-    shared, cases = tmp_path / "shared", tmp_path / "cases"
+    shared, cases = tmp_path / "elsewhere", tmp_path / "cases"
     shared.mkdir()
     cases.mkdir()
     shutil.copy(DATA / "tiny_models.py", shared)  # the model is found next to the target
@@ -208,13 +208,13 @@ def test_tighten_writes_through_a_link_keeping_crlf_the_bom_and_the_mode(tmp_pat
     target.write_bytes(original)
     target.chmod(0o640)
     link = cases / "tiny.toml"
-    link.symlink_to("../shared/tiny.toml")
+    link.symlink_to("../elsewhere/tiny.toml")
     monkeypatch.chdir(tmp_path)
     code, out = run_cli(["budget", "tighten", "cases/tiny.toml", "--no-isolation"]).both()
     assert code == ExitCode.OK, out
-    assert "cases/tiny.toml -> shared/tiny.toml:\n" in out
+    assert "cases/tiny.toml -> elsewhere/tiny.toml:\n" in out
     assert "(CRLF line ends and the UTF-8 byte-order mark kept)" in out
-    assert link.is_symlink() and os.readlink(link) == "../shared/tiny.toml"
+    assert link.is_symlink() and os.readlink(link) == "../elsewhere/tiny.toml"
     written = target.read_bytes()
     assert re.search(rb"layout_transforms = 2   # boundaries \[tighten [-\d]+: was "
                      rb"`layout_transforms = 3`: check this comment\]\r\n", written)

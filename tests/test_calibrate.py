@@ -89,17 +89,17 @@ def test_calibrate_proposes_then_writes_only_when_asked(tmp_path):
 def test_calibrate_writes_through_a_link_keeping_crlf_and_the_bom(tmp_path, monkeypatch):
     """--write rewrites the case file as its author saved it: the link stays a link and its
     target is written, CRLF stays CRLF, the UTF-8 BOM stays."""
-    shared, cases = tmp_path / "shared", tmp_path / "cases"
+    shared, cases = tmp_path / "elsewhere", tmp_path / "cases"
     shared.mkdir()
     cases.mkdir()
     shutil.copy(DATA / "tiny_models.py", shared)
     target = shared / "tiny.toml"
     target.write_bytes(b"\xef\xbb\xbf" + CASE.replace("\n", "\r\n").encode())
-    (cases / "tiny.toml").symlink_to("../shared/tiny.toml")
+    (cases / "tiny.toml").symlink_to("../elsewhere/tiny.toml")
     monkeypatch.chdir(tmp_path)
     code, out = run_cli(["calibrate", "cases/tiny.toml", "--seeds", "1", "--write"]).both()
     assert code == ExitCode.OK, out
-    assert "wrote cases/tiny.toml -> shared/tiny.toml:" in out
+    assert "wrote cases/tiny.toml -> elsewhere/tiny.toml:" in out
     assert "(CRLF line ends and the UTF-8 byte-order mark kept)" in out
     assert (cases / "tiny.toml").is_symlink()
     data = target.read_bytes()
