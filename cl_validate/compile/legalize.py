@@ -129,8 +129,21 @@ _LAYOUT_ATTRS = ("data_layout", "layout", "kernel_layout", "out_layout")
 
 def _op_layout(call: relax.Call) -> list[str]:
     attrs = call.attrs
-    return [str(getattr(attrs, a)) for a in _LAYOUT_ATTRS
-            if attrs is not None and hasattr(attrs, a)] if attrs is not None else []
+    return [str(getattr(attrs, a)) for a in _LAYOUT_ATTRS if hasattr(attrs, a)]
+
+
+def _op_calls(mod: tvm.IRModule) -> list[relax.Call]:
+    """Every call of a Relax op (not a function) in the module's Relax functions, in order."""
+    calls: list[relax.Call] = []
+
+    def visit(expr: Any) -> None:
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            calls.append(expr)
+
+    for _, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return calls
 
 
 def unlowered_ops(mod: tvm.IRModule) -> dict[str, list[str]]:
@@ -138,18 +151,12 @@ def unlowered_ops(mod: tvm.IRModule) -> dict[str, list[str]]:
     TVM refuses them in the layout they are in (``conv2d_transpose`` in NHWC), and the VM
     cannot run them. Op name → the layout of the first one left."""
     left: dict[str, list[str]] = {}
-
-    def visit(expr: Any) -> None:
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            name = str(expr.op.name)
-            if name not in left and expr.op.get_attr("FLegalize") is not None:
-                layout = _op_layout(expr)
-                if layout:
-                    left[name] = layout
-
-    for _, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
+    for call in _op_calls(mod):
+        name = str(call.op.name)
+        if name not in left and call.op.get_attr("FLegalize") is not None:
+            layout = _op_layout(call)
+            if layout:
+                left[name] = layout
     return left
 
 
@@ -157,16 +164,10 @@ def import_layouts(mod: tvm.IRModule, ops: Iterable[str]) -> dict[str, list[str]
     """For each of `ops` that has layout attributes, the layouts it had when imported (a layout
     TVM lowers: the importer writes what PyTorch computes), as a ConvertLayout desired entry."""
     wanted, found = set(ops), dict[str, list[str]]()
-
-    def visit(expr: Any) -> None:
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            name = str(expr.op.name)
-            if name in wanted and name not in found:
-                layout = _op_layout(expr)
-                if layout:
-                    found[name] = layout[:2]
-
-    for _, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
+    for call in _op_calls(mod):
+        name = str(call.op.name)
+        if name in wanted and name not in found:
+            layout = _op_layout(call)
+            if layout:
+                found[name] = layout[:2]
     return found
