@@ -14,6 +14,7 @@ from cl_validate.compile.passes import (
     FoldMovementChains,
     HoistPermutes,
     PermuteToReshape,
+    ReadSlicesAtSource,
     SinkPermutes,
     cleanup_passes,
 )
@@ -23,7 +24,8 @@ def test_order() -> None:
     names = [p.info.name for p in cleanup_passes()]
     assert names == [ElideBroadcasts().info.name, CancelPermutes().info.name,
                      SinkPermutes().info.name, HoistPermutes().info.name,
-                     FoldMovementChains().info.name, PermuteToReshape().info.name,
+                     FoldMovementChains().info.name, ReadSlicesAtSource().info.name,
+                     PermuteToReshape().info.name,
                      "CanonicalizeBindings"]
 
 

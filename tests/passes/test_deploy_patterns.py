@@ -102,6 +102,143 @@ def test_dfl_decode_runs_on_anchor_major_boxes() -> None:
     _numerics_equal(Before, SinkPermutes()(Before))
 
 
+def test_anchor_major_detector_output_needs_no_transpose() -> None:
+    """A detector exported anchor-major: each level's (B, C, H, W) map flattened to
+    (B, C, H·W), the levels concatenated along the anchors and transposed to (B, anchors, C).
+    ConvertLayout leaves each level NCHW behind a transpose; in NHWC every level already is
+    (B, H·W, C): the views are free, the concat runs on anchors, and the model's transpose
+    meets ConvertLayout's: no transpose is left."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x1: R.Tensor((1, 4, 4, 8), "float32"), x2: R.Tensor((1, 2, 2, 8), "float32")
+                 ) -> R.Tensor((1, 20, 8), "float32"):
+            R.func_attr({"num_input": 2})
+            with R.dataflow():
+                a1 = R.permute_dims(x1, axes=[0, 3, 1, 2])
+                r1 = R.reshape(a1, R.shape([1, 8, 16]))
+                a2 = R.permute_dims(x2, axes=[0, 3, 1, 2])
+                r2 = R.reshape(a2, R.shape([1, 8, 4]))
+                c = R.concat((r1, r2), axis=2)
+                s = R.sigmoid(c)
+                gv = R.permute_dims(s, axes=[0, 2, 1])
+                R.output(gv)
+            return gv
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x1: R.Tensor((1, 4, 4, 8), "float32"), x2: R.Tensor((1, 2, 2, 8), "float32")
+                 ) -> R.Tensor((1, 20, 8), "float32"):
+            R.func_attr({"num_input": 2})
+            with R.dataflow():
+                r1 = R.reshape(x1, R.shape([1, 16, 8]))
+                r2 = R.reshape(x2, R.shape([1, 4, 8]))
+                c = R.concat((r1, r2), axis=1)
+                s = R.sigmoid(c)
+                gv = s  # the absorbed permute: an alias, removed by the next cleanup
+                R.output(gv)
+            return gv
+
+    _check(Before, Expected)
+
+
+def test_a_part_of_the_heads_viewed_back_into_a_map_reads_the_conv_output() -> None:
+    """YOLO11's PSA: a conv output viewed into heads (B, heads, q+k+v, H·W) needs the heads
+    ahead of the pixels for the matmuls (that transpose stays), but the v part viewed back
+    into a map for the positional conv is a slice of the NHWC conv output: the transpose back
+    to NHWC becomes a slice, and nothing is transposed twice."""
+    from cl_validate.compile.passes import ReadSlicesAtSource
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((1, 4, 4, 16), "float32")
+                 ) -> R.Tuple(R.Tensor((1, 2, 2, 16), "float32"),
+                              R.Tensor((1, 4, 4, 8), "float32")):
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                a = R.permute_dims(x, axes=[0, 3, 1, 2])
+                h = R.reshape(a, R.shape([1, 2, 8, 16]))
+                parts = R.split(h, indices_or_sections=[2, 4], axis=2)
+                q = parts[0]
+                v = parts[2]
+                m = R.reshape(v, R.shape([1, 8, 4, 4]))
+                pe = R.permute_dims(m, axes=[0, 2, 3, 1])
+                gv = (q, pe)
+                R.output(gv)
+            return gv
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: R.Tensor((1, 4, 4, 16), "float32")
+                 ) -> R.Tuple(R.Tensor((1, 2, 2, 16), "float32"),
+                              R.Tensor((1, 4, 4, 8), "float32")):
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                a = R.permute_dims(x, axes=[0, 3, 1, 2])
+                h = R.reshape(a, R.shape([1, 2, 8, 16]))
+                parts = R.split(h, indices_or_sections=[2, 4], axis=2)
+                q = parts[0]
+                r = R.reshape(x, R.shape([4, 4, 2, 8]))
+                s = R.strided_slice(r, axes=[3], begin=[4], end=[8])
+                pe = R.reshape(s, R.shape([1, 4, 4, 8]))
+                gv = (q, pe)
+                R.output(gv)
+            return gv
+
+    after = ReadSlicesAtSource()(Before)
+    tvm.ir.assert_structural_equal(after, Expected)
+    assert count_permutes(after) == count_permutes(Before) - 1
+    _numerics_equal(Before, after)
+
+
+def test_a_strided_slice_from_the_end_reads_the_source_too() -> None:
+    """``x[:, :, -4:]`` slices like a split's last part: the transpose back becomes a slice
+    of the source, exact."""
+    from cl_validate.compile.passes import ReadSlicesAtSource
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((1, 4, 4, 16), "float32")
+                 ) -> R.Tuple(R.Tensor((1, 2, 8, 16), "float32"),
+                              R.Tensor((1, 4, 4, 8), "float32")):
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                a = R.permute_dims(x, axes=[0, 3, 1, 2])
+                h = R.reshape(a, R.shape([1, 2, 8, 16]))
+                v = R.strided_slice(h, axes=[2], begin=[-4], end=[8])
+                m = R.reshape(v, R.shape([1, 8, 4, 4]))
+                pe = R.permute_dims(m, axes=[0, 2, 3, 1])
+                gv = (h, pe)
+                R.output(gv)
+            return gv
+
+    after = ReadSlicesAtSource()(Before)
+    assert count_permutes(after) == count_permutes(Before) - 1 == 1
+    _numerics_equal(Before, after)
+
+
+def test_a_slice_that_needs_a_transpose_is_left_alone() -> None:
+    """The same chain viewed back head-minor (B, q+k+v part, heads, pixels → a map whose
+    channels run over the part first) interleaves the heads: no slice of the NHWC source
+    gives it, and the transpose stays."""
+    from cl_validate.compile.passes.slice_views import fold_sliced
+
+    views = [("permute", (0, 3, 1, 2)), ("reshape", (1, 2, 8, 16))]
+    assert fold_sliced((1, 4, 4, 16), [*views, ("slice", (2, 4, 8)),
+                                       ("reshape", (1, 8, 4, 4)),
+                                       ("permute", (0, 2, 3, 1))]) is not None
+    head_minor = [*views, ("slice", (2, 4, 8)), ("permute", (0, 2, 1, 3)),
+                  ("reshape", (1, 8, 4, 4)), ("permute", (0, 2, 3, 1))]
+    assert fold_sliced((1, 4, 4, 16), head_minor) is None
+    # a slice that cuts inside the inner atoms of a merged axis is not a slice of one atom
+    assert fold_sliced((1, 4, 4, 16), [("reshape", (1, 256)), ("slice", (1, 3, 9))]) is None
+
+
 def _numerics_equal(before: tvm.IRModule, after: tvm.IRModule) -> None:
     from tvm import relax
 
@@ -112,8 +249,10 @@ def _numerics_equal(before: tvm.IRModule, after: tvm.IRModule) -> None:
     for mod in (before, after):
         ex = tvm.compile(mod, target="llvm")
         vm = relax.VirtualMachine(ex, tvm.cpu())
-        outs.append(vm["main"](*[tvm.runtime.tensor(a) for a in args]).numpy())
-    np.testing.assert_array_equal(outs[0], outs[1])
+        out = vm["main"](*[tvm.runtime.tensor(a) for a in args])
+        outs.append([o.numpy() for o in out] if hasattr(out, "__len__") else [out.numpy()])
+    for got, want in zip(outs[1], outs[0], strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.compile

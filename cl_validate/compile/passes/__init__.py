@@ -14,6 +14,9 @@ input and output boundary, and the model's own permutes):
 * ``HoistPermutes`` moves a transpose after a concat of single-channel parts onto the parts;
 * ``FoldMovementChains`` turns reshape/permute chains (PixelShuffle, channel shuffle, patch
   unfold/fold) into at most one transpose;
+* ``ReadSlicesAtSource`` lets a transpose that undoes the transposes before a view and a
+  slice (a conv output viewed into attention heads, one part viewed back into a map) read
+  the slice from the source instead;
 * ``PermuteToReshape`` turns permutes that only move size-1 axes into free reshapes.
 
 All are pure data-movement rewrites: numerics are bit-identical (property-tested in
@@ -48,6 +51,7 @@ from cl_validate.compile.passes.layout_rules import RULELESS_UNARY_OPS, extra_la
 from cl_validate.compile.passes.movement_chains import FoldMovementChains
 from cl_validate.compile.passes.normalize_axes import NormalizeAxes
 from cl_validate.compile.passes.permute_to_reshape import PermuteToReshape
+from cl_validate.compile.passes.slice_views import ReadSlicesAtSource
 
 
 def cleanup_passes() -> list[tvm.transform.Pass]:
@@ -67,6 +71,7 @@ def cleanup_passes() -> list[tvm.transform.Pass]:
         SinkPermutes(),
         HoistPermutes(),
         FoldMovementChains(),
+        ReadSlicesAtSource(),
         PermuteToReshape(),
         relax.transform.CanonicalizeBindings(),
     ]
@@ -83,6 +88,7 @@ __all__ = [
     "HoistPermutes",
     "NormalizeAxes",
     "PermuteToReshape",
+    "ReadSlicesAtSource",
     "SinkPermutes",
     "cleanup_passes",
     "extra_layout_rules",

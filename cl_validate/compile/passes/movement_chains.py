@@ -120,6 +120,12 @@ def fold_chain(root_shape: tuple[int, ...], steps: list[Step]
             atoms.permute(arg)
         elif not atoms.reshape(arg):
             return None
+    return group_atoms(atoms)
+
+
+def group_atoms(atoms: Atoms) -> tuple[tuple[int, ...], Perm]:
+    """Where `atoms` stand now as ``(group shape, perm)``: the root viewed as `group shape`
+    (atoms that stay adjacent merged into one axis), permuted by `perm`."""
     order = [a for d in atoms.root for a in d]  # atoms in memory order of the root
     final = [order.index(a) for d in atoms.dims for a in d]  # positions, in result order
     groups: list[list[int]] = []  # runs of atoms that stay adjacent: merged into one axis
@@ -276,5 +282,5 @@ def fold_movement_chains(func: relax.Function) -> relax.Function:
 
 FoldMovementChains = relax_function_pass("FoldMovementChains")(fold_movement_chains)
 
-__all__ = ["Chain", "FoldMovementChains", "MovementChains", "fold_chain", "fold_movement_chains",
-           "folded_movement", "is_movement"]
+__all__ = ["Atoms", "Chain", "FoldMovementChains", "MovementChains", "fold_chain",
+           "fold_movement_chains", "folded_movement", "group_atoms", "is_movement"]
