@@ -308,6 +308,12 @@ def dfl_head(transpose_out: bool = False) -> nn.Module:
     return finalize(_DetectorHead(transpose_out), (2, 3, 32, 32))
 
 
+def dfl_head_anchor_major() -> nn.Module:
+    """The same head exported anchor-major, ``(B, anchors, 4 + classes)``, as detector export
+    scripts transpose it for NMS: the flattened NHWC maps are already in that order."""
+    return dfl_head(transpose_out=True)
+
+
 class _ConvAttention(nn.Module):
     def __init__(self, dim: int) -> None:
         super().__init__()
