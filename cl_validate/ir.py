@@ -257,6 +257,15 @@ def all_weight_derived(exprs: Iterable[object], derived: set[relax.Var]) -> bool
 # --------------------------------------------------------------------------------------------
 # Transforms
 # --------------------------------------------------------------------------------------------
+def strided_slice_args(call: relax.Call) -> list[list[Any]] | None:
+    """``axes, begin, end`` and, when given, ``strides`` of a ``strided_slice`` call, as the
+    lists of IntImm its tuple arguments hold; None if one of them is not a literal tuple."""
+    fields = [getattr(a, "fields", None) for a in call.args[1:]]
+    if len(fields) < 3 or any(f is None for f in fields):
+        return None
+    return [list(f) for f in fields]  # type: ignore[arg-type]
+
+
 def permute_axes(call: object) -> tuple[int, ...] | None:
     """The full axes of a ``permute_dims`` call (``axes=None`` reverses), None if not one."""
     if op_name(call) != PERMUTE_OP:

@@ -30,7 +30,13 @@ from tvm import relax
 from cl_validate.compile.passes._plan import Operand, PermOf, Plan, remake, with_fields
 from cl_validate.compile.passes._util import Perm, inverse
 from cl_validate.compile.passes.movement_chains import Atoms, fold_chain
-from cl_validate.ir import is_identity, is_tensor_constant, known_shape, ndim
+from cl_validate.ir import (
+    is_identity,
+    is_tensor_constant,
+    known_shape,
+    ndim,
+    strided_slice_args,
+)
 
 VIEW_OPS = ("relax.reshape", "relax.squeeze", "relax.expand_dims")
 
@@ -142,12 +148,12 @@ def _strided_slice(call: relax.Call, perm_of: PermOf) -> Plan | None:
     """``strided_slice(x, axes, begin, end, strides)``: each sliced axis follows the data."""
     x = call.args[0]
     p = perm_of(x)
-    tuples = [getattr(a, "fields", None) for a in call.args[1:]]  # tuples of IntImm
-    if p is None or any(t is None for t in tuples):
+    tuples = strided_slice_args(call)
+    if p is None or tuples is None:
         return None
-    axes = [p[int(a) % len(p)] for a in tuples[0]]  # type: ignore[union-attr]
-    begin, end = list(tuples[1]), list(tuples[2])  # type: ignore[arg-type]
-    strides = list(tuples[3]) if len(tuples) > 3 else None  # type: ignore[arg-type]
+    axes = [p[int(a) % len(p)] for a in tuples[0]]
+    begin, end = tuples[1], tuples[2]
+    strides = tuples[3] if len(tuples) > 3 else None
     inbound = bool(call.attrs.assume_inbound)
     return Plan(p, (Operand(x, p),), lambda new: relax.op.strided_slice(
         new[0], axes, begin, end, strides, assume_inbound=inbound))

@@ -39,6 +39,7 @@ from cl_validate.ir import (
     op_name,
     permute_axes,
     static_shape,
+    strided_slice_args,
 )
 
 #: ("permute", perm), ("reshape", shape) or ("slice", (axis, begin, end)), in data-flow order.
@@ -116,15 +117,14 @@ class _Walk(MovementChains):
     def _strided_slice(call: relax.Call) -> tuple[relax.Expr, list[Step]] | None:
         data = call.args[0]
         shape = static_shape(data)
-        if shape is None or None in shape or len(call.args) < 4:
+        tuples = strided_slice_args(call)
+        if shape is None or None in shape or tuples is None:
             return None
-        tuples = [getattr(a, "fields", None) for a in call.args[1:]]  # tuples of IntImm
         try:
-            axes, begin, end = ([int(v) for v in t] for t in tuples[:3])  # type: ignore[union-attr]
-            strides = [int(v) for v in tuples[3]] if len(tuples) > 3 else []  # type: ignore[union-attr]
+            axes, begin, end, *strides = ([int(v) for v in t] for t in tuples)
         except (TypeError, ValueError):
             return None
-        if any(s != 1 for s in strides):
+        if any(s != 1 for s in (strides[0] if strides else [])):
             return None
         steps: list[Step] = []
         for axis, b, e in zip(axes, begin, end, strict=True):
