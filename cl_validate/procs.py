@@ -63,17 +63,37 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
     return _prctl(_PR_SET_PDEATHSIG, int(sig))
 
 
+def _read(path: str) -> bytes | None:
+    """The whole of a small ``/proc`` file, or None if it cannot be read (the process is
+    gone). Plain ``os.read``: the run's parent reads these ten times a second."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        parts = []
+        while chunk := os.read(fd, 1 << 16):
+            parts.append(chunk)
+        return b"".join(parts)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def _stat(pid: int, *, zombies: bool = True) -> tuple[int, str] | None:
     """(parent pid, state) of a process (a zombie counts unless `zombies` is off); None if it
     is gone."""
-    try:
-        text = (_PROC / str(pid) / "stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
+    raw = _read(f"/proc/{pid}/stat")
+    if not raw:
         return None
-    fields = text[text.rfind(")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
-    if not zombies and fields[0] == "Z":
+    fields = raw[raw.rfind(b")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
+    if len(fields) < 2:
         return None
-    return int(fields[1]), fields[0]
+    state = fields[0].decode("ascii", "replace")
+    if not zombies and state == "Z":
+        return None
+    return int(fields[1]), state
 
 
 def _parents(*, zombies: bool = False) -> dict[int, int]:
@@ -93,8 +113,13 @@ def _parents(*, zombies: bool = False) -> dict[int, int]:
 
 
 def children(pid: int, *, zombies: bool = False) -> list[int]:
-    """The processes whose parent is `pid`."""
-    return [c for c, parent in _parents(zombies=zombies).items() if parent == pid]
+    """The processes whose parent is `pid` (from its own ``children`` lists where the
+    kernel has them, else one pass over ``/proc``)."""
+    listed = _listed_children(pid)
+    if listed is None:
+        return [c for c, parent in _parents(zombies=zombies).items() if parent == pid]
+    return [c for c in listed
+            if (st := _stat(c, zombies=zombies)) is not None and st[0] == pid]
 
 
 class Snapshot:
@@ -122,12 +147,48 @@ def descendants(pid: int) -> list[int]:
     return Snapshot().below(pid)
 
 
+_CHILDREN_FILES: bool | None = None
+
+
+def _listed_children(pid: int) -> list[int] | None:
+    """`pid`'s children (zombies too) as the kernel lists them per thread
+    (``/proc/PID/task/TID/children``): a few small reads, not one per process of the
+    machine. None where the kernel has no such lists. A child that ends while the list is
+    read may be missing: callers that end processes ask again until none is left."""
+    global _CHILDREN_FILES
+    if _CHILDREN_FILES is None:
+        _CHILDREN_FILES = os.path.exists(
+            f"/proc/self/task/{threading.get_native_id()}/children")
+    if not _CHILDREN_FILES:
+        return None
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tids:
+        out.extend(int(c) for c in (_read(f"/proc/{pid}/task/{tid}/children") or b"").split())
+    return list(dict.fromkeys(out))
+
+
+def tree(pid: int) -> list[int]:
+    """`pid`'s live descendants, children before grandchildren, from the processes' own
+    ``children`` lists (`_listed_children`): cheap enough for the run's parent to ask ten
+    times a second for every case. For accounting (memory); ending a tree reads all of
+    ``/proc`` (`descendants`)."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop(0)
+        kids = children(p)
+        out.extend(kids)
+        todo.extend(kids)
+    return out
+
+
 def describe(pid: int) -> str:
     """``pid 123: sleep 1000`` (its command line), for a report."""
-    try:
-        raw = (_PROC / str(pid) / "cmdline").read_bytes()
-    except OSError:
-        raw = b""
+    raw = _read(f"/proc/{pid}/cmdline") or b""
     cmd = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
     return f"pid {pid}: {cmd[:120] or '?'}"
 
@@ -229,19 +290,19 @@ def threads_blocking(signals: tuple[signal.Signals, ...], but: tuple[int, ...] =
     return True
 
 
+_PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1 << 20) if hasattr(os, "sysconf") else 0.0
+
+
 def rss_mb(pids: list[int]) -> float | None:
-    """Resident memory of these processes together (Linux); None where it cannot be read."""
+    """Resident memory of these processes together (Linux, ``statm``: the same pages as
+    ``VmRSS``); None where it cannot be read."""
     total, seen = 0.0, False
     for pid in pids:
-        try:
-            with open(_PROC / str(pid) / "status", encoding="ascii") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) / 1024.0
-                        seen = True
-                        break
-        except (OSError, ValueError):
-            continue
+        raw = _read(f"/proc/{pid}/statm")
+        fields = raw.split() if raw else []
+        if len(fields) > 1 and _PAGE_MB:
+            total += int(fields[1]) * _PAGE_MB
+            seen = True
     return total if seen else None
 
 
