@@ -226,12 +226,6 @@ class WorkerPool:
         self.shutdown()
 
     # -- the zygote -------------------------------------------------------------------------
-    def prestart(self, n: int) -> None:
-        """Start the zygote now, so its imports overlap the caller's own work (reading the
-        case files); `n` cases will run."""
-        self._plan(n)
-        self._ensure_zygote()
-
     def _plan(self, n_cases: int) -> None:
         """Spread the cores over the cases that will actually run at once."""
         busy = max(1, min(self.jobs, n_cases))
@@ -326,8 +320,9 @@ class WorkerPool:
         the case's output.
 
         `jobs` slots are shared by preparing cases (model, PyTorch, export) and measuring
-        targets: a slot that frees goes to the next target of a prepared case first, else
-        to the next case, so no core idles while a case's last targets are measured."""
+        targets (`share_slots`): no slot idles while there is work, and cases are prepared
+        ahead of their turn so that a run ends with targets on every slot, not with one
+        last preparation the other slots wait for."""
         todo = deque(c for c in cases if selected_targets(c, self.options))
         self._plan(sum(len(selected_targets(c, self.options)) for c in todo))
         # What each case still owes: every target reported exactly once, whatever happens.
@@ -372,14 +367,17 @@ class WorkerPool:
             while todo or running:
                 z = self._ensure_zygote()
                 free = self.jobs - sum(j.busy for j in running.values())
-                for job, target in self._next_targets(running, free):
+                waiting = self._next_targets(running, free)
+                upcoming = [len(selected_targets(c, self.options))
+                            for c in itertools.islice(todo, max(free, 0))] if z.ready else []
+                prepare, grant = share_slots(free, self.jobs, _reserve(running),
+                                             len(waiting), upcoming)
+                for job, target in waiting[:grant]:
                     job.waiting.remove(target)
                     self._grant(job, target, fail)
-                    free -= 1
-                while z.ready and free > 0 and todo:
+                for _ in range(prepare):
                     job = self._hand_out(z, todo.popleft())
                     running[job.id] = job
-                    free -= 1
                 self._wait(z, running)
                 for msg in self._zygote_messages(z):
                     self._zygote_news(msg, running)
@@ -397,11 +395,10 @@ class WorkerPool:
                             todo.appendleft(job.case)
                     self._ensure_zygote()
                 self._signals(running, fail)
-                snapshot = procs.Snapshot()  # once per tick, for every case's limits
                 for job in list(running.values()):
                     self._read(job, deliver, fail)
                     if not job.failed:
-                        self._enforce_limits(job, fail, snapshot)
+                        self._enforce_limits(job, fail)
                     if self._over(job, fail):
                         running.pop(job.id)
                         if on_inputs is not None and job.keys and job.inputs \
@@ -633,15 +630,14 @@ class WorkerPool:
                 fail(job, f"the model's code sent {signo.name} to the cl-validate process "
                      f"({what}); ignored there, the case ended", CaseKind.SIGNALLED_RUN)
 
-    def _enforce_limits(self, job: _Job, fail: Callable[..., None],
-                        snapshot: procs.Snapshot) -> None:
+    def _enforce_limits(self, job: _Job, fail: Callable[..., None]) -> None:
         limit_s = self.options.timeout or job.case.timeout
         if time.perf_counter() - job.handed > limit_s:
             fail(job, f"timed out after {limit_s:g} s (timeout)", CaseKind.TIMEOUT)
             return
         if job.pid is not None:
             cap = self.options.max_memory_mb or job.case.max_memory_mb
-            tree = [job.pid, *snapshot.below(job.pid)]
+            tree = [job.pid, *procs.tree(job.pid)]
             rss = procs.rss_mb(tree)
             if rss is not None and rss > cap:
                 what = "case process" if len(tree) == 1 else \
@@ -720,6 +716,32 @@ class WorkerPool:
                     z.process.wait(timeout=2)
         self._end_orphans()
         self._logdir.cleanup()
+
+
+def share_slots(free: int, jobs: int, reserve: int, waiting: int,
+                upcoming: Sequence[int]) -> tuple[int, int]:
+    """How `free` slots are shared: (cases to start preparing, waiting targets to grant).
+
+    `reserve` is the targets that will want a slot without another case being prepared
+    (waiting for a grant, or of cases being prepared), `waiting` those ready for a grant now,
+    `upcoming` the target counts of the next cases (empty while no case can start). Cases
+    are prepared ahead while the reserve is under `jobs`: the end of a run then has targets
+    to spread over the slots, not one last preparation every other slot waits for. Then
+    waiting targets; a slot still free prepares another case. Never more than `free`."""
+    prepare = 0
+    while prepare < min(free, len(upcoming)) and reserve < jobs:
+        reserve += upcoming[prepare]
+        prepare += 1
+    grant = max(0, min(free - prepare, waiting))
+    prepare += max(0, min(free - prepare - grant, len(upcoming) - prepare))
+    return prepare, grant
+
+
+def _reserve(running: dict[int, _Job]) -> int:
+    """The targets of `running` that will want a slot without another case being prepared:
+    those waiting for a grant, and those of cases still being prepared."""
+    return sum(len(j.waiting) if j.prepared else len(j.pending)
+               for j in running.values() if not j.failed)
 
 
 def _collect(pid: int) -> int | None:
