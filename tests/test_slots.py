@@ -40,3 +40,22 @@ def test_no_slot_idles_while_there_is_work_and_none_is_given_twice(free, jobs, r
     assert prepare + grant == max(0, min(free, waiting + len(upcoming)))
     if reserve >= jobs:  # enough in reserve: targets first
         assert grant == max(0, min(free, waiting))
+
+
+def test_the_replay_in_benchmarks_runs_the_pools_policy_and_never_beats_the_bound():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "slots.py"
+    spec = importlib.util.spec_from_file_location("slots_replay", path)
+    assert spec is not None and spec.loader is not None
+    replay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay)
+    one = [(3.0, 10.0, 4.0)]  # one case: its export, then both targets side by side
+    assert replay.replay(one, 2, ahead=True) == replay.replay(one, 2, ahead=False) == 13.0
+    two = [(3.0, 10.0, 4.0), (2.0, 6.0, 5.0)]
+    for ahead in (True, False):
+        for jobs in (1, 2, 3):
+            wall = replay.replay(two, jobs, ahead)
+            assert wall >= sum(map(sum, two)) / jobs - 1e-9
+    assert replay.replay(two, 1, ahead=True) == sum(map(sum, two))  # one slot: all in a row
