@@ -122,29 +122,20 @@ def children(pid: int, *, zombies: bool = False) -> list[int]:
             if (st := _stat(c, zombies=zombies)) is not None and st[0] == pid]
 
 
-class Snapshot:
-    """The process tree at one moment (one pass over ``/proc``), to ask about several
-    processes without reading it again for each."""
-
-    def __init__(self) -> None:
-        self._children: dict[int, list[int]] = {}
-        for child, parent in _parents().items():
-            self._children.setdefault(parent, []).append(child)
-
-    def below(self, pid: int) -> list[int]:
-        """Every live process below `pid`, children before grandchildren."""
-        out: list[int] = []
-        todo = list(self._children.get(pid, []))
-        while todo:
-            p = todo.pop(0)
-            out.append(p)
-            todo.extend(self._children.get(p, []))
-        return out
-
-
 def descendants(pid: int) -> list[int]:
-    """Every live process below `pid`, children before grandchildren."""
-    return Snapshot().below(pid)
+    """Every live process below `pid`, children before grandchildren, from one pass over
+    all of ``/proc`` (what ends a tree: it cannot miss a child the way the kernel's per-task
+    lists of `tree` can)."""
+    below: dict[int, list[int]] = {}
+    for child, parent in _parents().items():
+        below.setdefault(parent, []).append(child)
+    out: list[int] = []
+    todo = list(below.get(pid, []))
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo.extend(below.get(p, []))
+    return out
 
 
 _CHILDREN_FILES: bool | None = None
