@@ -96,6 +96,19 @@ def _stat(pid: int, *, zombies: bool = True) -> tuple[int, str] | None:
     return int(fields[1]), state
 
 
+def resume_if_stopped(pid: int) -> bool:
+    """Continue `pid` if a signal stopped it (SIGSTOP, SIGTSTP: state ``T``); True if it was.
+    A process being traced (``t``) is left to its tracer."""
+    st = _stat(pid)
+    if st is None or st[1] != "T":
+        return False
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except OSError:
+        return False
+    return True
+
+
 def _parents(*, zombies: bool = False) -> dict[int, int]:
     """pid → parent pid of every process (zombies only when asked: they hold no resources,
     but a parent must collect them)."""

@@ -22,6 +22,7 @@ import xmlschema
 from junitparser import JUnitXml
 
 from cl_validate.errors import ExitCode
+from cl_validate.session import sandbox
 from tests.conftest import PARENT, TOKEN_ENV, by_case, left_behind, tiny_case
 
 pytestmark = pytest.mark.compile
@@ -155,13 +156,86 @@ def test_the_parent_runs_nothing_a_case_sends(attacked):
 
 
 def test_a_signal_to_the_parent_is_the_senders_error(attacked):
+    """Where the kernel scopes signals (`sandbox`), the model's signal is refused in its own
+    process: its case's error, naming the call. A process it started gets the same refusal
+    (its own error, which the model here ignores): nothing outside the case sees either."""
     cases = by_case(JUnitXml.fromfile(str(attacked["junit"])))
+    if not sandbox.available():
+        pytest.skip("the kernel does not scope signals: see test_the_parents_own_defence")
+    for name in ("g_sigterm", "h_sigint", "i_sighup"):
+        error = _error(cases[name])
+        assert error.type == "SignalledRun", (name, error.message)
+        assert "tried to signal a process outside its case (os.kill(" in error.message
+        assert "hostile_state.py:" in error.message and "refused" in error.message
+    assert _passed(cases["j_child_sigterm"])
+    assert "interrupted" not in attacked["proc"].stderr
+
+
+SIGNALLING = {"g_sigterm": ("hostile_state:sends_sigterm", ""),
+              "h_sigint": ("hostile_state:sends_sigint", ""),
+              "i_sighup": ("hostile_state:sends_sighup", ""),
+              "j_child_sigterm": ("hostile_state:child_sends_sigterm", ""),
+              "k_kills_the_zygote": ("hostile_state:kills_the_zygote", ""),
+              "l_innocent": ("tiny_models:conv_relu", "")}
+
+
+def test_the_parents_own_defence(tmp_path):
+    """Unconfined (an older kernel, or ``CL_VALIDATE_UNCONFINED``), a signal reaches the
+    parent, which tells it from an interrupt by its sender: that case's error, the run goes
+    on; a case that kills the zygote costs no other case (a new zygote starts the rest)."""
+    folder = _folder(tmp_path, SIGNALLING)
+    junit = tmp_path / "r.xml"
+    token = uuid.uuid4().hex
+    proc = _run(["run", str(folder), "-j", "1", "--junit", str(junit), "--no-cache"],
+                {TOKEN_ENV: token, sandbox.UNCONFINED_ENV: "1"})
+    assert proc.returncode == ExitCode.CHECK_FAILED, proc.stdout[-3000:] + proc.stderr
+    cases = by_case(JUnitXml.fromfile(str(junit)))
+    assert set(cases) == set(SIGNALLING)
     for name, sig in (("g_sigterm", "SIGTERM"), ("h_sigint", "SIGINT"),
                       ("i_sighup", "SIGHUP"), ("j_child_sigterm", "SIGTERM")):
         error = _error(cases[name])
         assert error.type == "SignalledRun", (name, error.message)
         assert f"sent {sig} to the cl-validate process" in error.message
-    assert "interrupted" not in attacked["proc"].stderr
+    assert _passed(cases["l_innocent"]), proc.stdout
+    assert "interrupted" not in proc.stderr
+    time.sleep(0.5)
+    assert left_behind(token) == []
+
+
+WALLED = {"a_sigkill": ("hostile_state:sends_sigkill", ""),
+          "b_sigstop": ("hostile_state:sends_sigstop", ""),
+          "c_child_signals_and_exits": ("hostile_state:child_signals_and_exits", ""),
+          "d_console": ("hostile_state:writes_to_the_parents_stdout", ""),
+          "e_attacker": ("hostile_state:attacks_other_cases", ""),
+          "f_victim": ("hostile_state:victim", ""),
+          "g_innocent": ("tiny_models:conv_relu", "")}
+
+
+@pytest.mark.skipif(not sandbox.available(), reason="the kernel does not scope signals "
+                    "(Landlock ABI 6, Linux 6.12): these would take the test run down")
+def test_the_kernel_keeps_a_case_inside(tmp_path):
+    """What the parent alone cannot defend: SIGKILL and SIGSTOP to it, a sender gone before
+    it looks, the run's console reopened through /proc, another case killed, the zygote
+    stopped. Each is refused in the culprit's own process; every other case passes."""
+    folder = _folder(tmp_path, WALLED)
+    junit = tmp_path / "r.xml"
+    token = uuid.uuid4().hex
+    proc = _run(["run", str(folder), "-j", "2", "--junit", str(junit), "--no-cache"],
+                {TOKEN_ENV: token}, timeout=400)
+    assert proc.returncode == ExitCode.CHECK_FAILED, proc.stdout[-3000:] + proc.stderr
+    xmlschema.XMLSchema(str(SCHEMA)).validate(str(junit))
+    cases = by_case(JUnitXml.fromfile(str(junit)))
+    assert set(cases) == set(WALLED)
+    for name in ("a_sigkill", "b_sigstop"):
+        error = _error(cases[name])
+        assert error.type == "SignalledRun", (name, error.message)
+    assert "PermissionError" in _error(cases["d_console"]).message
+    assert "planted" not in proc.stdout + proc.stderr
+    for name in ("c_child_signals_and_exits", "e_attacker", "f_victim", "g_innocent"):
+        assert _passed(cases[name]), (name, proc.stdout[-3000:])
+    assert "interrupted" not in proc.stderr
+    time.sleep(0.5)
+    assert left_behind(token) == []
 
 
 def test_nothing_the_run_started_is_left(attacked):
@@ -187,13 +261,14 @@ def test_the_cache_holds_only_clean_measurements(attacked):
 
 
 def test_a_case_that_kills_the_zygote_costs_no_other_case(tmp_path):
+    """Unconfined, so that the zygote does die (confined, the kill is refused)."""
     cases = {"a_killer": ("hostile_state:kills_the_zygote", "")}
     cases |= {f"b_fine{i}": ("tiny_models:conv_relu", "") for i in range(4)}
     folder = _folder(tmp_path, cases)
     junit = tmp_path / "r.xml"
     token = uuid.uuid4().hex
     proc = _run(["run", str(folder), "-j", "2", "--junit", str(junit), "--no-cache"],
-                {TOKEN_ENV: token})
+                {TOKEN_ENV: token, sandbox.UNCONFINED_ENV: "1"})
     got = by_case(JUnitXml.fromfile(str(junit)))
     assert set(got) == set(cases), proc.stdout + proc.stderr
     for i in range(4):

@@ -33,8 +33,9 @@ class CaseKind(FailureKind):
                      "killed; the measurement stands)")
     CORRUPT_RESULT = ("CorruptResult", "the case process sent what is not a well-formed "
                       "result (the model's code wrote on the result pipe)")
-    SIGNALLED_RUN = ("SignalledRun", "the model's code sent a signal to the cl-validate "
-                     "process (ignored there; the case ended)")
+    SIGNALLED_RUN = ("SignalledRun", "the model's code signalled a process outside its case "
+                     "(refused by the kernel, or ignored by the cl-validate process; the "
+                     "case ended)")
     INTERNAL_ERROR = "InternalError", "a bug in cl_validate: report it with the detail"
 
 

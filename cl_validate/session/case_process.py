@@ -51,6 +51,7 @@ from cl_validate.measurements.messages import (
     frame,
 )
 from cl_validate.paths import repo_root
+from cl_validate.session import sandbox
 from cl_validate.session.case_session import CaseSession
 from cl_validate.session.file_record import FileRecorder
 
@@ -116,6 +117,9 @@ def case_main(msg: RunCase, result_fd: int, control_fd: int,
         for fd in close:  # the zygote's own descriptors: not the case's business
             with contextlib.suppress(OSError):
                 os.close(fd)
+        # The kernel's wall, before any thread or model code: from here on this process and
+        # what it starts may signal and trace only each other (`sandbox`).
+        sandbox.confine()  # where the kernel cannot, the parent's defence stands alone
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides about interrupts
         os.setpgid(0, 0)
         procs.become_subreaper()

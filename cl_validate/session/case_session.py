@@ -54,6 +54,7 @@ from cl_validate.measurements.cache import Cache, key
 from cl_validate.measurements.kinds import SkipKind
 from cl_validate.measurements.measurement import Measurement, Sample, Skip
 from cl_validate.paths import display_path
+from cl_validate.session import sandbox
 from cl_validate.session.execute import float64_model, run_torch, run_torch64, run_tvm
 from cl_validate.session.first_break import bisect, bisect_failure
 from cl_validate.session.inputs import make_inputs, torch_inputs
@@ -122,6 +123,20 @@ def model_error(case: CaseSpec, what: str, exc: BaseException, hint: str) -> Err
     return ErrorRecord(f"{display_path(case.path)}:{line}: {what}: {text}{at} "
                        f"(hint: {hint})", CaseKind.MODEL_ERROR,
                        "".join(traceback.format_exception(exc)), line)
+
+
+def refused_signal_error(case: CaseSpec, exc: BaseException) -> ErrorRecord | None:
+    """The model's code tried to signal a process outside its case and the kernel refused
+    (`sandbox`): that case's ``SignalledRun``, naming the call; None for any other error."""
+    call = sandbox.refused_signal(exc)
+    if call is None:
+        return None
+    line = case.line_of("model")
+    return ErrorRecord(f"{display_path(case.path)}:{line}: the model's code tried to signal a "
+                       f"process outside its case ({call}); refused (hint: a case's processes "
+                       "may signal only each other, never the run, its zygote or another "
+                       "case)", CaseKind.SIGNALLED_RUN, "".join(traceback.format_exception(exc)),
+                       line)
 
 
 class CaseSession:
@@ -266,11 +281,13 @@ class CaseSession:
         try:
             self.model  # noqa: B018 - builds and validates it
         except UsageError as exc:
-            error = ErrorRecord(str(exc), CaseKind.CASE_FILE_ERROR, "", exc.line)
+            error = refused_signal_error(self.case, exc) or ErrorRecord(
+                str(exc), CaseKind.CASE_FILE_ERROR, "", exc.line)
         except Exception as exc:  # the model's code (its eval(), named_modules(), ...) raised
-            error = model_error(self.case, f"the model '{self.case.model}' raised", exc,
-                                "run the factory and model.eval() in Python to see the "
-                                "traceback; a model torch.export made is taken as it is")
+            error = refused_signal_error(self.case, exc) or model_error(
+                self.case, f"the model '{self.case.model}' raised", exc,
+                "run the factory and model.eval() in Python to see the traceback; a model "
+                "torch.export made is taken as it is")
         if error is not None:
             for t in self.targets:
                 emit(Measurement(t, error, seconds=time.perf_counter() - self.started),
@@ -342,13 +359,15 @@ class CaseSession:
             self.decoy  # noqa: B018
             self.front  # noqa: B018
         except CompileStageError as exc:
-            error = ErrorRecord(str(exc), CaseKind.COMPILE_ERROR, exc.detail,
-                                case.line_of("model"))
+            error = refused_signal_error(case, exc) or ErrorRecord(
+                str(exc), CaseKind.COMPILE_ERROR, exc.detail, case.line_of("model"))
         except UsageError as exc:  # the case says something the model cannot do
-            error = ErrorRecord(str(exc), CaseKind.CASE_FILE_ERROR, "", exc.line)
+            error = refused_signal_error(case, exc) or ErrorRecord(
+                str(exc), CaseKind.CASE_FILE_ERROR, "", exc.line)
         except Exception as exc:  # the model's own forward raised
-            error = model_error(case, "PyTorch forward failed", exc,
-                                "call the model on the case's [[inputs]] shapes in Python")
+            error = refused_signal_error(case, exc) or model_error(
+                case, "PyTorch forward failed", exc,
+                "call the model on the case's [[inputs]] shapes in Python")
             t0 = time.perf_counter()  # the forward's time is nobody's measurement
         else:
             # Too many [[outputs]] is judged (`judge`), not measured: the measurement stays

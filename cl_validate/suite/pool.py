@@ -218,6 +218,7 @@ class WorkerPool:
         self._started = time.perf_counter()
         #: case processes that run: never taken for orphans, whatever their parent is now
         self._running_pids: set[int] = set()
+        self._resumed: set[int] = set()  # processes continued after a stop (warned once)
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -379,6 +380,7 @@ class WorkerPool:
                     job = self._hand_out(z, todo.popleft())
                     running[job.id] = job
                 self._wait(z, running)
+                self._resume_stopped(z, running)
                 for msg in self._zygote_messages(z):
                     self._zygote_news(msg, running)
                 if not z.alive():
@@ -476,6 +478,20 @@ class WorkerPool:
         fds += [s.fd for j in running.values() for s in j.streams() if not s.eof]
         with contextlib.suppress(InterruptedError, ValueError, OSError):
             select.select(fds, [], [], _POLL_S)
+
+    def _resume_stopped(self, z: _Zygote, running: dict[int, _Job]) -> None:
+        """Nothing but a case's code stops the zygote or a case process (they have no
+        terminal): where the kernel does not keep cases apart (`session.sandbox`), one that
+        stops the zygote would hold every case after it until its timeout, one that stops
+        another case would have it blamed for a timeout. Continue them."""
+        named = {z.process.pid: "the process that starts cases"}
+        named |= {j.pid: f"{j.case.label}'s case process" for j in running.values()
+                  if j.pid is not None}
+        for pid, what in named.items():
+            if procs.resume_if_stopped(pid) and pid not in self._resumed:
+                self._resumed.add(pid)
+                print(f"cl-validate: warning: {what} (pid {pid}) was stopped by a "
+                      "signal, a model's code the likely sender: continued", file=sys.stderr)
 
     def _zygote_news(self, msg: object, running: dict[int, _Job]) -> None:
         if isinstance(msg, Forked) and msg.job in running:

@@ -8,10 +8,12 @@ started) is that case's error, named, and the run goes on; a signal from anyone 
 terminal's Ctrl-C (sent by the kernel), CI cancelling the job, a user's ``kill`` — interrupts
 the run as before: the report is written with the unfinished cases marked not run.
 
-What cannot be defended: SIGKILL and SIGSTOP cannot be blocked (a model that sends them ends
-or freezes the run; the cases notice the parent is gone and end themselves). A sender that
-has already exited when the thread looks (a model that runs ``kill(1)`` and returns at once
-can win that race) cannot be traced, and is taken as an interrupt.
+Where the kernel walls each case in (`cl_validate.session.sandbox`, Linux 6.12 and later), no
+signal from a case reaches this process at all; this is the defence where it does not. What
+it cannot defend: SIGKILL and SIGSTOP cannot be blocked (a model that sends them ends or
+freezes the run; the cases notice the parent is gone and end themselves). A sender that has
+already exited when the thread looks (a model that runs ``kill(1)`` and returns at once can
+win that race) cannot be traced, and is taken as an interrupt.
 """
 
 from __future__ import annotations

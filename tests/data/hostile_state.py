@@ -145,6 +145,67 @@ def detaches_with_a_clean_environment() -> nn.Module:
     return conv_relu()
 
 
+def sends_sigkill() -> nn.Module:
+    """SIGKILL cannot be caught: only the kernel can keep it from the run."""
+    return _signals_parent(signal.SIGKILL)
+
+
+def sends_sigstop() -> nn.Module:
+    """SIGSTOP cannot be caught either: the run would freeze."""
+    return _signals_parent(signal.SIGSTOP)
+
+
+def child_signals_and_exits() -> nn.Module:
+    """A process the model starts signals the run and is gone at once: nothing is left to
+    trace it by when the parent looks."""
+    subprocess.run([sys.executable, "-c", f"import os; os.kill({run_parent()}, 15)"],
+                   check=False)
+    return conv_relu()
+
+
+def _siblings() -> list[int]:
+    """The other processes the zygote forked (other cases), by their parent."""
+    zygote, me = os.getppid(), os.getpid()
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != me:
+            try:
+                if _parent_of(int(pid)) == zygote:
+                    out.append(int(pid))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def attacks_other_cases() -> nn.Module:
+    """Waits for another case to run next to it, then SIGKILLs it and SIGSTOPs the zygote;
+    swallows whatever the kernel answers, so that only the attack's effect is judged."""
+    deadline = time.monotonic() + 60
+    while not _siblings() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid, signo in [*((p, signal.SIGKILL) for p in _siblings()),
+                       (os.getppid(), signal.SIGSTOP)]:
+        try:
+            os.kill(pid, signo)
+        except OSError as exc:
+            print(f"refused: {signo.name} to {pid}: {exc}", flush=True)
+    return conv_relu()
+
+
+def victim() -> nn.Module:
+    """An innocent case that takes a while to build: alive when the attacker looks."""
+    time.sleep(8)
+    return conv_relu()
+
+
+def writes_to_the_parents_stdout() -> nn.Module:
+    """Reopens the run's own stdout and stderr through /proc to print into its console."""
+    for fd in (1, 2):
+        with open(f"/proc/{run_parent()}/fd/{fd}", "w") as out:
+            out.write("::error title=planted::written by a model into the run's console\n")
+    return conv_relu()
+
+
 def kills_the_zygote() -> nn.Module:
     """Kills the process that forks the cases (this case's parent)."""
     os.kill(os.getppid(), signal.SIGKILL)

@@ -1,0 +1,116 @@
+"""The kernel's wall around a case (`cl_validate.session.sandbox`): what a confined process may
+still do, what it may not, and how a refusal is told from any other PermissionError."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cl_validate import procs
+from cl_validate.session import sandbox
+
+walled = pytest.mark.skipif(not sandbox.available(),
+                            reason="the kernel does not scope signals (Landlock ABI 6)")
+
+
+def _in_confined_child(body: str) -> subprocess.CompletedProcess[str]:
+    """Run `body` in a fresh Python that confines itself first; PARENT is this process."""
+    code = ("import os, signal, sys\nfrom cl_validate.session import sandbox\n"
+            f"PARENT = {os.getpid()}\nwhy = sandbox.confine()\nassert why is None, why\n"
+            + body)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+
+
+@walled
+def test_a_confined_process_cannot_signal_or_trace_outside_itself():
+    got: list[int] = []
+    old = signal.signal(signal.SIGUSR1, lambda *_: got.append(1))
+    try:
+        proc = _in_confined_child(
+            "for sig in (signal.SIGUSR1, signal.SIGKILL, signal.SIGSTOP, 0):\n"
+            "    try:\n        os.kill(PARENT, sig)\n    except PermissionError:\n"
+            "        print('refused', int(sig))\n"
+            "try:\n    open(f'/proc/{PARENT}/fd/1', 'w')\nexcept PermissionError:\n"
+            "    print('fd refused')\n")
+        time.sleep(0.2)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n") == ["refused 10", "refused 9", "refused 19", "refused 0",
+                                       "fd refused", ""]
+    assert got == []
+
+
+@walled
+def test_a_confined_process_still_signals_its_own_and_is_signalled_from_outside():
+    p = subprocess.Popen(
+        [sys.executable, "-c",
+         "import os, subprocess, sys, time\nfrom cl_validate.session import sandbox\n"
+         "assert sandbox.confine() is None\n"
+         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+         "child.terminate()\nprint('child', child.wait())\nos.kill(os.getpid(), 0)\n"
+         "print('ready', flush=True)\ntime.sleep(30)"],
+        stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    assert p.stdout.readline() == f"child {-signal.SIGTERM}\n"
+    assert p.stdout.readline() == "ready\n"
+    p.send_signal(signal.SIGTERM)  # into the wall: allowed
+    assert p.wait(timeout=10) == -signal.SIGTERM
+
+
+def _target() -> int:
+    raise PermissionError(errno.EPERM, "Operation not permitted")
+
+
+def _model() -> None:
+    os.kill(_target(), signal.SIGTERM)
+
+
+def test_refused_signal_names_the_call_only_when_confined(monkeypatch):
+    try:
+        try:
+            _model()
+        except PermissionError as inner:  # as the factory's loader wraps it
+            raise ValueError("model factory raised") from inner
+    except ValueError as outer:
+        monkeypatch.setattr(sandbox, "confined", False)
+        assert sandbox.refused_signal(outer) is None
+        monkeypatch.setattr(sandbox, "confined", True)
+        said = sandbox.refused_signal(outer)
+    assert said is not None
+    assert said.startswith("os.kill(_target(), signal.SIGTERM) at test_sandbox.py:"), said
+    # another errno, or an EPERM from a call that signals nothing, is not a refused signal
+    for exc in (PermissionError(errno.EACCES, "denied"), OSError(errno.EPERM, "x")):
+        try:
+            raise exc
+        except OSError as e:
+            assert sandbox.refused_signal(e) is None
+
+
+def test_unconfined_when_asked(monkeypatch):
+    monkeypatch.setenv(sandbox.UNCONFINED_ENV, "1")
+    assert sandbox.confine() == f"{sandbox.UNCONFINED_ENV} is set"
+    assert sandbox.confined is False
+
+
+def test_a_stopped_process_is_continued():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert procs.resume_if_stopped(p.pid) is False  # running: left alone
+        os.kill(p.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while not procs.resume_if_stopped(p.pid):
+            assert time.monotonic() < deadline, "never seen stopped"
+            time.sleep(0.01)
+        time.sleep(0.1)
+        assert procs.resume_if_stopped(p.pid) is False  # running again
+    finally:
+        p.kill()
+        p.wait()
