@@ -180,9 +180,10 @@ def not_regular(path: str | Path) -> str | None:
     return _kind(mode)
 
 
-def read_regular(path: str | Path) -> bytes:
+def read_regular(path: str | Path, limit: int | None = None) -> bytes:
     """The bytes of the regular file `path` (through links). Anything else raises
-    `NotRegularFile` without being opened; a missing file raises `FileNotFoundError`."""
+    `NotRegularFile` without being opened; a missing file raises `FileNotFoundError`; one
+    larger than `limit` bytes raises `OSError` (EFBIG) unread."""
     kind = not_regular(path)
     if kind is not None:
         raise NotRegularFile(path, kind)
@@ -190,10 +191,18 @@ def read_regular(path: str | Path) -> bytes:
     # returns at once, and the fstat below refuses it.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     with os.fdopen(fd, "rb") as f:
-        kind = _kind(os.fstat(fd).st_mode)
+        st = os.fstat(fd)
+        kind = _kind(st.st_mode)
         if kind is not None:
             raise NotRegularFile(path, kind)
-        return f.read()
+        if limit is None:
+            return f.read()
+        if st.st_size > limit:
+            raise OSError(errno.EFBIG, f"over {limit} bytes", str(path))
+        data = f.read(limit + 1)  # it may have grown since
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, f"over {limit} bytes", str(path))
+        return data
 
 
 # --------------------------------------------------------------------------------------------

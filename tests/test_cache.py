@@ -873,3 +873,26 @@ def test_an_unwritable_cache_never_drops_a_case(warm):
     warnings = [ln for ln in run.err.splitlines() if "cannot write the cache" in ln]
     assert len(warnings) == 1 and "blocker/cache" in warnings[0], run.err
     assert "hint: check --cache-dir" in warnings[0]
+
+
+def test_what_is_planted_in_the_cache_is_a_miss_never_a_hang(tmp_path):
+    """A FIFO, a link to a device, a file of gigabytes where an entry or a manifest would be
+    (a model runs as the user and may plant them): each reads as a miss, at once, unread."""
+    c = Cache(tmp_path)
+    entry, manifest = c._path("ab" * 32), c._manifest("cd" * 32)
+    def huge(p: Path) -> None:
+        p.touch()
+        os.truncate(p, 8 << 30)  # sparse: gigabytes to read, none on the disk
+
+    planted = {"fifo": os.mkfifo, "device": lambda p: os.symlink("/dev/zero", p),
+               "huge": huge}
+    for how, plant in planted.items():
+        for path in (entry, manifest):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            plant(path)
+        t0 = time.monotonic()
+        assert c.get("ab" * 32) is None, how
+        assert c.recall("cd" * 32, tmp_path) is None, how
+        assert time.monotonic() - t0 < 5, how

@@ -74,6 +74,7 @@ HOSTILE = {
     "i_sighup": ("hostile_state:sends_sighup", ""),
     "j_child_sigterm": ("hostile_state:child_sends_sigterm", ""),
     "k_detached": ("hostile_state:detaches_with_a_clean_environment", ""),
+    "l_swaps_its_log": ("hostile_state:swaps_its_log", ""),
 }
 #: after each hostile case (in file order, one at a time) an innocent one runs
 INNOCENT = {f"{name}_next": ("tiny_models:conv_relu", "") for name in HOSTILE}
@@ -153,6 +154,10 @@ def test_the_parent_runs_nothing_a_case_sends(attacked):
         assert "not a result" in error.message
     silent = _error(cases["f_silent"])
     assert silent.type == "Timeout" and "20 s" in silent.message
+    # its output is read through the parent's own descriptor, not by a name it can swap
+    swapped = _error(cases["l_swaps_its_log"])
+    assert swapped.type == "WorkerCrashed", swapped.message
+    assert "last words before the swap" in (swapped.text or "")
 
 
 def test_a_signal_to_the_parent_is_the_senders_error(attacked):

@@ -39,6 +39,7 @@ from cl_validate.measurements import wire
 from cl_validate.measurements.measurement import Measurement
 from cl_validate.measurements.messages import FileStamp
 from cl_validate.measurements.sources import matches, module_source, own_source, versions
+from cl_validate.paths import read_regular
 from cl_validate.spec import CaseSpec
 from cl_validate.spec.options import RunOptions
 
@@ -134,6 +135,11 @@ def _output_layouts(case: CaseSpec) -> list[str | None]:
     return layouts
 
 
+#: The largest cache file read (a measurement is kilobytes): anything else found there — a
+#: FIFO, a device, a link to one, gigabytes — is a miss, never a hang or a blow-up.
+_MAX_ENTRY = 64 << 20
+
+
 class Cache:
     """Measurements under `root/<2 hex>/<key>.m`; manifests under `root/direct/<2 hex>/<key>`."""
 
@@ -149,7 +155,7 @@ class Cache:
     def get(self, k: str) -> Measurement | None:
         path = self._path(k)
         try:
-            m = wire.decode(path.read_bytes(), Measurement)
+            m = wire.decode(read_regular(path, _MAX_ENTRY), Measurement)
         except (OSError, wire.WireError):  # missing, unreadable, corrupt, another format
             return None
         with contextlib.suppress(OSError):  # a read-only cache still answers
@@ -161,7 +167,8 @@ class Cache:
 
     def _entries(self, direct: str) -> list[ManifestEntry]:
         try:
-            return wire.decode(self._manifest(direct).read_bytes(), list[ManifestEntry])
+            return wire.decode(read_regular(self._manifest(direct), _MAX_ENTRY),
+                               list[ManifestEntry])
         except (OSError, wire.WireError):
             return []
 

@@ -42,12 +42,12 @@ SYS_PATH_ENV = "CL_VALIDATE_SYS_PATH"
 
 @dataclass(frozen=True)
 class RunCase:
-    """Fork a case process for `case` (job `job` of this run), its output to `log_path`."""
+    """Fork a case process for `case` (job `job` of this run). Passed with it: the case's
+    result pipe, its control socket and its log (stdout and stderr), as descriptors."""
 
     job: int
     case: CaseSpec
     options: RunOptions
-    log_path: str
     threads: int
 
 

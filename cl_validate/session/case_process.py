@@ -109,7 +109,7 @@ def _summary(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first_line(exc)}".rstrip(": ")
 
 
-def case_main(msg: RunCase, result_fd: int, control_fd: int,
+def case_main(msg: RunCase, result_fd: int, control_fd: int, log_fd: int,
               close: Sequence[int] = ()) -> None:
     """Run one case in this (just forked) process and exit; never returns."""
     code = 0
@@ -123,10 +123,9 @@ def case_main(msg: RunCase, result_fd: int, control_fd: int,
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides about interrupts
         os.setpgid(0, 0)
         procs.become_subreaper()
-        log = os.open(msg.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        os.dup2(log, 1)
-        os.dup2(log, 2)  # C-level output (TVM, a segfault's last words) lands there too
-        os.close(log)
+        os.dup2(log_fd, 1)  # the log the parent made and reads (never by name)
+        os.dup2(log_fd, 2)  # C-level output (TVM, a segfault's last words) lands there too
+        os.close(log_fd)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)  # a model that asks for input gets end-of-file, not a hang
         os.close(null)

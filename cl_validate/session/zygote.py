@@ -112,11 +112,13 @@ def _serve(sock: socket.socket, wake: int, jobs: dict[int, int]) -> None:
         _reap(sock, jobs)
         if sock not in ready:
             continue
-        data, fds, _, _ = socket.recv_fds(sock, _MAX_PACKET, 2)
+        data, fds, _, _ = socket.recv_fds(sock, _MAX_PACKET, 3)
         if not data:  # the parent is gone
             return
         try:
             msg = decode(data, (RunCase, Stop))
+            if isinstance(msg, RunCase) and len(fds) != 3:
+                raise wire.WireError(f"a case with {len(fds)} descriptors, not 3")
         except wire.WireError as exc:  # from the parent, so a bug: say it and go on
             print(f"zygote: bad message from the parent: {exc}", file=sys.stderr)
             for f in fds:
@@ -124,7 +126,7 @@ def _serve(sock: socket.socket, wake: int, jobs: dict[int, int]) -> None:
             continue
         if isinstance(msg, Stop):
             return
-        result_fd, control_fd = fds
+        result_fd, control_fd, log_fd = fds
         pid = os.fork()
         if pid == 0:
             signal.set_wakeup_fd(-1)
@@ -132,9 +134,9 @@ def _serve(sock: socket.socket, wake: int, jobs: dict[int, int]) -> None:
             # lazy: imported by `main` already (torch, TVM); here only by name
             from cl_validate.session.case_process import case_main
 
-            case_main(msg, result_fd, control_fd, close=(sock.fileno(), wake))
-        os.close(result_fd)
-        os.close(control_fd)
+            case_main(msg, result_fd, control_fd, log_fd, close=(sock.fileno(), wake))
+        for f in fds:
+            os.close(f)
         jobs[pid] = msg.job
         _send(sock, Forked(msg.job, pid))
 

@@ -19,6 +19,7 @@ This process never imports torch or TVM and never runs a model's code.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -34,7 +35,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from cl_validate import procs
 from cl_validate.checks.compiled import CaseKind
@@ -83,11 +83,39 @@ OnTarget = Callable[[CaseSpec, TargetMeasured], None]
 OnInputs = Callable[[CaseSpec, dict[str, str], tuple[FileStamp, ...]], None]
 
 
+def _new_log(folder: str, prefix: str) -> int:
+    """A new log file in `folder`, open for appending and reading: the process that writes it
+    gets this descriptor, never its path, and this process reads it through the same
+    descriptor — a model that swaps the file's name for a FIFO or a link to /dev/zero
+    changes nothing the run reads (nor hides an output flood)."""
+    fd, path = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".log")
+    os.unlink(path)  # nothing to find by name; gone with its last descriptor
+    os.set_inheritable(fd, False)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+    return fd
+
+
+def _log_size(fd: int) -> int:
+    try:
+        return os.fstat(fd).st_size
+    except OSError:
+        return 0
+
+
+def _log_tail(fd: int) -> str:
+    """The last output in log `fd`, a native crash backtrace collapsed to its first frames."""
+    try:
+        data = os.pread(fd, _READ_BYTES, max(0, _log_size(fd) - _READ_BYTES))
+    except OSError:
+        return ""
+    return readable_tail(data.decode("utf-8", "replace"), _TAIL_BYTES)
+
+
 @dataclass
 class _Zygote:
     process: subprocess.Popen[bytes]
     sock: socket.socket
-    log: Path
+    log_fd: int
     ready: bool = False
     spawned: float = field(default_factory=time.perf_counter)
 
@@ -95,11 +123,7 @@ class _Zygote:
         return self.process.poll() is None
 
     def tail(self) -> str:
-        try:
-            return readable_tail(self.log.read_text(errors="replace")[-_READ_BYTES:],
-                                 _TAIL_BYTES)
-        except OSError:
-            return ""
+        return _log_tail(self.log_fd)
 
 
 @dataclass
@@ -119,7 +143,7 @@ class _Job:
 
     id: int
     case: CaseSpec
-    log_path: Path
+    log_fd: int  # its output (`_new_log`); -1 once closed
     main: _Stream  # the case process's result pipe
     control: socket.socket | None  # grants go here; closing it ends the case
     handed: float  # when it was handed out
@@ -151,19 +175,10 @@ class _Job:
     def tail(self) -> str:
         """The last output of the case (stdout and stderr, C-level output too), a native
         crash backtrace collapsed to its first frames."""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(max(0, self.log_path.stat().st_size - _READ_BYTES))
-                data = f.read(_READ_BYTES)
-        except OSError:
-            return ""
-        return readable_tail(data.decode("utf-8", "replace"), _TAIL_BYTES)
+        return _log_tail(self.log_fd)
 
     def output_size(self) -> int:
-        try:
-            return self.log_path.stat().st_size
-        except OSError:
-            return 0
+        return _log_size(self.log_fd)
 
 
 #: How much of a case's output `tail` reads before collapsing native backtraces.
@@ -240,15 +255,17 @@ class WorkerPool:
             self._zygote_died(z)
         self._zygotes += 1
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        log = Path(self._logdir.name) / f"zygote{self._zygotes}.log"
+        log = _new_log(self._logdir.name, f"zygote{self._zygotes}-")
         env = {**os.environ, SYS_PATH_ENV: json.dumps([p or os.getcwd() for p in sys.path])}
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", ZYGOTE_MODULE, str(child.fileno())],
-                pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=out,
-                stderr=out, start_new_session=True, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", ZYGOTE_MODULE, str(child.fileno())],
+            pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
+            stderr=log, start_new_session=True, env=env)
         child.close()
         parent.setblocking(False)
+        if self._zygote is not None:  # the dead one's log: read by now
+            with contextlib.suppress(OSError):
+                os.close(self._zygote.log_fd)
         self._zygote = _Zygote(proc, parent, log)
         return self._zygote
 
@@ -440,16 +457,15 @@ class WorkerPool:
         result_r, result_w = os.pipe()
         control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         os.set_blocking(result_r, False)
-        log = Path(self._logdir.name) / f"case{job_id}.log"
-        log.touch()
+        log = _new_log(self._logdir.name, f"case{job_id}-")
         now = time.perf_counter()
         # the first cases' first results carry the zygote's start-up
         since = self._started if job_id <= self.jobs else now
         job = _Job(job_id, case, log, _Stream(result_r, since=since), control, now,
                    selected_targets(case, self.options), zygote=z)
-        msg = RunCase(job_id, case, self.options, str(log), self._threads)
+        msg = RunCase(job_id, case, self.options, self._threads)
         try:
-            socket.send_fds(z.sock, [frame(msg)[8:]], [result_w, theirs.fileno()])
+            socket.send_fds(z.sock, [frame(msg)[8:]], [result_w, theirs.fileno(), log])
         except OSError:
             pass  # the zygote is gone: noticed by the loop, the case is handed out again
         finally:
@@ -686,8 +702,10 @@ class WorkerPool:
             with contextlib.suppress(OSError):
                 job.control.close()
             job.control = None
-        with contextlib.suppress(OSError):
-            job.log_path.unlink()
+        if job.log_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(job.log_fd)
+            job.log_fd = -1
 
     def _retire(self, job: _Job) -> None:
         """A case that is over: whatever of it is left ended, its pipes and log gone."""
@@ -731,6 +749,9 @@ class WorkerPool:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     z.process.wait(timeout=2)
         self._end_orphans()
+        if z is not None:
+            with contextlib.suppress(OSError):
+                os.close(z.log_fd)
         self._logdir.cleanup()
 
 
