@@ -16,7 +16,8 @@ from cl_validate import procs
 from cl_validate.session import sandbox
 
 walled = pytest.mark.skipif(not sandbox.available(),
-                            reason="the kernel does not scope signals (Landlock ABI 6)")
+                            reason="cases are not confined here (Landlock ABI < 6, or "
+                            "CL_VALIDATE_UNCONFINED set)")
 
 
 def _in_confined_child(body: str) -> subprocess.CompletedProcess[str]:

@@ -166,7 +166,7 @@ def test_a_signal_to_the_parent_is_the_senders_error(attacked):
     (its own error, which the model here ignores): nothing outside the case sees either."""
     cases = by_case(JUnitXml.fromfile(str(attacked["junit"])))
     if not sandbox.available():
-        pytest.skip("the kernel does not scope signals: see test_the_parents_own_defence")
+        pytest.skip("cases are not confined here: see test_the_parents_own_defence")
     for name in ("g_sigterm", "h_sigint", "i_sighup"):
         error = _error(cases[name])
         assert error.type == "SignalledRun", (name, error.message)
@@ -216,8 +216,8 @@ WALLED = {"a_sigkill": ("hostile_state:sends_sigkill", ""),
           "g_innocent": ("tiny_models:conv_relu", "")}
 
 
-@pytest.mark.skipif(not sandbox.available(), reason="the kernel does not scope signals "
-                    "(Landlock ABI 6, Linux 6.12): these would take the test run down")
+@pytest.mark.skipif(not sandbox.available(), reason="cases are not confined here (Landlock "
+                    "ABI < 6, or CL_VALIDATE_UNCONFINED set): these would take the run down")
 def test_the_kernel_keeps_a_case_inside(tmp_path):
     """What the parent alone cannot defend: SIGKILL and SIGSTOP to it, a sender gone before
     it looks, the run's console reopened through /proc, another case killed, the zygote

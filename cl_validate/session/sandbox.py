@@ -62,8 +62,9 @@ def abi() -> int:
 
 
 def available() -> bool:
-    """Whether a case process here can be confined (Landlock with signal scoping)."""
-    return abi() >= _SIGNAL_SCOPE_ABI
+    """Whether a case process started from here will be confined: Landlock with signal
+    scoping, and `UNCONFINED_ENV` not set."""
+    return not os.environ.get(UNCONFINED_ENV) and abi() >= _SIGNAL_SCOPE_ABI
 
 
 def confine() -> str | None:
