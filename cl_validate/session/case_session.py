@@ -125,11 +125,12 @@ def model_error(case: CaseSpec, what: str, exc: BaseException, hint: str) -> Err
                        "".join(traceback.format_exception(exc)), line)
 
 
-def refused_signal_error(case: CaseSpec, exc: BaseException) -> ErrorRecord | None:
+def refused_signal_error(case: CaseSpec, exc: BaseException | None) -> ErrorRecord | None:
     """The model's code tried to signal a process outside its case and the kernel refused
-    (`sandbox`): that case's ``SignalledRun``, naming the call; None for any other error."""
+    (`sandbox`): that case's ``SignalledRun``, naming the call; None for any other error
+    (it replaces whatever the error was taken for)."""
     call = sandbox.refused_signal(exc)
-    if call is None:
+    if call is None or exc is None:
         return None
     line = case.line_of("model")
     return ErrorRecord(f"{display_path(case.path)}:{line}: the model's code tried to signal a "
@@ -278,17 +279,18 @@ class CaseSession:
         what it answers to `emit`; returns the cache keys of the targets left to measure
         (`self.targets`), or None when none is left."""
         error: ErrorRecord | None = None
+        caught: BaseException | None = None
         try:
             self.model  # noqa: B018 - builds and validates it
         except UsageError as exc:
-            error = refused_signal_error(self.case, exc) or ErrorRecord(
-                str(exc), CaseKind.CASE_FILE_ERROR, "", exc.line)
+            error, caught = ErrorRecord(str(exc), CaseKind.CASE_FILE_ERROR, "", exc.line), exc
         except Exception as exc:  # the model's code (its eval(), named_modules(), ...) raised
-            error = refused_signal_error(self.case, exc) or model_error(
-                self.case, f"the model '{self.case.model}' raised", exc,
-                "run the factory and model.eval() in Python to see the traceback; a model "
-                "torch.export made is taken as it is")
+            caught = exc
+            error = model_error(self.case, f"the model '{self.case.model}' raised", exc,
+                                "run the factory and model.eval() in Python to see the "
+                                "traceback; a model torch.export made is taken as it is")
         if error is not None:
+            error = refused_signal_error(self.case, caught) or error
             for t in self.targets:
                 emit(Measurement(t, error, seconds=time.perf_counter() - self.started),
                      None, False)
@@ -354,20 +356,20 @@ class CaseSession:
         when all went well, else why no target can be measured."""
         case = self.case
         t0 = time.perf_counter()
+        caught: BaseException
         try:
             self.expected  # noqa: B018 - PyTorch's outputs: the model's forward runs here
             self.decoy  # noqa: B018
             self.front  # noqa: B018
         except CompileStageError as exc:
-            error = refused_signal_error(case, exc) or ErrorRecord(
-                str(exc), CaseKind.COMPILE_ERROR, exc.detail, case.line_of("model"))
+            error, caught = ErrorRecord(str(exc), CaseKind.COMPILE_ERROR, exc.detail,
+                                        case.line_of("model")), exc
         except UsageError as exc:  # the case says something the model cannot do
-            error = refused_signal_error(case, exc) or ErrorRecord(
-                str(exc), CaseKind.CASE_FILE_ERROR, "", exc.line)
+            error, caught = ErrorRecord(str(exc), CaseKind.CASE_FILE_ERROR, "", exc.line), exc
         except Exception as exc:  # the model's own forward raised
-            error = refused_signal_error(case, exc) or model_error(
-                case, "PyTorch forward failed", exc,
-                "call the model on the case's [[inputs]] shapes in Python")
+            caught = exc
+            error = model_error(case, "PyTorch forward failed", exc,
+                                "call the model on the case's [[inputs]] shapes in Python")
             t0 = time.perf_counter()  # the forward's time is nobody's measurement
         else:
             # Too many [[outputs]] is judged (`judge`), not measured: the measurement stays
@@ -376,7 +378,7 @@ class CaseSession:
             self._prepared_seconds = time.perf_counter() - t0
             return None
         self._prepared_seconds = time.perf_counter() - t0
-        return error
+        return refused_signal_error(case, caught) or error
 
     def failed(self, target: str, error: ErrorRecord) -> Measurement:
         """The measurement of a target whose case could not be prepared."""

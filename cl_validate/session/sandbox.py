@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import platform
 import re
@@ -42,6 +43,7 @@ UNCONFINED_ENV = "CL_VALIDATE_UNCONFINED"
 confined = False
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux") or platform.machine() not in _ARCHES:
         return None
