@@ -36,9 +36,22 @@ def _hash_tree(root: Path) -> str:
     return _hash_files({f: str(f.relative_to(root.parent)) for f in _py_files(root)})
 
 
+#: What setuptools-scm writes at build time: the version, which between tags names the
+#: commit (0.2.1.devN+gHASH) and changes no measurement.
+_VERSION_FILE = "_version.py"
+
+
 @functools.cache
 def own_source() -> str:
-    return _hash_tree(Path(__file__).resolve().parent.parent)
+    return package_source(Path(__file__).resolve().parent.parent)
+
+
+def package_source(root: Path) -> str:
+    """cl_validate's source (the package at `root`): a changed line may change a measurement.
+    Not its generated version file: a cache would otherwise miss on every commit of a
+    checkout that installs itself (this repository's CI runs its own action)."""
+    return _hash_files({f: str(f.relative_to(root.parent)) for f in _py_files(root)
+                        if f.parent != root or f.name != _VERSION_FILE})
 
 
 def module_source(module_name: str) -> str:
