@@ -23,6 +23,11 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 SAME_REPO = "github.event.pull_request.head.repo.full_name == github.repository"
 PUBLISHERS = ("EnricoMi/publish-unit-test-result-action", "mikepenz/action-junit-report")
 PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+
+
+def _repo(uses: str) -> str:
+    """The repository an action reference names (``owner/repo/linux@sha`` → owner/repo)."""
+    return "/".join(uses.split("@")[0].split("/")[:2])
 ACTION = ROOT / "action.yml"
 #: The adopter example's workflow: `uses:` this action by tag, as another repository would.
 ADOPTER = ROOT / "examples" / "adopter" / ".github" / "workflows" / "cl_validate.yml"
@@ -207,12 +212,12 @@ def test_lint_and_unit_tests_job():
 def test_cpu_validation_runs_this_repositorys_action_in_shards():
     job = _ci()["jobs"]["validate"]
     shards = job["strategy"]["matrix"]["shard"]
-    assert shards == list(range(1, len(shards) + 1))  # 1-based, no gap: every case runs
+    # "I/N", all N listed: every case runs once, whatever else the matrix spans
+    assert shards == [f"{i}/{len(shards)}" for i in range(1, len(shards) + 1)]
     (step,) = _own_action_steps(job)  # exercised on every change, as adopters use it
     assert step["with"] == {
         "cases": "model_cases", "targets": "llvm cuda arm64",
-        "shard": "${{ matrix.shard }}/${{ strategy.job-total }}",
-        "junit": "reports/shard-${{ matrix.shard }}.xml", "python-version": "3.11"}
+        "shard": "${{ matrix.shard }}", "python-version": "3.11"}
     steps = _action_steps()
     upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@"))
     assert "!cancelled()" in upload["if"] and "inputs.upload == 'true'" in upload["if"]
@@ -286,7 +291,7 @@ def test_report_job_merges_publishes_and_summarizes():
     assert 'cl-validate merge "$RUNNER_TEMP"/cl_validate-reports/*.xml -o "$JUNIT"' in merge["run"]
     assert "GITHUB_STEP_SUMMARY" in merge["run"] and merge["if"] == "inputs.mode == 'merge'"
     publish = steps["Publish the JUnit report"]
-    assert publish["uses"].split("@")[0] in PUBLISHERS
+    assert _repo(publish["uses"]) in PUBLISHERS
     assert publish["with"]["files"] == "${{ steps.paths.outputs.junit }}"
     assert publish["if"] == "inputs.mode == 'merge' && inputs.publish == 'true'"
 
@@ -340,12 +345,21 @@ def test_merge_compares_with_the_base_branchs_last_report(tmp_path):
     assert "cl-validate trend" in steps["Figures for trend tools"]["run"]
 
 
-def test_gpu_job_runs_tox_gpu_only_for_trusted_code():
+def test_gpu_job_runs_the_action_on_cuda_only_for_trusted_code():
     job = _ci()["jobs"]["gpu"]
     assert job["runs-on"] == ["self-hosted", "gpu"]
     assert job["if"] == f"github.event_name == 'push' || {SAME_REPO}"
-    assert "tox -e gpu" in _runs(job)
+    (step,) = _own_action_steps(job)
+    with_ = step["with"]
+    assert with_["targets"] == "cuda" and with_["junit"] == "reports/gpu.xml"
+    # the runner's own Python and PyPI's CUDA build of torch
+    assert with_["python-version"] == "" and with_["torch-index-url"] == ""
+    # fails fast without a GPU, unless the repository says the GPU is optional
+    assert with_["require-device"] == "${{ vars.CL_VALIDATE_GPU_OPTIONAL != 'true' }}"
+    assert job["outputs"]["exit-code"] == f"${{{{ steps.{step['id']}.outputs.exit-code }}}}"
     assert "PIP_EXTRA_INDEX_URL" not in {**_ci().get("env", {}), **job.get("env", {})}
+    tox = (ROOT / "tox.ini").read_text()  # the same check on a workstation: tox -e gpu
+    assert "--target cuda --require-device" in tox.split("[testenv:gpu]")[1].split("\n[")[0]
 
 
 def test_each_shard_restores_prunes_and_saves_the_measurement_cache():
@@ -381,7 +395,10 @@ def test_gpu_verdicts_are_published_as_their_own_check_from_a_hosted_runner():
     job = jobs["report-gpu"]
     assert job["needs"] == "gpu" and job["runs-on"] == "ubuntu-latest"
     assert "needs.gpu.result != 'skipped'" in job["if"] and "!cancelled()" in job["if"]
-    publish = [s for s in _steps(job) if s.get("uses", "").split("@")[0] in PUBLISHERS]
+    # only a report to publish: the GPU job's checks passed or failed (exit 0 or 1)
+    assert "needs.gpu.outputs.exit-code == '0' || needs.gpu.outputs.exit-code == '1'" in \
+        job["if"]
+    publish = [s for s in _steps(job) if _repo(s.get("uses", "")) in PUBLISHERS]
     assert publish and publish[0]["with"]["files"] == "reports/gpu.xml"
     assert "GPU" in publish[0]["with"]["check_name"]
     (cpu,) = _own_action_steps(jobs["report"])
@@ -423,10 +440,10 @@ def test_device_farm_job_is_opt_in_and_runs_tox_device_against_the_runners_track
     report = jobs["report-device"]
     assert report["needs"] == "device-farm" and report["runs-on"] == "ubuntu-latest"
     assert "needs.device-farm.result != 'skipped'" in report["if"]
-    publish = [s for s in _steps(report) if s.get("uses", "").split("@")[0] in PUBLISHERS]
+    publish = [s for s in _steps(report) if _repo(s.get("uses", "")) in PUBLISHERS]
     assert publish and publish[0]["with"]["files"] == "reports/device.xml"
     names = {s["with"]["check_name"] for j in jobs.values() for s in _steps(j)
-             if s.get("uses", "").split("@")[0] in PUBLISHERS}
+             if _repo(s.get("uses", "")) in PUBLISHERS}
     names |= {s["with"]["check-name"] for j in jobs.values() for s in _own_action_steps(j)
               if "check-name" in s.get("with", {})}
     assert len(names) == 3  # CPU, GPU and device farm: three checks, never merged into one
