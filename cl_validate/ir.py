@@ -19,6 +19,7 @@ import this one.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -37,12 +38,17 @@ AXES_ATTR = "cl_validate.axes"  # permute_dims axes
 SOURCE_ATTR = "cl_validate.source"  # the attribution, as JSON
 #: PrimFunc attribute our GPU scheduling writes: the dlight rule that scheduled it
 SCHEDULE_ATTR = "cl_validate.schedule_rule"
-#: The span source name of a transform the model's own code performs: the front end puts it on
-#: every permute at import (TVM's passes keep a call's span), and our passes put it on a permute
-#: they fold from one that had it. Binding names cannot tell: ConvertLayout reuses them. The
-#: mark carries the permute's PyTorch source after a colon (``cl_validate.own:blocks.0 (view)``)
-#: for the same reason: a permute our passes rebuild gets a new binding name.
-OWN_SPAN = "cl_validate.own"
+#: The span source name of a transform whose origin is known: the model's own code (a permute
+#: or transpose in its exported graph), or TVM's importer (a permute a converter inserted for
+#: another op, e.g. scaled_dot_product_attention's BHSD -> BSHD). The front end puts it on every
+#: permute at import (TVM's passes keep a call's span) and our passes put the merged marks of
+#: the parts on a permute they fold from marked ones. Binding names cannot tell: ConvertLayout
+#: reuses them. The mark is ``cl_validate.origin:`` and a JSON list of the parts, each
+#: ``[who, source, op]`` (`Part`).
+ORIGIN_SPAN = "cl_validate.origin"
+#: Who put a permute in the graph: the model's code, TVM's importer, or one of our passes
+#: (for an op it raised, e.g. attention from matmul/softmax/matmul).
+MODEL, IMPORTER, PASS = "model", "importer", "cl_validate"
 #: Calls that move arguments into a PrimFunc or packed function: bookkeeping, not an op.
 LOWERED_CALL_OPS: tuple[str, ...] = (
     "relax.call_tir", "relax.call_dps_packed", "relax.call_pure_packed",
@@ -291,39 +297,74 @@ def is_transform(call: object) -> bool:
     return axes is None or not is_identity(axes)
 
 
-def own_tag(call: object) -> str | None:
-    """The `OWN_SPAN` mark of a transform call the model's own code performs (with its
-    source, where known); None for any other call. Pass it on to `mark_own`."""
+class Part(tuple):  # type: ignore[type-arg]
+    """One permute a transform was folded from: ``(who, source, op)`` — who put it there
+    (`MODEL` or `IMPORTER`), the PyTorch source (``blocks.0.attn (permute)``), and for the
+    importer the op it was inserted for (``scaled_dot_product_attention``)."""
+
+    __slots__ = ()
+
+    def __new__(cls, who: str, source: str | None = None, op: str | None = None) -> Part:
+        return super().__new__(cls, (who, source, op))
+
+    @property
+    def who(self) -> str:
+        return str(self[0])
+
+    @property
+    def source(self) -> str | None:
+        return self[1]  # type: ignore[no-any-return]
+
+    @property
+    def op(self) -> str | None:
+        return self[2]  # type: ignore[no-any-return]
+
+
+def origin_tag(call: object) -> str | None:
+    """The `ORIGIN_SPAN` mark of a transform call whose origin is known; None for any other
+    call (ConvertLayout's, or one our passes inserted). Pass it on to `mark_origin`."""
     span = getattr(call, "span", None)
     if span is None:
         return None
     name = str(span.source_name.name)
-    return name if name == OWN_SPAN or name.startswith(OWN_SPAN + ":") else None
+    return name if name.startswith(ORIGIN_SPAN + ":") else None
+
+
+def origin_parts(mark: object) -> tuple[Part, ...]:
+    """The parts of a mark (a string from `origin_tag`, or a call carrying one)."""
+    tag = mark if isinstance(mark, str) else origin_tag(mark)
+    if not tag:
+        return ()
+    try:
+        return tuple(Part(*p) for p in json.loads(tag[len(ORIGIN_SPAN) + 1:]))
+    except (ValueError, TypeError):
+        return ()
+
+
+def origin_mark(parts: Iterable[Part]) -> str | None:
+    """The mark of a transform made of `parts` (each named once, in order)."""
+    unique = list(dict.fromkeys(parts))
+    return f"{ORIGIN_SPAN}:{json.dumps([list(p) for p in unique])}" if unique else None
+
+
+def merge_origins(*marks: str | None) -> str | None:
+    """The mark of a permute folded from permutes with these marks: all their parts."""
+    return origin_mark(p for m in marks for p in origin_parts(m or ""))
 
 
 def is_own(call: object) -> bool:
-    """A transform call the model's own code performs (see `OWN_SPAN`)."""
-    return own_tag(call) is not None
+    """A transform call the model's own code performs: every part of its mark is the
+    model's (a fold with an importer's permute is not only the model's)."""
+    parts = origin_parts(call)
+    return bool(parts) and all(p.who == MODEL for p in parts)
 
 
-def own_source(call: object) -> str | None:
-    """The PyTorch source an own permute was marked with at import (``blocks.0 (view)``)."""
-    tag = own_tag(call)
-    return tag[len(OWN_SPAN) + 1:] or None if tag is not None else None
-
-
-def own_mark(source: str | None) -> str:
-    """The `OWN_SPAN` mark for a permute the model's code at `source` performs."""
-    return f"{OWN_SPAN}:{source}" if source else OWN_SPAN
-
-
-def mark_own(call: relax.Call, own: bool | str | None = True) -> relax.Call:
-    """`call` carrying an `OWN_SPAN` mark if `own` (a mark from `own_tag`/`own_mark`, or True
-    for one without a source), else `call` itself."""
-    if not own:
+def mark_origin(call: relax.Call, mark: str | None) -> relax.Call:
+    """`call` carrying `mark` (from `origin_tag`, `origin_mark` or `merge_origins`), or
+    `call` itself when there is none."""
+    if not mark:
         return call
-    tag = own if isinstance(own, str) else OWN_SPAN
-    span = tvm.ir.Span(tvm.ir.SourceName(tag), 0, 0, 0, 0)
+    span = tvm.ir.Span(tvm.ir.SourceName(mark), 0, 0, 0, 0)
     return relax.Call(call.op, call.args, call.attrs, call.ty_args, span=span)
 
 

@@ -126,10 +126,11 @@ def test_a_stage_that_corrupts_numerics_is_named_in_every_report(write_case, dat
     body = numerics.find("failure").text
     table = body.split("stage bisection on llvm")[1].split("\n\n")[0]
     rows = [ln.split() for ln in table.splitlines()[1:]]
-    assert [r[0] for r in rows] == ["import", "normalize_axes", "convert_layout", "cleanup",
-                                    "fold_flatten", "conv_transpose", "decompose", "fold_params",
+    assert [r[0] for r in rows] == ["import", "normalize_axes", "raise_attention",
+                                    "convert_layout", "cleanup", "fold_flatten",
+                                    "conv_transpose", "decompose", "fold_params",
                                     "perturb"]  # it stops at the break
-    assert [r[4] for r in rows if r[0] != "perturb"] == ["ok"] * 8 and rows[-1][4] == "BREAKS"
+    assert [r[4] for r in rows if r[0] != "perturb"] == ["ok"] * 9 and rows[-1][4] == "BREAKS"
     markdown = (tmp_path / "r.md").read_text()
     assert "first break after `perturb`" in markdown and "| `perturb` |" in markdown
 
@@ -170,7 +171,7 @@ def test_a_bisection_out_of_time_says_so_and_the_verdict_stands(write_case, data
     (result,) = judge_in_process([case], RunOptions(isolate=False, timeout=0.01))
     numerics = result.check("numerics")
     assert not numerics and numerics.kind == "NumericsMismatch"
-    assert "before the bisection stopped (out of time after 0 of 13 stages" in numerics.message
+    assert "before the bisection stopped (out of time after 0 of 14 stages" in numerics.message
 
 
 @pytest.mark.compile

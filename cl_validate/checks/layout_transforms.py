@@ -65,6 +65,12 @@ def next_step(case: CaseSpec, target: str, kernels: KernelList) -> str:
         op, n = rules.most_common(1)[0]
         where = next((a.source for a in atts if a.relax_op == op and a.source), None)
         return f"give {op} a layout rule ({n} transform(s){f', e.g. {where}' if where else ''})"
+    inserted = [a for a in atts if a.reason in (Reason.IMPORTED, Reason.FOLDED)]
+    if inserted:
+        ops = ", ".join(dict.fromkeys(a.relax_op or "an op" for a in inserted))
+        where = next((a.source for a in inserted if a.source), None)
+        return (f"{len(inserted)} permute(s) inserted to convert {ops}"
+                f"{f', e.g. {where}' if where else ''}")
     own = [a for a in atts if a.reason is Reason.OWN_PERMUTE]
     if own:
         return f"the model permutes itself ({len(own)}x, e.g. {own[0].source or 'a permute'})"
@@ -98,7 +104,8 @@ class LayoutTransforms(BudgetCheck):
         weights = kernels.weight_transforms
         figures = TransformFigures(layout_transforms=runtime, weight_transforms=len(weights),
                                    budget=limit, transform=attributions(kernels))
-        body = stage_body(kernels, m.stage_counts)
+        body = stage_body(kernels, m.stage_counts) + "".join(
+            f"\nnote: {note}" for note in m.attention_left)
         if weights:
             w = weights[0]
             return CheckResult(

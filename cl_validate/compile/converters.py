@@ -33,6 +33,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from tvm import relax
 
 _RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
@@ -175,6 +176,97 @@ def _index_adjacent(node: Any, importer: Any) -> Any:
     return bb.emit(relax.op.reshape(picked, [*dims[:first], *out_index, *dims[last + 1:]]))
 
 
+def _sdpa(node: Any, importer: Any) -> Any:
+    """``F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale,
+    enable_gqa)`` as Relax's ``nn.attention``, which takes BSHD (batch, sequence, heads, head
+    dimension). PyTorch's operands are ``(..., heads, L, E)``; the leading axes are the batch.
+    The heads move next to the head dimension (permutes marked as the importer's, which the
+    cleanup passes cancel against a model's own head split), a 3-D ``(N, L, E)`` gets a unit
+    head axis (a reshape). Unlike TVM's converter this one keeps ``scale`` (TVM's drops it),
+    takes a boolean mask (``True`` takes part, as in PyTorch) as an additive one, broadcasts
+    a mask of fewer axes, and repeats K/V heads for grouped-query attention."""
+    args = list(importer.retrieve_args(node))
+    kwargs = {k: importer._retrieve_args(v) for k, v in node.kwargs.items()}
+
+    def arg(i: int, name: str, default: Any) -> Any:
+        return args[i] if len(args) > i else kwargs.get(name, default)
+
+    q, k, v = args[:3]
+    mask, dropout = arg(3, "attn_mask", None), arg(4, "dropout_p", 0.0)
+    causal, scale = arg(5, "is_causal", False), kwargs.get("scale")
+    gqa = bool(kwargs.get("enable_gqa", False))
+    if dropout:
+        raise ValueError("scaled_dot_product_attention with dropout_p > 0: export the model "
+                         "in eval mode (model.eval()) or with dropout_p=0")
+    bb = importer.block_builder
+    shapes = [_static_dims(x) for x in (q, k, v)]
+    if any(s is None or len(s) < 2 for s in shapes):
+        return importer._scaled_dot_product_attention(node)  # symbolic: TVM's converter
+    qs, ks, vs = (list(s or []) for s in shapes)
+    lead = qs[:-3] if len(qs) >= 4 else qs[:-2]
+    batch = int(np.prod(lead)) if lead else 1
+
+    def bshd(x: Any, s: list[int]) -> Any:
+        if len(s) == 2:
+            return bb.emit(relax.op.reshape(x, [1, s[0], 1, s[1]]))
+        if len(s) == 3:  # (N, L, E): one head
+            return bb.emit(relax.op.reshape(x, [s[0], s[1], 1, s[2]]))
+        x4 = x if len(s) == 4 else bb.emit(relax.op.reshape(x, [batch, *s[-3:]]))
+        return bb.emit(relax.op.permute_dims(x4, [0, 2, 1, 3]))
+
+    q4, k4, v4 = bshd(q, qs), bshd(k, ks), bshd(v, vs)
+    heads, kv_heads = (qs[-3], ks[-3]) if len(qs) >= 4 else (1, 1)
+    if gqa and kv_heads != heads:
+        k4 = bb.emit(relax.op.repeat(k4, heads // kv_heads, axis=2))
+        v4 = bb.emit(relax.op.repeat(v4, heads // kv_heads, axis=2))
+    bias = None
+    if mask is not None:
+        if str(mask.ty.dtype) == "bool":
+            dtype = str(q.ty.dtype)
+            mask = bb.emit(relax.op.where(mask, relax.const(0.0, dtype),
+                                          relax.const(float("-inf"), dtype)))
+        ms: list[int] = _static_dims(mask) or []
+        if len(ms) > 4:
+            mask = bb.emit(relax.op.reshape(mask, [int(np.prod(ms[:-3])), *ms[-3:]]))
+        elif len(ms) == 3 and len(qs) == 3:  # (N, L, S): one head
+            mask = bb.emit(relax.op.reshape(mask, [ms[0], 1, ms[1], ms[2]]))
+        while len(_static_dims(mask) or [0, 0, 0, 0]) < 4:
+            mask = bb.emit(relax.op.expand_dims(mask, 0))
+        bias = mask
+    out = bb.emit(relax.op.nn.attention(
+        q4, k4, v4, bias=bias, scale=None if scale is None else float(scale),
+        causal_mask="TopLeft" if causal else None))
+    os_: list[int] = _static_dims(out) or []
+    if len(qs) <= 3:
+        return bb.emit(relax.op.reshape(out, [*qs[:-1], os_[-1]]))
+    back = bb.emit(relax.op.permute_dims(out, [0, 2, 1, 3]))
+    if len(qs) == 4:
+        return back
+    return bb.emit(relax.op.reshape(back, [*lead, *(_static_dims(back) or [])[1:]]))
+
+
+def _grid_sample(node: Any, importer: Any) -> Any:
+    """``F.grid_sample(data, grid)``: Relax's ``image.grid_sample`` takes the grid as
+    ``(N, 2, H_out, W_out)`` (its shape inference and TOPI's kernel both read it so), PyTorch
+    gives ``(N, H_out, W_out, 2)``. TVM 0.27's converter passes PyTorch's grid as it is, and
+    the output's shape comes out wrong (RT-DETR's deformable attention then fails to import
+    with a reshape error far from the cause). The grid's coordinate axis moves first here,
+    a permute marked as the importer's."""
+    args = importer.retrieve_args(node)
+    data, grid = args[0], args[1]
+    interp = {0: "bilinear", 1: "nearest", 2: "bicubic"}.get(int(args[2]) if len(args) > 2
+                                                             else 0, "bilinear")
+    padding = {0: "zeros", 1: "border", 2: "reflection"}.get(int(args[3]) if len(args) > 3
+                                                             else 0, "zeros")
+    align = bool(args[4]) if len(args) > 4 else False
+    bb = importer.block_builder
+    if len(_static_dims(grid) or []) != 4:
+        return importer._grid_sampler_2d(node)
+    grid = bb.emit(relax.op.permute_dims(grid, [0, 3, 1, 2]))
+    return bb.emit(relax.op.image.grid_sample(data, grid, method=interp, layout="NCHW",
+                                              padding_mode=padding, align_corners=align))
+
+
 def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
     """The converters, keyed as the importer looks them up (``node.target.__name__``)."""
     return {
@@ -189,4 +281,6 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "sub.Tensor": _binary_promoting(relax.op.subtract, operator.sub),
         "mul.Tensor": _binary_promoting(relax.op.multiply, operator.mul),
         "index.Tensor": _index_adjacent,
+        "scaled_dot_product_attention.default": _sdpa,
+        "grid_sampler_2d.default": _grid_sample,
     }

@@ -21,7 +21,11 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
-from cl_validate.compile.attribution import mark_own_permutes, sources_by_binding
+from cl_validate.compile.attribution import (
+    mark_import_permutes,
+    ops_by_binding,
+    sources_by_binding,
+)
 from cl_validate.compile.converters import custom_convert_map
 from cl_validate.compile.quant_steps import output_steps
 from cl_validate.errors import CaseFileError, ClValidateError, CompileStageError
@@ -113,14 +117,16 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
         # The importer itself (not the from_exported_program wrapper), to keep its map from
         # FX nodes to Relax bindings: that is how transforms are traced back to PyTorch code.
         importer = ExportedProgramImporter()
-        mod = importer.from_exported_program(exported.run_decompositions(), True, True, False,
-                                             custom_convert_map())
+        mod = importer.from_exported_program(
+            exported.run_decompositions(decompositions()), True, True, False,
+            custom_convert_map())
         sources = sources_by_binding(mod, importer.env)
         # The wrapper's permutes are ours, not the model's: only the wrapped model's ops
         # have an nn.Module path under "inner".
         ours = {name for name, src in sources.items()
                 if wrapped is not model and src.split(" (")[0].split(".")[0] != WRAPPED}
-        mod, params = relax.frontend.detach_params(mark_own_permutes(mod, ours, sources))
+        mod, params = relax.frontend.detach_params(
+            mark_import_permutes(mod, sources, ops_by_binding(mod, importer.env), ours))
         mod = _name_symbolic_dims(mod, case)
     except ClValidateError:
         raise
@@ -130,6 +136,18 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
     named = {p.name: v for p, v in zip(weight_params(mod["main"]), params.get("main", []),
                                          strict=True)}
     return Frontend(exported, mod, named, t1 - t0, t2 - t1, sources)
+
+
+def decompositions() -> dict[Any, Any]:
+    """torch.export's core ATen decompositions, but for scaled_dot_product_attention: as
+    itself it becomes one attention op that reads the heads where the projections put them
+    (`cl_validate.compile.converters`); decomposed, it is matmuls that need the heads ahead
+    of the sequence, a transpose before and after every attention."""
+    table = torch.export.default_decompositions()
+    for op in list(table):
+        if "scaled_dot_product" in str(op):
+            del table[op]
+    return table  # type: ignore[no-any-return]
 
 
 def dynamic_shapes(case: CaseSpec) -> tuple[dict[int, Any] | None, ...] | None:

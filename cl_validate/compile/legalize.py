@@ -24,6 +24,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from cl_validate.compile.attention import attention_legalizations
 from cl_validate.compile.attribution import annotate_transforms
 from cl_validate.compile.context import PipelineContext
 from cl_validate.ir import (
@@ -92,7 +93,7 @@ class _QuantizeAsPyTorch(PyExprMutator):  # type: ignore[misc]
 
 def legalize(ctx: PipelineContext) -> Callable[[tvm.IRModule], tvm.IRModule]:
     """The ``legalize`` stage: attribute every transform, quantize as PyTorch does, then
-    lower ops to PrimFuncs."""
+    lower ops to PrimFuncs (attention to the kernel of `cl_validate.compile.attention`)."""
 
     def run(mod: tvm.IRModule) -> tvm.IRModule:
         mod = annotate_transforms(mod, ctx.sources, ctx.case.layout_overrides,
@@ -102,8 +103,8 @@ def legalize(ctx: PipelineContext) -> Callable[[tvm.IRModule], tvm.IRModule]:
             return tvm.transform.Sequential([
                 relax.backend.DispatchSampling(),
                 relax.backend.DispatchSortScan(),
-                relax.transform.LegalizeOps(
-                    customize_legalize_map=tagged_transform_legalizations()),
+                relax.transform.LegalizeOps(customize_legalize_map={
+                    **tagged_transform_legalizations(), **attention_legalizations()}),
                 relax.transform.AnnotateTIROpPattern(),
                 relax.transform.FoldConstant(),
             ])(mod)

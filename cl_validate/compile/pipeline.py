@@ -28,6 +28,7 @@ from cl_validate.compile.passes import (
     FoldFlattenIntoLinear,
     FoldScaleShift,
     NormalizeAxes,
+    RaiseAttention,
     cleanup_passes,
     lower_conv_transpose,
 )
@@ -148,6 +149,7 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
     cleanup = Stage("cleanup", tvm.transform.Sequential(list(cleanup_passes())))
     return standard_stages(ctx, layout=[
         Stage("normalize_axes", NormalizeAxes()),
+        Stage("raise_attention", RaiseAttention()),
         _convert_layout(ctx),
         cleanup,
         Stage("fold_flatten", FoldFlattenIntoLinear()),

@@ -12,6 +12,7 @@ import tvm
 from cl_validate.compile.context import PipelineContext
 from cl_validate.compile.frontend import Frontend
 from cl_validate.compile.legalize import import_layouts, unlowered_ops
+from cl_validate.compile.passes.raise_attention import find as find_attention
 from cl_validate.compile.pipeline import PipelineFactory, resolve_pipeline
 from cl_validate.compile.tvm_targets import backend, build_unavailable, make_target
 from cl_validate.errors import CompileStageError
@@ -38,6 +39,9 @@ class Compiled:
     #: ops kept in their import layout because TVM cannot lower them where the pipeline
     #: put them, one line each ("relax.nn.conv1d_transpose kept in NCW/IOW: ...")
     kept_layouts: list[str] = field(default_factory=list)
+    #: attention written out (matmul, softmax, matmul) that stayed so, and why, one line each
+    #: ("attention at blocks.0.attn (softmax) left as matmuls: its scores are ...")
+    attention_left: list[str] = field(default_factory=list)
 
     def stage(self, name: str) -> StageIR:
         for s in self.stages:
@@ -81,6 +85,7 @@ def compile_case(front: Frontend, case: CaseSpec, target_name: str, *,
         raise CompileStageError("legalize", RuntimeError(what), summary=(
             f"{what} (hint: pin it in the case's [layout] to a layout TVM lowers, e.g. "
             f"\"{op}\" = [\"NCHW\", ...], or lower it in a pipeline of your own)"))
+    compiled.attention_left = _attention_left(compiled, front.sources)
     if build:
         compiled.build_skipped = build_unavailable(target)
     if build and compiled.build_skipped is None:
@@ -113,6 +118,18 @@ def _run_stages(compiled: Compiled, front: Frontend, factory: PipelineFactory,
             raise CompileStageError(stage.name, exc) from exc
         compiled.stages.append(StageIR(stage.name, mod, time.perf_counter() - t0))
     return mod
+
+
+def _attention_left(compiled: Compiled, sources: dict[str, str]) -> list[str]:
+    """What RaiseAttention could not raise, as the report says it (none when the pipeline
+    has no raise_attention stage)."""
+    try:
+        before = compiled.stages[[s.name for s in compiled.stages].index("raise_attention") - 1]
+    except ValueError:
+        return []
+    _, left = find_attention(before.mod["main"])
+    return [f"attention at {sources.get(x.source, x.source)} left as matmuls: {x.why}"
+            for x in left]
 
 
 def _legalized(compiled: Compiled) -> tvm.IRModule:

@@ -22,6 +22,7 @@ import tvm
 from tvm import tirx
 from tvm.s_tir import dlight as dl
 
+from cl_validate.compile.attention import AttentionRule
 from cl_validate.ir import SCHEDULE_ATTR
 
 #: The rule a PrimFunc gets when no rule returned a schedule: it is left unscheduled, and
@@ -31,9 +32,11 @@ NO_RULE = "none"
 
 def default_gpu_rules() -> list[Any]:
     """The rules, in the order TVM 0.27's cuda backend applies them
-    (``tvm.relax.backend.cuda.pipeline.legalize_passes``)."""
-    return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-            dl.gpu.Fallback()]
+    (``tvm.relax.backend.cuda.pipeline.legalize_passes``), after cl_validate's rule for its
+    attention kernel (`cl_validate.compile.attention.AttentionRule`: no rule of TVM's takes
+    it), which schedules nothing else."""
+    return [AttentionRule(), dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+            dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
 
 
 class _Observed(dl.ScheduleRule):  # type: ignore[misc]
@@ -41,7 +44,7 @@ class _Observed(dl.ScheduleRule):  # type: ignore[misc]
 
     def __init__(self, rule: Any, seen: list[tuple[Any, str]]) -> None:
         self.rule = rule
-        self.name = type(rule).__name__
+        self.name = type(rule).__name__.removesuffix("Rule")
         self.seen = seen
 
     def apply(self, func: Any, target: Any, tunable: bool) -> Any:

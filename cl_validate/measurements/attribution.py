@@ -17,6 +17,8 @@ class Reason(enum.Enum):
     INPUT_BOUNDARY = "graph input boundary"
     OUTPUT_BOUNDARY = "graph output boundary"
     OWN_PERMUTE = "the model's own permute"
+    IMPORTED = "a permute inserted to convert another op"
+    FOLDED = "the model's permute folded with one inserted to convert another op"
     NO_LAYOUT_RULE = "op without a layout rule"
     KEPT_LAYOUT = "kept in a layout TVM lowers"
     PINNED = "layout pinned by [layout_overrides]"
@@ -36,6 +38,11 @@ _NEXT_STEP = {
                             "channels-last data",
     Reason.OWN_PERMUTE: "the model permutes the tensor itself: remove the permute from the "
                         "model or let a cleanup pass cancel it against ConvertLayout's",
+    Reason.IMPORTED: "inserted to convert {op} (by TVM's importer, or by the cl_validate pass "
+                     "named): a conversion that needs none, or a pass that cancels it against "
+                     "its neighbours, removes it",
+    Reason.FOLDED: "what is left of the model's permute and one inserted to convert {op}: look "
+                   "at both (cl-validate show CASE --stage cleanup)",
     Reason.NO_LAYOUT_RULE: "give {op} a layout rule (or a cl_validate pass that carries the "
                            "layout through it) so it runs in NHWC",
     Reason.KEPT_LAYOUT: "TVM cannot lower {op} in the desired layout, so it stays in the one "
@@ -76,6 +83,10 @@ class Attribution:
             parts[0] = f"{self.relax_op} has no layout rule"
         elif self.relax_op and self.reason is Reason.KEPT_LAYOUT:
             parts[0] = f"{self.relax_op} kept in a layout TVM lowers"
+        elif self.relax_op and self.reason is Reason.IMPORTED:
+            parts[0] = f"a permute inserted to convert {self.relax_op}"
+        elif self.relax_op and self.reason is Reason.FOLDED:
+            parts[0] = f"the model's permute folded with one inserted to convert {self.relax_op}"
         if self.source:
             parts.append(f"from {self.source}")
         return ", ".join(parts)

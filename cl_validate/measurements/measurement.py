@@ -67,6 +67,9 @@ class Measurement:
     #: ops kept in their import layout because TVM cannot lower them where the pipeline put
     #: them (one line each); the compile check says so
     kept_layouts: list[str] = field(default_factory=list)
+    #: attention written out as matmuls that the pipeline could not raise, and why (one line
+    #: each); the compile check says so
+    attention_left: list[str] = field(default_factory=list)
     #: where the numerics ran when not on this machine ("RPC key 'rk3588' at host:9190")
     ran_on: str | None = None
     #: every kernel's time over repeated runs (``--profile``), or why there is none

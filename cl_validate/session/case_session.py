@@ -408,6 +408,7 @@ class CaseSession:
         t1 = time.perf_counter()
         m.build_skipped = compiled.build_skipped
         m.kept_layouts = list(compiled.kept_layouts)
+        m.attention_left = list(compiled.attention_left)
         self._numerics(m, compiled, reference64_error if case.needs_float64(target) else None)
         if m.samples:  # where the numerics broke, if they did (the stages run here)
             deadline = self.started + _BISECT_SHARE * (self.options.timeout or case.timeout)

@@ -309,7 +309,7 @@ def test_a_sunk_own_permute_stays_the_models() -> None:
     model's own: reports must not blame a layout rule for attention's head transpose."""
     from tvm import relax
 
-    from cl_validate.ir import bindings, is_own, mark_own, permute_axes
+    from cl_validate.ir import MODEL, Part, bindings, is_own, mark_origin, origin_mark, permute_axes
 
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((1, 4, 4, 8), "float32"))
@@ -317,7 +317,8 @@ def test_a_sunk_own_permute_stays_the_models() -> None:
         with bb.dataflow():
             a = bb.emit(relax.op.permute_dims(x, [0, 3, 1, 2]))  # ConvertLayout's
             m = bb.emit(relax.op.multiply(a, relax.const(2.0, "float32")))
-            k = bb.emit(mark_own(relax.op.permute_dims(m, [0, 1, 3, 2])))  # the model's
+            k = bb.emit(mark_origin(relax.op.permute_dims(m, [0, 1, 3, 2]),  # the model's
+                                    origin_mark([Part(MODEL, "attn (permute)")])))
             r = bb.emit(relax.op.nn.relu(k))
             gv = bb.emit_output(relax.op.matmul(r, r))
         bb.emit_func_output(gv)

@@ -51,6 +51,7 @@ from cl_validate.compile.passes.layout_rules import RULELESS_UNARY_OPS, extra_la
 from cl_validate.compile.passes.movement_chains import FoldMovementChains
 from cl_validate.compile.passes.normalize_axes import NormalizeAxes
 from cl_validate.compile.passes.permute_to_reshape import PermuteToReshape
+from cl_validate.compile.passes.raise_attention import RaiseAttention
 from cl_validate.compile.passes.slice_views import ReadSlicesAtSource
 
 
@@ -88,6 +89,7 @@ __all__ = [
     "HoistPermutes",
     "NormalizeAxes",
     "PermuteToReshape",
+    "RaiseAttention",
     "ReadSlicesAtSource",
     "SinkPermutes",
     "cleanup_passes",

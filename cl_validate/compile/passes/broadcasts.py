@@ -27,10 +27,10 @@ from cl_validate.compile.passes._util import relax_function_pass
 from cl_validate.ir import (
     bindings,
     known_shape,
-    mark_own,
+    mark_origin,
     ndim,
     op_name,
-    own_tag,
+    origin_tag,
     permute_axes,
 )
 
@@ -76,8 +76,8 @@ class _Elider(PyExprMutator):  # type: ignore[misc]
             out = known_shape(value)
             if g is None or out is None or ndim(g) != len(axes):
                 return None
-            moved = mark_own(relax.op.permute_dims(self.visit_expr(g), list(axes)),
-                             own_tag(value))
+            moved = mark_origin(relax.op.permute_dims(self.visit_expr(g), list(axes)),
+                             origin_tag(value))
             return relax.op.broadcast_to(moved, list(out))
         if op_name(value) not in ELIDING_OPS:
             return None

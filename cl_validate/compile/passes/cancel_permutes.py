@@ -17,7 +17,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.passes._util import Perm, compose, relax_function_pass
-from cl_validate.ir import is_identity, mark_own, own_tag, permute_axes
+from cl_validate.ir import is_identity, mark_origin, merge_origins, origin_tag, permute_axes
 
 
 def _rebind(builder: relax.BlockBuilder, var: relax.Var, value: relax.Expr) -> None:
@@ -63,14 +63,14 @@ class _PermuteFolder(PyExprMutator):  # type: ignore[misc]
             return
         root = self.visit_expr(binding.value.args[0])
         perm = axes
-        own = own_tag(binding.value)  # the folded permute is the model's if any part was
+        origin = origin_tag(binding.value)  # the folded permute: marked by all its parts
         while isinstance(root, relax.Var):
             inner = self.lookup_binding(root)
             inner_axes = permute_axes(inner)
             if inner_axes is None or not self._in_scope(inner.args[0]):
                 break
             perm = compose(inner_axes, perm)
-            own = own or own_tag(inner)
+            origin = merge_origins(origin, origin_tag(inner))
             root = inner.args[0]
         same = self.emitted.get((root, perm))
         if is_identity(perm) or same is not None:
@@ -84,7 +84,7 @@ class _PermuteFolder(PyExprMutator):  # type: ignore[misc]
             super().visit_var_binding_(binding)
         else:
             _rebind(self.builder_, binding.var,
-                    mark_own(relax.op.permute_dims(root, list(perm)), own))
+                    mark_origin(relax.op.permute_dims(root, list(perm)), origin))
         self.emitted[(root, perm)] = self.visit_expr(binding.var)  # as re-emitted
 
 

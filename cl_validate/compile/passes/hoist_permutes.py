@@ -21,9 +21,9 @@ from cl_validate.compile.passes._util import inverse, moves_only_unit_axes, rela
 from cl_validate.ir import (
     bindings,
     is_identity,
-    mark_own,
+    mark_origin,
     op_name,
-    own_tag,
+    origin_tag,
     permute_axes,
     static_shape,
     use_sites,
@@ -66,9 +66,9 @@ class _Hoister(PyExprMutator):  # type: ignore[misc]
             return
         axes = permute_axes(binding.value)
         assert axes is not None
-        own = own_tag(binding.value)
-        parts = [self.builder_.emit(mark_own(relax.op.permute_dims(self.visit_expr(f),
-                                                                   list(axes)), own))
+        origin = origin_tag(binding.value)
+        parts = [self.builder_.emit(mark_origin(relax.op.permute_dims(self.visit_expr(f),
+                                                                   list(axes)), origin))
                  for f in concat.args[0].fields]
         axis = inverse(axes)[int(concat.attrs.axis) % len(axes)]
         value = relax.op.concat(parts, axis=axis)

@@ -57,10 +57,10 @@ from cl_validate.compile.passes.movement_chains import (
 from cl_validate.ir import (
     is_identity,
     is_weight_derived,
-    mark_own,
+    mark_origin,
     ndim,
     op_name,
-    own_tag,
+    origin_tag,
     permute_axes,
     shape_exprs,
     static_shape,
@@ -69,6 +69,9 @@ from cl_validate.ir import (
 
 MAX_ROUNDS = 8
 Uses = dict[relax.Var, list[relax.Var | None]]
+
+#: 4-D layouts a regrouping chain may come out in (the permute to each from the other)
+_TO_NCHW, _TO_NHWC = (0, 3, 1, 2), (0, 2, 3, 1)
 
 
 def _unpermuted_shape(shape: Shape | None, perm: Perm) -> Shape | None:
@@ -109,10 +112,11 @@ class _Analysis:
         self.plans: dict[relax.Var, Plan] = {}
         self.absorbed: dict[relax.Var, tuple[relax.Var, Perm]] = {}
         self.groups = _UnionFind()
-        # Per candidate: the mark of the model's own permute its layout comes from, when it
-        # comes from nothing else (no ConvertLayout transpose): materialized, that permute is
-        # the model's own one, sunk to where something needs the original layout.
-        self.own_origin: dict[relax.Var, str | None] = {}
+        # Per candidate: the origin mark of the permute its layout comes from (the model's or
+        # the importer's), when it comes from nothing else (no ConvertLayout transpose):
+        # materialized, that permute is the same one, sunk to where something needs the
+        # original layout.
+        self.origin_of: dict[relax.Var, str | None] = {}
         # Set by the rewriter: binds a folded chain's reshape so its permute keeps its span.
         self.emit: Callable[[relax.Expr], relax.Expr] | None = None
         # While visiting: what the current block bound (a region stays inside one block).
@@ -152,7 +156,7 @@ class _Analysis:
                 if not self.plans[src].is_tuple:
                     self.absorbed[var] = (src, axes)
                     self.groups.union(var, src)
-                    self.own_origin[var] = own_tag(value)
+                    self.origin_of[var] = origin_tag(value)
             elif isinstance(src, relax.Var) and src in self.absorbed and self._in_block(src):
                 inner, q = self.absorbed[src]  # a permute of a permute of a candidate
                 self.absorbed[var] = (inner, compose(q, axes))
@@ -171,9 +175,9 @@ class _Analysis:
         if plan is None:
             return
         self.plans[var] = plan
-        origins = {self.own_origin.get(op.expr) if op.expr in self.own_origin else None
+        origins = {self.origin_of.get(op.expr) if op.expr in self.origin_of else None
                    for op in plan.operands if self.perm_of(op.expr) is not None}
-        self.own_origin[var] = origins.pop() if len(origins) == 1 else None
+        self.origin_of[var] = origins.pop() if len(origins) == 1 else None
         for op in plan.operands:
             if self.perm_of(op.expr) is not None:
                 self.groups.union(var, op.expr)
@@ -213,20 +217,33 @@ class _Analysis:
         # own layout: the folded chain reads the root's source and is the result itself.
         if rank != len(p) and not self.chains.is_chain_end(var):
             return None
-        out = p if rank == len(p) else tuple(range(rank))
         src_shape = _unpermuted_shape(static_shape(chain.root), p)
-        out_shape = _unpermuted_shape(static_shape(var), out)
-        if src_shape is None or out_shape is None or None in src_shape or None in out_shape:
+        if src_shape is None or None in src_shape:
             return None
-        steps = [("permute", p), *chain.steps, ("permute", inverse(out))]
-        probe = folded_movement(chain.root, src_shape, steps,  # type: ignore[arg-type]
-                                out_shape, chain.own)  # type: ignore[arg-type]
-        if probe is None:
+        # The layout the result comes out in: the root's, or, when the chain regroups axes
+        # (attention heads merged back into channels), whichever layout folds cheapest; on
+        # a tie, a 4-D result stored NHWC (read as NCHW) first, as the convolutions around
+        # it are.
+        outs = [p] if rank == len(p) else [tuple(range(rank))]
+        if rank == len(p) == 4:
+            outs = [_TO_NCHW, *(q for q in (p, _TO_NHWC, inverse(p)) if q != _TO_NCHW)]
+        best = None
+        for out in outs:
+            out_shape = _unpermuted_shape(static_shape(var), out)
+            if out_shape is None or None in out_shape:
+                continue
+            steps = [("permute", p), *chain.steps, ("permute", inverse(out))]
+            probe = folded_movement(chain.root, src_shape, steps,  # type: ignore[arg-type]
+                                    out_shape, chain.origin)  # type: ignore[arg-type]
+            if probe is not None and (best is None or probe[1] < best[0][1]):
+                best = (probe, out, out_shape, steps)
+        if best is None:
             return None
+        probe, out, out_shape, steps = best
 
         def rebuild(new: Sequence[relax.Expr]) -> relax.Expr:
             folded = folded_movement(new[0], src_shape, steps,  # type: ignore[arg-type]
-                                     out_shape, chain.own, self.emit)  # type: ignore[arg-type]
+                                     out_shape, chain.origin, self.emit)  # type: ignore[arg-type]
             assert folded is not None
             return folded[0]
 
@@ -342,15 +359,15 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
             self.new[var] = w
             perm = plan.out_perm
             if not plan.is_tuple:  # unused materializations are dropped afterwards
-                _alias(self.builder_, self, var, w if is_identity(perm) else mark_own(
-                    relax.op.permute_dims(w, list(perm)), self.a.own_origin.get(var)))
+                _alias(self.builder_, self, var, w if is_identity(perm) else mark_origin(
+                    relax.op.permute_dims(w, list(perm)), self.a.origin_of.get(var)))
         elif var in self.a.absorbed:
             src, q = self.a.absorbed[var]
             perm = compose(self.a.plans[src].out_perm, q)
             w = self.new[src]
-            own = own_tag(binding.value)  # what is left of a model's permute stays the model's
-            _alias(self.builder_, self, var, w if is_identity(perm) else mark_own(
-                relax.op.permute_dims(w, list(perm)), own))
+            origin = origin_tag(binding.value)  # what is left of a permute keeps its origin
+            _alias(self.builder_, self, var, w if is_identity(perm) else mark_origin(
+                relax.op.permute_dims(w, list(perm)), origin))
         else:
             super().visit_var_binding_(binding)
 

@@ -37,9 +37,10 @@ from cl_validate.ir import (
     PERMUTE_OP,
     is_identity,
     is_weight_derived,
-    mark_own,
+    mark_origin,
+    merge_origins,
     op_name,
-    own_tag,
+    origin_tag,
     permute_axes,
     static_shape,
     use_sites,
@@ -148,14 +149,14 @@ def _prod(values: Iterable[int]) -> int:
 
 
 def folded_movement(expr: relax.Expr, root_shape: tuple[int, ...], steps: list[Step],
-                    out_shape: tuple[int, ...], own: str | None = None,
+                    out_shape: tuple[int, ...], origin: str | None = None,
                     emit: Callable[[relax.Expr], relax.Expr] | None = None
                     ) -> tuple[relax.Expr, Cost] | None:
     """``steps`` applied to ``expr`` as at most reshape -> permute -> reshape (nested calls;
-    the block builder binds them), and the run-time cost of that one permute. `own`: the
-    steps hold a permute of the model's own, so the one left is marked as the model's; to
-    keep that mark, `emit` binds the reshape before it (normalizing a call rebuilt around a
-    nested argument drops its span)."""
+    the block builder binds them), and the run-time cost of that one permute. `origin`: the
+    merged marks of the steps' permutes (`cl_validate.ir.merge_origins`), which the one left
+    carries; to keep that mark, `emit` binds the reshape before it (normalizing a call
+    rebuilt around a nested argument drops its span)."""
     folded = fold_chain(root_shape, steps)
     if folded is None:
         return None
@@ -166,7 +167,7 @@ def folded_movement(expr: relax.Expr, root_shape: tuple[int, ...], steps: list[S
         expr = relax.op.reshape(expr, list(shape))
         if emit is not None:
             expr = emit(expr)
-    expr = mark_own(relax.op.permute_dims(expr, list(perm)), own)
+    expr = mark_origin(relax.op.permute_dims(expr, list(perm)), origin)
     if tuple(shape[p] for p in perm) != out_shape:
         expr = relax.op.reshape(expr, list(out_shape))
     return expr, (1, 1)
@@ -184,7 +185,7 @@ class Chain:
     steps: list[Step]
     cost: Cost  # run-time cost of the chain's permutes as they are
     internal: tuple[relax.Var, ...]  # the intermediates, which die with the chain
-    own: str | None = None  # one of its permutes is the model's own: its mark
+    origin: str | None = None  # the merged marks of its permutes (model's, importer's)
 
 
 class MovementChains:
@@ -223,7 +224,7 @@ class MovementChains:
         cost: list[Cost] = []
         internal: list[relax.Var] = []
         value = self.values[end]
-        own: str | None = None
+        origin: str | None = None
         while True:
             src = value.args[0]
             shape, out = static_shape(src), static_shape(value)
@@ -232,14 +233,14 @@ class MovementChains:
             axes = permute_axes(value)
             if axes is not None:
                 steps.append(("permute", axes))
-                own = own or own_tag(value)
+                origin = merge_origins(origin, origin_tag(value))
                 if not is_weight_derived(src, self.weights):
                     cost.append(permute_cost(shape, axes))
             else:
                 steps.append(("reshape", out))  # type: ignore[arg-type]
             if not self._single_use_movement(src, self.block[end]) or (
                     stop is not None and stop(src)):
-                return Chain(src, steps[::-1], add_costs(cost), tuple(internal), own)
+                return Chain(src, steps[::-1], add_costs(cost), tuple(internal), origin)
             internal.append(src)
             value = self.values[src]
 
@@ -266,7 +267,7 @@ class _ChainFolder(PyExprMutator):  # type: ignore[misc]
             return None
         root_shape, out_shape = static_shape(chain.root), static_shape(var)
         folded = folded_movement(self.visit_expr(chain.root), root_shape,  # type: ignore[arg-type]
-                                 chain.steps, out_shape, chain.own,  # type: ignore[arg-type]
+                                 chain.steps, out_shape, chain.origin,  # type: ignore[arg-type]
                                  self.builder_.emit)
         if folded is None or not folded[1] < chain.cost:
             return None

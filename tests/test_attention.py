@@ -1,0 +1,429 @@
+"""Attention at the floor: SDPA imported as one attention op, hand-written attention raised to
+it (golden Before/Expected IR), the attention kernel's numerics and its GPU schedule, whole
+attention blocks as libraries write them compiled to their boundaries only, and every
+transform that is left named for what put it there."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import tvm
+from torch import nn
+from tvm import relax
+from tvm.script import relax as R
+
+from cl_validate.compile.attention import ATTENTION_ATTR, attention_legalizations, attention_te
+from cl_validate.compile.passes.raise_attention import RaiseAttention, find
+from cl_validate.compile.schedule import schedule_gpu
+from cl_validate.ir import SCHEDULE_ATTR, bindings, op_name, origin_parts
+from cl_validate.measurements.attribution import Reason
+
+
+# --------------------------------------------------------------------------------------------
+# RaiseAttention: golden IR
+# --------------------------------------------------------------------------------------------
+def _passed(mod: tvm.IRModule) -> tvm.IRModule:
+    return relax.transform.CanonicalizeBindings()(RaiseAttention()(mod))
+
+
+def _ops(mod: tvm.IRModule) -> list[str]:
+    return [op_name(b.value) or "" for b in bindings(mod["main"])]
+
+
+def test_hand_written_attention_becomes_one_attention_op():
+    """``softmax((q * s) @ kᵀ) @ v`` on (B, heads, L, E): one nn.attention in BSHD with the
+    scale taken out of q; the head-major operands viewed as BSHD by permutes that the
+    cleanup cancels against the model's own head split."""
+
+    @tvm.script.ir_module
+    class Before:
+        @R.function
+        def main(q: R.Tensor((1, 2, 5, 4), "float32"), k: R.Tensor((1, 2, 5, 4), "float32"),
+                 v: R.Tensor((1, 2, 5, 3), "float32")) -> R.Tensor((1, 2, 5, 3), "float32"):
+            with R.dataflow():
+                qs = R.multiply(q, R.const(0.5, "float32"))
+                kt = R.permute_dims(k, axes=[0, 1, 3, 2])
+                s = R.matmul(qs, kt)
+                p = R.nn.softmax(s, axis=3)
+                o = R.matmul(p, v)
+                R.output(o)
+            return o
+
+    @tvm.script.ir_module
+    class Expected:
+        @R.function
+        def main(q: R.Tensor((1, 2, 5, 4), "float32"), k: R.Tensor((1, 2, 5, 4), "float32"),
+                 v: R.Tensor((1, 2, 5, 3), "float32")) -> R.Tensor((1, 2, 5, 3), "float32"):
+            with R.dataflow():
+                kt = R.permute_dims(k, axes=[0, 1, 3, 2])
+                q4 = R.permute_dims(q, axes=[0, 2, 1, 3])
+                kk = R.permute_dims(kt, axes=[0, 1, 3, 2])
+                k4 = R.permute_dims(kk, axes=[0, 2, 1, 3])
+                v4 = R.permute_dims(v, axes=[0, 2, 1, 3])
+                a = R.nn.attention(q4, k4, v4, scale=0.5)
+                o = R.permute_dims(a, axes=[0, 2, 1, 3])
+                R.output(o)
+            return o
+
+    after = _passed(Before)
+    tvm.ir.assert_structural_equal(after, relax.transform.CanonicalizeBindings()(Expected),
+                                   map_free_vars=True)
+    # the permutes it inserted say who did
+    marked = [b.value for b in bindings(after["main"]) if origin_parts(b.value)]
+    assert marked and all(p.who == "cl_validate" for v in marked for p in origin_parts(v))
+
+
+def test_channel_major_attention_and_additive_bias_are_raised():
+    """YOLO11 PSA's ``(qᵀ @ k) * s → softmax → v @ attnᵀ`` (the output channel-major) with a
+    bias added to the scores: the bias is the attention's, the output comes back transposed."""
+
+    @tvm.script.ir_module
+    class Before:
+        @R.function
+        def main(q: R.Tensor((1, 2, 4, 6), "float32"), k: R.Tensor((1, 2, 4, 6), "float32"),
+                 v: R.Tensor((1, 2, 3, 6), "float32"), b: R.Tensor((1, 2, 6, 6), "float32")
+                 ) -> R.Tensor((1, 2, 3, 6), "float32"):
+            with R.dataflow():
+                qt = R.permute_dims(q, axes=[0, 1, 3, 2])
+                s = R.matmul(qt, k)
+                s2 = R.multiply(s, R.const(0.25, "float32"))
+                s3 = R.add(s2, b)
+                p = R.nn.softmax(s3, axis=-1)
+                pt = R.permute_dims(p, axes=[0, 1, 3, 2])
+                o = R.matmul(v, pt)
+                R.output(o)
+            return o
+
+    after = _passed(Before)
+    ops = _ops(after)
+    assert ops.count("relax.nn.attention_bias") == 1 and "relax.matmul" not in ops
+    assert "relax.nn.softmax" not in ops
+    att = next(b.value for b in bindings(after["main"]) if op_name(b.value) ==
+               "relax.nn.attention_bias")
+    assert len(att.args) == 4 and float(att.attrs.scale) == 0.25  # q, k, v and the bias
+    _same_numbers(Before, after)
+
+
+def test_three_d_heads_of_multihead_attention_read_sequence_major():
+    """nn.MultiheadAttention's weights path: (L, N·heads, E) transposed to (N·heads, L, E),
+    ``bmm``, softmax, ``bmm``: raised with the N·heads axis as the heads of one batch, so the
+    model's transposes cancel against the attention's view."""
+
+    @tvm.script.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((7, 4, 8), "float32")) -> R.Tensor((4, 7, 8), "float32"):
+            with R.dataflow():
+                q = R.permute_dims(x, axes=[1, 0, 2])
+                kt = R.permute_dims(q, axes=[0, 2, 1])
+                s = R.matmul(q, kt)
+                p = R.nn.softmax(s, axis=2)
+                o = R.matmul(p, q)
+                R.output(o)
+            return o
+
+    after = relax.transform.CanonicalizeBindings()(_passed(Before))
+    att = next(b for b in bindings(after["main"]) if op_name(b.value) == "relax.nn.attention")
+    assert [int(d) for d in att.var.ty.shape] == [1, 7, 4, 8]  # one batch, 4 heads, BSHD
+    _same_numbers(Before, after)
+
+
+def test_attention_whose_probabilities_are_read_elsewhere_stays_and_says_why():
+    @tvm.script.ir_module
+    class Before:
+        @R.function
+        def main(q: R.Tensor((1, 2, 5, 4), "float32"), k: R.Tensor((1, 2, 4, 5), "float32"),
+                 v: R.Tensor((1, 2, 5, 3), "float32")):
+            with R.dataflow():
+                s = R.matmul(q, k)
+                p = R.nn.softmax(s, axis=3)
+                o = R.matmul(p, v)
+                w = R.mean(p, axis=[1])  # the attention weights, returned
+                R.output(o, w)
+            return (o, w)
+
+    matches, left = find(Before["main"])
+    assert not matches and len(left) == 1
+    assert "probabilities are also read elsewhere" in left[0].why
+    tvm.ir.assert_structural_equal(RaiseAttention()(Before), Before)
+
+
+def test_talking_heads_between_matmul_and_softmax_stay_and_say_why():
+    """EfficientFormerV2's talking heads: a 1×1 conv mixes the heads' scores before the
+    softmax. That is not attention's computation: the matmuls stay and the note names it."""
+
+    @tvm.script.ir_module
+    class Before:
+        @R.function
+        def main(q: R.Tensor((1, 2, 5, 4), "float32"), k: R.Tensor((1, 2, 4, 5), "float32"),
+                 v: R.Tensor((1, 2, 5, 3), "float32"), w: R.Tensor((2, 2, 1, 1), "float32")
+                 ) -> R.Tensor((1, 2, 5, 3), "float32"):
+            with R.dataflow():
+                s = R.matmul(q, k)
+                mixed = R.nn.conv2d(s, w)
+                p = R.nn.softmax(mixed, axis=3)
+                o = R.matmul(p, v)
+                R.output(o)
+            return o
+
+    matches, left = find(Before["main"])
+    assert not matches and [x.why.split(" between")[0] for x in left] == ["nn.conv2d"]
+    tvm.ir.assert_structural_equal(RaiseAttention()(Before), Before)
+
+
+def _same_numbers(before: tvm.IRModule, after: tvm.IRModule) -> None:
+    """Both modules built for this CPU give the same outputs (to float32 rounding)."""
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32")
+            for p in before["main"].params]
+    outs = []
+    for mod in (before, after):
+        ex = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"}))
+        res = relax.VirtualMachine(ex, tvm.cpu())["main"](*map(tvm.runtime.tensor, args))
+        outs.append(res.numpy())
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# The attention kernel: numerics, and its GPU schedule
+# --------------------------------------------------------------------------------------------
+def _attention_module(q, k, v, bias=None, scale=None, causal=None) -> tvm.IRModule:
+    bb = relax.BlockBuilder()
+    params = [relax.Var(n, relax.TensorType(s, "float32")) for n, s in
+              (("q", q), ("k", k), ("v", v), *((("bias", bias),) if bias else ()))]
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.nn.attention(
+                *params[:3], bias=params[3] if bias else None, scale=scale,
+                causal_mask=causal)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _reference(q, k, v, bias, scale, causal) -> np.ndarray:
+    """Attention in float64, BSHD, with PyTorch's handling of fully masked rows (zeros)."""
+    q, k, v = (x.astype(np.float64).transpose(0, 2, 1, 3) for x in (q, k, v))
+    s = q @ k.transpose(0, 1, 3, 2) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    if bias is not None:
+        s = s + bias
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    w = np.where(np.isneginf(m), 0.0, np.exp(s - np.where(np.isneginf(m), 0, m)))
+    total = w.sum(-1, keepdims=True)
+    return (np.where(total == 0, 0, w / np.where(total == 0, 1, total)) @ v).transpose(
+        0, 2, 1, 3)
+
+
+@pytest.mark.parametrize("pad_to", [1, 32], ids=["cpu", "gpu-padding"])
+@pytest.mark.parametrize("case", ["plain", "bias", "causal", "masked-row"])
+def test_the_attention_kernel_computes_attention(case, pad_to):
+    """The kernel (as legalized for llvm, and with the GPU's key/channel padding) against a
+    float64 reference: bias broadcast, causal mask, a row masked entirely gives zeros."""
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((2, 7, 3, 8)).astype("float32")
+    k = rng.standard_normal((2, 5, 3, 8)).astype("float32")
+    v = rng.standard_normal((2, 5, 3, 6)).astype("float32")
+    bias = None
+    if case == "bias":
+        bias = rng.standard_normal((1, 3, 7, 5)).astype("float32")
+    if case == "masked-row":
+        bias = np.zeros((2, 1, 7, 5), "float32")
+        bias[1, 0, 2, :] = -np.inf
+    scale = 0.3 if case != "plain" else None
+    causal = "TopLeft" if case == "causal" else None
+    tq, tk, tv = (tvm.te.placeholder(x.shape, "float32", n) for x, n in
+                  ((q, "q"), (k, "k"), (v, "v")))
+    tb = tvm.te.placeholder(bias.shape, "float32", "b") if bias is not None else None
+    out = attention_te(tq, tk, tv, tb, scale, causal, pad_to)
+    func = tvm.te.create_prim_func([tq, tk, tv, *([tb] if tb is not None else []), out])
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target({"kind": "llvm"}))
+    res = tvm.runtime.tensor(np.zeros([int(d) for d in out.shape], "float32"))
+    lib["main"](*map(tvm.runtime.tensor, [q, k, v, *([bias] if bias is not None else [])]),
+                res)
+    want = _reference(q, k, v, bias, scale, causal)
+    np.testing.assert_allclose(res.numpy(), want, rtol=1e-5, atol=1e-5)
+    if case == "masked-row":
+        assert not res.numpy()[1, 2, 0].any()
+
+
+def test_the_kernel_is_one_primfunc_and_cuda_schedules_it_with_the_attention_rule():
+    """Legalized: one PrimFunc (tagged), no transpose kernel; on cuda our Attention rule
+    schedules it (dlight would leave it to Fallback) and it builds. A row whose scores do not
+    fit a block's shared memory is left to the next rule, never built wrong."""
+    mod = _attention_module((1, 197, 6, 64), (1, 197, 6, 64), (1, 197, 6, 64))
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    with target:
+        legal = relax.transform.LegalizeOps(customize_legalize_map=attention_legalizations())(
+            mod)
+    funcs = {gv.name_hint: f for gv, f in legal.functions_items()
+             if isinstance(f, tvm.tirx.PrimFunc)}
+    assert list(funcs) == ["attention"] and ATTENTION_ATTR in funcs["attention"].attrs
+    fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(legal))
+    scheduled = schedule_gpu(fused, target)
+    assert scheduled["attention"].attrs[SCHEDULE_ATTR] == "Attention"
+    tvm.compile(scheduled, target=target)
+
+    long = _attention_module((1, 8, 1, 16), (1, 8192, 1, 16), (1, 8192, 1, 16))
+    with target:
+        legal = relax.transform.LegalizeOps(customize_legalize_map=attention_legalizations())(
+            long)
+    scheduled = schedule_gpu(relax.transform.FuseTIR()(relax.transform.FuseOps()(legal)),
+                             target)
+    assert scheduled["attention"].attrs[SCHEDULE_ATTR] != "Attention"
+
+
+# --------------------------------------------------------------------------------------------
+# Whole blocks, as the libraries write them, through the real pipeline
+# --------------------------------------------------------------------------------------------
+class _TimmBlock(nn.Module):
+    """timm's Attention (packed qkv, permute(2, 0, 3, 1, 4), unbind, SDPA or eager) on the
+    tokens of a conv patch embed; a class head."""
+
+    def __init__(self, fused: bool) -> None:
+        super().__init__()
+        self.embed = nn.Conv2d(3, 16, 4, 4)
+        self.qkv, self.proj, self.head = nn.Linear(16, 48), nn.Linear(16, 16), nn.Linear(16, 4)
+        self.fused = fused
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.embed(x).flatten(2).transpose(1, 2)
+        b, n, c = t.shape
+        q, k, v = self.qkv(t).reshape(b, n, 3, 2, 8).permute(2, 0, 3, 1, 4).unbind(0)
+        if self.fused:
+            a = F.scaled_dot_product_attention(q, k, v)
+        else:
+            a = ((q * 8 ** -0.5) @ k.transpose(-2, -1)).softmax(-1) @ v
+        t = t + self.proj(a.transpose(1, 2).reshape(b, n, c))
+        return self.head(t.mean(1))
+
+
+class _MapAttention(nn.Module):
+    """diffusers' processor on a map (view to tokens, per-projection heads by view +
+    transpose(1, 2), SDPA with a boolean mask, tokens back into the map) or
+    nn.MultiheadAttention asked for its weights (the explicit bmm path)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.conv_in, self.conv_out = nn.Conv2d(3, 16, 3, 1, 1), nn.Conv2d(16, 3, 1)
+        self.to_q, self.to_k, self.to_v = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
+        self.mha = nn.MultiheadAttention(16, 2, batch_first=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv_in(x)
+        b, c, hh, ww = h.shape
+        t = h.view(b, c, hh * ww).transpose(1, 2)
+        if self.kind == "mha":
+            s = t.transpose(0, 1)
+            a = self.mha(s, s, s, need_weights=True)[0].transpose(0, 1)
+        else:
+            q, k, v = (p(t).view(b, -1, 2, 8).transpose(1, 2)
+                       for p in (self.to_q, self.to_k, self.to_v))
+            keep = torch.ones(b, 1, hh * ww, hh * ww, dtype=torch.bool).tril()
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=0.2)
+            a = a.transpose(1, 2).reshape(b, -1, c)
+        return self.conv_out(a.transpose(-1, -2).reshape(b, c, hh, ww) + h)
+
+
+class _Windows(nn.Module):
+    """Swin's window attention: partition into 2×2 windows, attention with a relative
+    position bias, reverse."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Conv2d(3, 8, 2, 2)
+        self.qkv, self.proj = nn.Linear(8, 24), nn.Linear(8, 8)
+        self.bias = nn.Parameter(torch.randn(1, 2, 4, 4) * 0.1)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = self.embed(x).permute(0, 2, 3, 1)  # (B, 4, 4, C)
+        b, h, w, c = m.shape
+        win = m.view(b, 2, 2, 2, 2, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, 4, c)
+        q, k, v = self.qkv(win).reshape(-1, 4, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
+        a = ((q * 0.5) @ k.transpose(-2, -1) + self.bias).softmax(-1) @ v
+        a = self.proj(a.transpose(1, 2).reshape(-1, 4, c))
+        back = a.view(b, 2, 2, 2, 2, c).permute(0, 1, 3, 2, 4, 5).reshape(b, h * w, c)
+        return self.head(back.mean(1))
+
+
+def _compile(model: nn.Module, size: int, tmp_path, layout: str = "NCHW"):
+    from cl_validate.analysis.fused_kernels import read_kernel_list
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case
+    from cl_validate.session.execute import run_torch, run_tvm
+    from cl_validate.session.inputs import make_inputs, torch_inputs
+    from cl_validate.spec import load_case
+
+    path = tmp_path / f"c_{layout}.toml"
+    path.write_text(f'model = "x:y"\n[[inputs]]\nname = "x"\nshape = [1, 3, {size}, {size}]\n'
+                    f'layout = "{layout}"\n[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+    case = load_case(path)
+    torch.manual_seed(0)
+    model = model.eval()
+    arrays = make_inputs(case)
+    tensors = torch_inputs(case, arrays)
+    compiled = compile_case(export_and_import(model, case, tensors), case, "llvm")
+    kernels = read_kernel_list(compiled)
+    want = run_torch(model, tensors)
+    got = run_tvm(compiled.executable, case, arrays, tvm.cpu())
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    return kernels
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("model, floor", [
+    (lambda: _TimmBlock(fused=True), 1), (lambda: _TimmBlock(fused=False), 1),
+    (lambda: _MapAttention("sdpa"), 2), (lambda: _MapAttention("mha"), 2),
+], ids=["timm-sdpa", "timm-eager", "diffusers-sdpa-bool-mask", "mha-weights"])
+def test_attention_blocks_compile_to_their_boundaries(model, floor, tmp_path):
+    """NCHW image in: the input's transform (and the output map's), nothing for attention;
+    one attention kernel per attention; numerics as PyTorch's. With NHWC input one fewer."""
+    kernels = _compile(model(), 16, tmp_path)
+    reasons = [t.attribution.reason for t in kernels.runtime_transforms]
+    assert len(reasons) == floor, kernels.render()
+    assert set(reasons) <= {Reason.INPUT_BOUNDARY, Reason.OUTPUT_BOUNDARY}
+    assert sum(k.name.startswith("attention") for k in kernels.kernels) == 1, kernels.render()
+    nhwc = _compile(model(), 16, tmp_path, "NHWC")
+    assert len(nhwc.runtime_transforms) == floor - 1, nhwc.render()
+
+
+@pytest.mark.compile
+def test_window_attention_leaves_only_the_window_movement_named_as_such(tmp_path):
+    kernels = _compile(_Windows(), 8, tmp_path)
+    sources = sorted(t.attribution.source or "" for t in kernels.runtime_transforms
+                     if t.attribution.reason is Reason.OWN_PERMUTE)
+    assert [s.split(" at ")[0] for s in sources] == ["(window partition", "(window reverse"], \
+        kernels.render()
+    assert len(kernels.runtime_transforms) == 3, kernels.render()  # + the input
+
+
+@pytest.mark.compile
+def test_a_permute_the_importer_inserted_is_not_called_the_models_own(tmp_path):
+    """Heads the model lays out head-major from tokens it never transposes: the importer's
+    BHSD -> BSHD permute stays, and is named for what inserted it."""
+
+    class HeadMajor(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Conv2d(3, 8, 4, 4)
+            self.head = nn.Linear(8, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            t = self.embed(x).flatten(2)  # (B, C, N): channels ahead of tokens
+            q = t.reshape(1, 2, 4, 4)  # (B, heads, L, E) read straight from that memory
+            a = F.scaled_dot_product_attention(q, q, q)
+            return self.head(a.reshape(1, 16, 2).mean(1).repeat(1, 4))
+
+    kernels = _compile(HeadMajor(), 8, tmp_path)
+    inserted = [t.attribution for t in kernels.runtime_transforms
+                if t.attribution.reason is Reason.IMPORTED]
+    assert inserted, kernels.render()
+    assert all("scaled_dot_product_attention" in (a.relax_op or "") for a in inserted)
+    assert not any(t.attribution.reason is Reason.OWN_PERMUTE
+                   for t in kernels.runtime_transforms), kernels.render()
+    assert "inserted to convert scaled_dot_product_attention" in inserted[0].describe()
