@@ -1,15 +1,15 @@
 """The layout floor on architectures nobody here designed: imports, compiles, numerics, and the
-runtime transforms left besides the model's own permutes, with NCHW and with NHWC input.
+runtime transforms left, against the floor derived from each model's exported graph, with
+NCHW and with NHWC input.
 
 The models (`benchmarks/wild_zoo/`) are public architectures written from their papers at
 reduced width and resolution, with random weights. For each: torch.export + Relax import,
 the ``nhwc`` pipeline for llvm, numerics against PyTorch eager at rtol = atol = 1e-3, and the
-runtime transforms by reason ("own": the model's own permutes, as attribution judges them;
-"out": the graph output boundary, which a model whose output is an NCHW map or channel-major
-(segmentation, detection heads, generators) needs because its caller reads that layout;
-"other": everything else, the input boundary included). With NCHW input the ``nhwc-plain``
-count (TVM's ConvertLayout alone) is given too. The floor is "other" ≤ 1 with NCHW input (the
-input's transform) and 0 with NHWC input.
+runtime transforms of the compiled program. The floor is not the tool's: `graph_floor`
+derives it from the exported graph alone (the boundaries, and the model's own permutes that
+no storage order turns into a view, e.g. window partitions), without any pass or label of
+cl_validate's. A model is at its floor when the program has no more transforms than that.
+With NCHW input the ``nhwc-plain`` count (TVM's ConvertLayout alone) is given too.
 
     python benchmarks/zoo_floor.py [-k NAME] [--markdown FILE]
 """
@@ -53,26 +53,15 @@ class Row:
     numerics: bool = False
     worst: float = float("nan")  # max |tvm - torch| / (atol + rtol·|torch|)
     plain: int | None = None  # nhwc-plain, NCHW input: all runtime transforms
-    nchw: tuple[int, int, int] | None = None  # (own, out, other)
-    nhwc: tuple[int, int, int] | None = None
+    nchw: tuple[int, int] | None = None  # (runtime transforms, the graph's floor)
+    nhwc: tuple[int, int] | None = None
     error: str = ""
     seconds: float = 0.0
 
     @property
     def at_floor(self) -> bool:
         return (self.numerics and self.nchw is not None and self.nhwc is not None
-                and self.nchw[2] <= 1 and self.nhwc[2] == 0)
-
-
-def _counts(kernels: Any) -> tuple[int, int, int]:
-    from cl_validate.measurements.attribution import Reason  # lazy: after sys.path is set
-
-    def count(reason: Reason) -> int:
-        return sum(1 for t in kernels.runtime_transforms
-                   if t.attribution is not None and t.attribution.reason is reason)
-
-    own, out = count(Reason.OWN_PERMUTE), count(Reason.OUTPUT_BOUNDARY)
-    return own, out, len(kernels.runtime_transforms) - own - out
+                and self.nchw[0] <= self.nchw[1] and self.nhwc[0] <= self.nhwc[1])
 
 
 def measure(name: str, factory: Callable[[], Any], size: int, folder: Path) -> Row:
@@ -115,7 +104,11 @@ def measure(name: str, factory: Callable[[], Any], size: int, folder: Path) -> R
         worst = max(float(np.max(np.abs(o - r) / (TOLERANCE + TOLERANCE * np.abs(r))))
                     for o, r in zip(out, ref, strict=True))
         row.worst = max(worst, row.worst) if row.worst == row.worst else worst
-        counts = _counts(read_kernel_list(compiled))
+        from graph_floor import floor  # lazy: after sys.path is set
+
+        counts = (len(read_kernel_list(compiled).runtime_transforms),
+                  floor(factory().eval(), tensors[0],
+                        declared_in=(layout,))[0])
         if layout == "NCHW":
             row.nchw = counts
             try:
@@ -132,12 +125,12 @@ def measure(name: str, factory: Callable[[], Any], size: int, folder: Path) -> R
 
 
 HEADER = ("model", "imports", "compiles", "numerics (worst/bound)", "plain NCHW",
-          "NCHW own + out + other", "NHWC own + out + other", "at floor")
+          "NCHW transforms / floor", "NHWC transforms / floor", "at floor")
 
 
 def _cells(r: Row) -> tuple[str, ...]:
     def pair(p: tuple[int, ...] | None) -> str:
-        return "–" if p is None else " + ".join(map(str, p))
+        return "–" if p is None else " / ".join(map(str, p))
 
     yes = {True: "yes", False: "no"}
     plain = "error" if r.plain is None and r.compiles else str(r.plain or "–")
@@ -153,26 +146,27 @@ def main() -> None:
     ap.add_argument("--markdown", type=Path, help="also write the table as Markdown")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    from wild_zoo import classic, deploy, mobile  # lazy: imports torch
+    from wild_zoo import attention, classic, deploy, mobile  # lazy: imports torch
 
-    models = {**classic.MODELS, **mobile.MODELS, **deploy.MODELS}
+    models = {**classic.MODELS, **mobile.MODELS, **deploy.MODELS, **attention.MODELS}
     rows: list[Row] = []
     print("  ".join(HEADER))
     with tempfile.TemporaryDirectory() as tmp:
         for name, factory in models.items():
             if args.pattern and not any(p in name for p in args.pattern):
                 continue
+            size = attention.SIZE if name in attention.MODELS else args.size
             try:
-                row = measure(name, factory, args.size, Path(tmp))
+                row = measure(name, factory, size, Path(tmp))
             except Exception:  # a bug of this script: say where, go on with the others
                 row = Row(name, error=traceback.format_exc().splitlines()[-1][:160])
             rows.append(row)
             print("  ".join(_cells(row)), f"{row.seconds:.1f}s", row.error, flush=True)
-    floor = sum(r.at_floor for r in rows)
-    other = sum(r.nchw[2] for r in rows if r.nchw is not None)
+    at = sum(r.at_floor for r in rows)
+    above = sum(r.nchw[0] - r.nchw[1] for r in rows if r.nchw is not None)
     plain = sum(r.plain for r in rows if r.plain is not None)
-    summary = (f"{floor}/{len(rows)} at the floor; NCHW input: {other} runtime transforms "
-               f"besides the models' own and their outputs'  (nhwc-plain: {plain} in all)")
+    summary = (f"{at}/{len(rows)} at the floor derived from their graphs; NCHW input: {above} "
+               f"runtime transforms above it in all (nhwc-plain: {plain} transforms in all)")
     print(summary)
     if args.markdown:
         lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]

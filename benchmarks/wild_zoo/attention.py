@@ -603,6 +603,9 @@ class RTDETRDecoderLayer(nn.Module):
         return self.box(q + self.cross(q, refs, value, shapes)).sigmoid()
 
 
+#: The input size the models are built for (their token grids and windows depend on it)
+SIZE = 32
+
 MODELS: dict[str, Callable[[], nn.Module]] = {
     "timm_vit": lambda: TimmViT(),
     "timm_vit_eager": lambda: TimmViT(fused=False),

@@ -1,0 +1,150 @@
+"""Attention as the vision models teams deploy write it, small: a timm-style ViT (conv patch
+embed, packed qkv split into heads by ``permute(2, 0, 3, 1, 4)``, fused
+``F.scaled_dot_product_attention`` in one block and the eager ``softmax(q kᵀ) v`` in the
+other, a class-token head) and a Swin-style stage (window partition, attention with a
+relative position bias, shifted windows with their mask, window reverse, patch merging, and
+a block whose window covers the whole map).
+
+The floor of each, derived from the model, not from what the tool labels: the ViT's is its
+NCHW input (attention reads the heads where the projections put them); the Swin stage's is
+its input plus one transform per window partition and per window reverse where windows are
+smaller than the map (the partition interleaves rows of windows with rows of pixels: no
+layout of the map makes it a view), none where one window covers the map.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from zoo._common import finalize
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, heads: int, fused: bool, bias_for: int = 0) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.fused = fused
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.bias = nn.Parameter(torch.randn(1, heads, bias_for, bias_for) * 0.1) \
+            if bias_for else None
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, self.head_dim).permute(
+            2, 0, 3, 1, 4).unbind(0)
+        if self.fused:
+            a = F.scaled_dot_product_attention(q, k, v)
+        else:
+            s = (q * self.head_dim ** -0.5) @ k.transpose(-2, -1)
+            if self.bias is not None:
+                s = s + self.bias
+            if mask is not None:
+                nw = mask.shape[0]
+                s = (s.view(-1, nw, self.heads, n, n) + mask[None, :, None]).view(
+                    -1, self.heads, n, n)
+            a = s.softmax(-1) @ v
+        return self.proj(a.transpose(1, 2).reshape(b, n, c))
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int, fused: bool) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads, fused)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class ViT(nn.Module):
+    def __init__(self, size: int, patch: int, dim: int, heads: int) -> None:
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, dim, patch, patch)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, (size // patch) ** 2 + 1, dim) * 0.02)
+        self.blocks = nn.Sequential(Block(dim, heads, fused=True),
+                                    Block(dim, heads, fused=False))
+        self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.patch_embed(x).flatten(2).transpose(1, 2)
+        t = torch.cat((self.cls_token.expand(t.shape[0], -1, -1), t), 1) + self.pos_embed
+        return self.head(self.norm(self.blocks(t))[:, 0])
+
+
+def _partition(x: torch.Tensor, ws: int) -> torch.Tensor:
+    b, h, w, c = x.shape
+    x = x.view(b, h // ws, ws, w // ws, ws, c).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(-1, ws * ws, c)
+
+
+def _reverse(win: torch.Tensor, ws: int, h: int, w: int) -> torch.Tensor:
+    c = win.shape[-1]
+    x = win.view(-1, h // ws, w // ws, ws, ws, c).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(-1, h, w, c)
+
+
+class SwinBlock(nn.Module):
+    def __init__(self, dim: int, res: int, heads: int, ws: int, shift: int) -> None:
+        super().__init__()
+        self.res, self.ws = res, min(ws, res)
+        self.shift = shift if res > ws else 0
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads, fused=False, bias_for=self.ws * self.ws)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+        mask = None
+        if self.shift:
+            img = torch.zeros(1, res, res, 1)
+            cuts = (slice(0, -self.ws), slice(-self.ws, -self.shift), slice(-self.shift, None))
+            for i, hs in enumerate(cuts):
+                for j, wsl in enumerate(cuts):
+                    img[:, hs, wsl, :] = 3 * i + j
+            mw = _partition(img, self.ws).squeeze(-1)
+            mask = (mw[:, None, :] != mw[:, :, None]).float() * -100.0
+        self.register_buffer("attn_mask", mask, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        h = self.norm1(x).view(b, self.res, self.res, c)
+        if self.shift:
+            h = torch.roll(h, (-self.shift, -self.shift), (1, 2))
+        win = self.attn(_partition(h, self.ws), self.attn_mask)
+        h = _reverse(win, self.ws, self.res, self.res)
+        if self.shift:
+            h = torch.roll(h, (self.shift, self.shift), (1, 2))
+        x = x + h.reshape(b, n, c)
+        return x + self.mlp(self.norm2(x))
+
+
+class Swin(nn.Module):
+    def __init__(self, size: int, dim: int, ws: int) -> None:
+        super().__init__()
+        self.patch_embed, self.norm0 = nn.Conv2d(3, dim, 4, 4), nn.LayerNorm(dim)
+        res = size // 4
+        self.stage1 = nn.Sequential(SwinBlock(dim, res, 2, ws, 0),
+                                    SwinBlock(dim, res, 2, ws, ws // 2))
+        self.merge_norm, self.reduction = nn.LayerNorm(4 * dim), nn.Linear(4 * dim, 2 * dim)
+        self.res = res
+        self.stage2 = SwinBlock(2 * dim, res // 2, 4, ws, 0)  # one window covers the map
+        self.norm, self.head = nn.LayerNorm(2 * dim), nn.Linear(2 * dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.stage1(self.norm0(self.patch_embed(x).flatten(2).transpose(1, 2)))
+        b, _, c = t.shape
+        m = t.view(b, self.res, self.res, c)
+        m = torch.cat([m[:, 0::2, 0::2], m[:, 1::2, 0::2], m[:, 0::2, 1::2], m[:, 1::2, 1::2]],
+                      -1).view(b, -1, 4 * c)
+        t = self.stage2(self.reduction(self.merge_norm(m)))
+        return self.head(self.norm(t).mean(1))
+
+
+def vit(size: int = 32, patch: int = 8, dim: int = 32, heads: int = 4) -> nn.Module:
+    return finalize(ViT(size, patch, dim, heads))
+
+
+def swin(size: int = 32, dim: int = 16, ws: int = 4) -> nn.Module:
+    return finalize(Swin(size, dim, ws))
