@@ -129,6 +129,8 @@ def _legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     # Opaque to FuseOps: fused with a neighbour it would be a new PrimFunc that no rule knows
     func = bb.get()[gvar].with_attrs({ATTENTION_ATTR: str(args[0].ty.dtype),
                                       "op_pattern": _OPAQUE})
+    if not gpu:
+        func = _cpu_loop_order(func)
     bb.update_func(gvar, func)
     return out
 
@@ -146,6 +148,19 @@ def attention_legalizations() -> dict[str, Any]:
         return legalize
 
     return {op: with_fallback(op) for op in ("relax.nn.attention", "relax.nn.attention_bias")}
+
+
+def _cpu_loop_order(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """On a CPU (no schedule is applied there): the weighted sum runs over keys outside the
+    output channels, so the innermost loop walks V's and the output's channels contiguously
+    (BSHD) rather than striding over the keys; the row's probabilities are computed once
+    each, not once per channel."""
+    sch = tvm.s_tir.Schedule(func)
+    block = sch.get_sblock("weighted")
+    *_, c, j = sch.get_loops(block)
+    sch.reorder(j, c)
+    sch.decompose_reduction(block, j)
+    return sch.mod["main"].with_attrs(dict(func.attrs))
 
 
 class AttentionRule(dl.ScheduleRule):  # type: ignore[misc]
