@@ -36,6 +36,9 @@ class CaseKind(FailureKind):
     SIGNALLED_RUN = ("SignalledRun", "the model's code signalled a process outside its case "
                      "(refused by the kernel, or ignored by the cl-validate process; the "
                      "case ended)")
+    REACHED_OUT = ("ReachedOut", "the model's code tried to change a process outside its "
+                   "case: its limits, priority, affinity or a /proc file (refused by the "
+                   "kernel; the case ended)")
     INTERNAL_ERROR = "InternalError", "a bug in cl_validate: report it with the detail"
 
 

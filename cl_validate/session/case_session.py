@@ -125,19 +125,27 @@ def model_error(case: CaseSpec, what: str, exc: BaseException, hint: str) -> Err
                        "".join(traceback.format_exception(exc)), line)
 
 
-def refused_signal_error(case: CaseSpec, exc: BaseException | None) -> ErrorRecord | None:
-    """The model's code tried to signal a process outside its case and the kernel refused
-    (`sandbox`): that case's ``SignalledRun``, naming the call; None for any other error
-    (it replaces whatever the error was taken for)."""
-    call = sandbox.refused_signal(exc)
-    if call is None or exc is None:
-        return None
+def refused_call_error(case: CaseSpec, exc: BaseException | None) -> ErrorRecord | None:
+    """The model's code tried to signal or change a process outside its case and the kernel
+    refused (`sandbox`): that case's ``SignalledRun`` or ``ReachedOut``, naming the call;
+    None for any other error (it replaces whatever the error was taken for)."""
     line = case.line_of("model")
-    return ErrorRecord(f"{display_path(case.path)}:{line}: the model's code tried to signal a "
-                       f"process outside its case ({call}); refused (hint: a case's processes "
-                       "may signal only each other, never the run, its zygote or another "
-                       "case)", CaseKind.SIGNALLED_RUN, "".join(traceback.format_exception(exc)),
-                       line)
+    call = sandbox.refused_signal(exc)
+    if call is not None and exc is not None:
+        return ErrorRecord(
+            f"{display_path(case.path)}:{line}: the model's code tried to signal a process "
+            f"outside its case ({call}); refused (hint: a case's processes may signal only "
+            "each other, never the run, its zygote or another case)", CaseKind.SIGNALLED_RUN,
+            "".join(traceback.format_exception(exc)), line)
+    call = sandbox.refused_reach(exc)
+    if call is not None and exc is not None:
+        return ErrorRecord(
+            f"{display_path(case.path)}:{line}: the model's code tried to change a process "
+            f"outside its case ({call}); refused (hint: a case may set its own limits, "
+            "priority and affinity, never the run's, its zygote's or another case's; files "
+            "under /proc are read-only to it)", CaseKind.REACHED_OUT,
+            "".join(traceback.format_exception(exc)), line)
+    return None
 
 
 class CaseSession:
@@ -290,7 +298,7 @@ class CaseSession:
                                 "run the factory and model.eval() in Python to see the "
                                 "traceback; a model torch.export made is taken as it is")
         if error is not None:
-            error = refused_signal_error(self.case, caught) or error
+            error = refused_call_error(self.case, caught) or error
             for t in self.targets:
                 emit(Measurement(t, error, seconds=time.perf_counter() - self.started),
                      None, False)
@@ -378,7 +386,7 @@ class CaseSession:
             self._prepared_seconds = time.perf_counter() - t0
             return None
         self._prepared_seconds = time.perf_counter() - t0
-        return refused_signal_error(case, caught) or error
+        return refused_call_error(case, caught) or error
 
     def failed(self, target: str, error: ErrorRecord) -> Measurement:
         """The measurement of a target whose case could not be prepared."""

@@ -8,7 +8,23 @@ case. A signal to the run's parent, to the zygote or to another case — SIGKILL
 included — fails with ``PermissionError`` (EPERM) in the process that sent it, and nothing
 outside the case sees it; the parent's pipes and terminal cannot be opened through ``/proc``.
 Signals into the case (the parent ending it on a timeout) and the kernel's own (a child's
-exit) are not affected, nor are files, sockets or anything else a case does.
+exit) are not affected.
+
+Two more walls go up with it, so a case cannot change the run from outside its processes:
+
+- a seccomp filter refuses (EPERM) the calls that set another process's resource limits,
+  priority, CPU affinity, scheduling or I/O priority — ``prlimit64`` with a pid and a new
+  limit, ``setpriority``/``ioprio_set`` on another process, a process group or a user,
+  ``sched_setaffinity``/``sched_setparam``/``sched_setscheduler``/``sched_setattr`` with a
+  pid — while a case may still set its own and read anyone's;
+- Landlock refuses writing files under ``/proc`` (``/proc/PID/oom_score_adj`` of the parent,
+  say); writing anywhere else is as before.
+
+The parent's report writes then never depend on limits a case could set (a case that lowered
+the parent's ``RLIMIT_FSIZE`` hard limit made every report write fail, and the parent cannot
+raise a hard limit back). What it costs: the filter is 40 BPF instructions run on every
+system call of the case (tens of nanoseconds); the file rule is checked on each open for
+writing.
 
 Where the kernel has no such scope (older Linux, other systems), or ``CL_VALIDATE_UNCONFINED``
 is set, nothing is confined and the parent's own defence stands alone
@@ -28,7 +44,9 @@ import sys
 import traceback
 
 #: Landlock's system calls have one number on every architecture below (Linux ≥ 5.13).
-_CREATE_RULESET, _RESTRICT_SELF = 444, 446
+_CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
+_RULE_PATH_BENEATH = 1
+_FS_WRITE_FILE = 1 << 1  # LANDLOCK_ACCESS_FS_WRITE_FILE
 _ARCHES = {"x86_64", "aarch64", "arm64", "riscv64", "ppc64le", "s390x"}
 _ASK_VERSION = 1  # LANDLOCK_CREATE_RULESET_VERSION
 _SCOPE_SIGNAL = 1 << 1  # LANDLOCK_SCOPE_SIGNAL (ABI 6)
@@ -84,16 +102,23 @@ def confine() -> str | None:
     if version < _SIGNAL_SCOPE_ABI:
         return (f"the kernel's Landlock ABI is {version}, signal scoping needs "
                 f"{_SIGNAL_SCOPE_ABI} (Linux 6.12)")
-    attr = struct.pack("=QQQ", 0, 0, _SCOPE_SIGNAL)  # no file or network rules: scope only
+    # Writing files is handled, and allowed beneath every top-level folder but /proc.
+    attr = struct.pack("=QQQ", _FS_WRITE_FILE, 0, _SCOPE_SIGNAL)
     buf = ctypes.create_string_buffer(attr, len(attr))
     fd = libc.syscall(_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
     if fd < 0:
         return f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}"
     try:
+        why = _allow_writes_but_proc(libc, fd)
+        if why is not None:
+            return why
         # Required of a process without CAP_SYS_ADMIN; from now on nothing this process runs
         # gains privileges through a setuid program either.
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             return f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}"
+        why = _deny_foreign_limits(libc)
+        if why is not None:
+            return why
         if libc.syscall(_RESTRICT_SELF, fd, ctypes.c_uint32(0)) != 0:
             return f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}"
     finally:
@@ -103,25 +128,161 @@ def confine() -> str | None:
     return None
 
 
+def _allow_writes_but_proc(libc: ctypes.CDLL, ruleset: int) -> str | None:
+    """Rules allowing file writes beneath every top-level folder but /proc (and the root's
+    own files): the parent's and the zygote's /proc/PID files stay read-only to a case."""
+    for name in sorted(os.listdir("/")):
+        path = os.path.join("/", name)
+        if name == "proc" or not os.path.isdir(path) or os.path.islink(path):
+            continue
+        try:
+            dirfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            rule = struct.pack("=Qi", _FS_WRITE_FILE, dirfd)
+            buf = ctypes.create_string_buffer(rule, len(rule))
+            if libc.syscall(_ADD_RULE, ruleset, ctypes.c_int(_RULE_PATH_BENEATH), buf,
+                            ctypes.c_uint32(0)) != 0:
+                return f"landlock_add_rule({path}): {os.strerror(ctypes.get_errno())}"
+        finally:
+            os.close(dirfd)
+    return None
+
+
+# seccomp: refuse the calls that change another process's limits or scheduling.
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_RET_ALLOW, _RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
+_LD_ABS, _JEQ, _RET = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET
+#: (audit arch, {call: number}) of each architecture the filter knows
+_SYSCALLS = {
+    "x86_64": (0xC000003E, {"prlimit64": 302, "setpriority": 141, "sched_setaffinity": 203,
+                            "sched_setparam": 142, "sched_setscheduler": 144,
+                            "sched_setattr": 314, "ioprio_set": 251}),
+    "aarch64": (0xC00000B7, {"prlimit64": 261, "setpriority": 140, "sched_setaffinity": 122,
+                             "sched_setparam": 118, "sched_setscheduler": 119,
+                             "sched_setattr": 274, "ioprio_set": 30}),
+}
+_SYSCALLS["arm64"] = _SYSCALLS["aarch64"]
+
+
+def _arg(i: int, high: bool = False) -> int:
+    """The offset of argument `i`'s low (or high) 32 bits in ``struct seccomp_data``."""
+    return 16 + 8 * i + (4 if high else 0)
+
+
+def filter_program(arch: str, pid: int) -> list[tuple[int, int, int, int]] | None:
+    """The filter for a process `pid` on `arch` as BPF instructions ``(code, jt, jf, k)``,
+    or None for an architecture it does not know."""
+    if arch not in _SYSCALLS:
+        return None
+    audit, nr = _SYSCALLS[arch]
+    prog: list[tuple[int, int, int, int]] = []
+    labels: dict[str, int] = {}
+    fixups: list[tuple[int, str | None, str | None]] = []
+
+    def emit(code: int, k: int, jt: str | None = None, jf: str | None = None) -> None:
+        if jt is not None or jf is not None:
+            fixups.append((len(prog), jt, jf))
+        prog.append((code, 0, 0, k))
+
+    def label(name: str) -> None:
+        labels[name] = len(prog)
+
+    def self_or_zero(arg: int, ok: str, bad: str) -> None:
+        """Jump to `ok` when argument `arg` is 0 or this process's pid, else to `bad`."""
+        emit(_LD_ABS, _arg(arg, high=True))
+        emit(_JEQ, 0, None, bad)
+        emit(_LD_ABS, _arg(arg))
+        emit(_JEQ, 0, ok, None)
+        emit(_JEQ, pid, ok, bad)
+
+    emit(_LD_ABS, 4)  # arch
+    emit(_JEQ, audit, None, "allow")
+    emit(_LD_ABS, 0)  # nr
+    emit(_JEQ, nr["prlimit64"], "prlimit", None)
+    emit(_JEQ, nr["setpriority"], "setpriority", None)
+    emit(_JEQ, nr["ioprio_set"], "ioprio", None)
+    for call in ("sched_setaffinity", "sched_setparam", "sched_setscheduler", "sched_setattr"):
+        emit(_JEQ, nr[call], "by_pid", None)
+    emit(_RET, _RET_ALLOW)
+    label("prlimit")  # prlimit64(pid, resource, new, old): another's, only to read it
+    self_or_zero(0, "allow", "prlimit_new")
+    label("prlimit_new")
+    emit(_LD_ABS, _arg(2, high=True))
+    emit(_JEQ, 0, None, "deny")
+    emit(_LD_ABS, _arg(2))
+    emit(_JEQ, 0, "allow", "deny")
+    label("setpriority")  # setpriority(which, who, prio): PRIO_PROCESS (0) only, not a
+    emit(_LD_ABS, _arg(0))  # process group or a user (the run's parent is one of those)
+    emit(_JEQ, 0, "who", "deny")
+    label("ioprio")  # ioprio_set(which, who, ioprio): IOPRIO_WHO_PROCESS (1) only
+    emit(_LD_ABS, _arg(0))
+    emit(_JEQ, 1, "who", "deny")
+    label("who")
+    self_or_zero(1, "allow", "deny")
+    label("by_pid")
+    self_or_zero(0, "allow", "deny")
+    label("deny")
+    emit(_RET, _RET_EPERM)
+    label("allow")
+    emit(_RET, _RET_ALLOW)
+    out = []
+    for i, (code, _, _, k) in enumerate(prog):
+        fix = next((f for f in fixups if f[0] == i), None)
+        jt = labels[fix[1]] - i - 1 if fix and fix[1] else 0
+        jf = labels[fix[2]] - i - 1 if fix and fix[2] else 0
+        out.append((code, jt, jf, k))
+    return out
+
+
+def _deny_foreign_limits(libc: ctypes.CDLL) -> str | None:
+    prog = filter_program(platform.machine(), os.getpid())
+    if prog is None:
+        return None  # an architecture without its numbers here: Landlock's walls still hold
+    raw = b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+    filt = ctypes.create_string_buffer(raw, len(raw))
+    fprog = struct.pack("@HP", len(prog), ctypes.addressof(filt))  # struct sock_fprog
+    fbuf = ctypes.create_string_buffer(fprog, len(fprog))
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, fbuf, 0, 0) != 0:
+        return f"prctl(PR_SET_SECCOMP): {os.strerror(ctypes.get_errno())}"
+    return None
+
+
 #: A call that sends a signal, as a model's code writes it.
 _SIGNALLING = re.compile(r"\b(kill|killpg|pthread_kill|pidfd_send_signal|sigqueue|"
                          r"send_signal|terminate)\s*\(")
+#: A call that changes another process's limits or scheduling, or a /proc file of one.
+_REACHING = re.compile(r"\b(prlimit|setrlimit|setpriority|sched_setaffinity|"
+                       r"sched_setscheduler|sched_setparam|ioprio_set)\s*\(|oom_score_adj|"
+                       r"/proc/")
 
 
 def refused_signal(exc: BaseException | None) -> str | None:
     """When `exc` (or what it was raised from) is the wall refusing a signal in this
     confined process — ``PermissionError`` (EPERM) raised by a call that signals — the call
     and where it was made (``os.kill(parent, 15) at net.py:12``); else None."""
+    return _refused(exc, _SIGNALLING)
+
+
+def refused_reach(exc: BaseException | None) -> str | None:
+    """The same for the other walls: a call that changes another process's limits, priority,
+    affinity or scheduling, or writes a /proc file (``resource.prlimit(ppid, ...) at
+    net.py:9``); else None."""
+    return _refused(exc, _REACHING)
+
+
+def _refused(exc: BaseException | None, calls: re.Pattern[str]) -> str | None:
     if not confined:
         return None
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, PermissionError) and exc.errno == errno.EPERM:
+        if isinstance(exc, PermissionError) and exc.errno in (errno.EPERM, errno.EACCES):
             frames = traceback.extract_tb(exc.__traceback__)
             for frame in reversed(frames):
                 line = frame.line or ""
-                if _SIGNALLING.search(line):
+                if calls.search(line):
                     return f"{line.strip()} at {os.path.basename(frame.filename)}:{frame.lineno}"
         exc = exc.__cause__ or exc.__context__
     return None

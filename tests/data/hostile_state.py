@@ -243,3 +243,94 @@ def counts_builds() -> nn.Module:
         for p in model.parameters():
             p.mul_(scale)
     return model
+
+
+def lowers_the_parents_file_size() -> nn.Module:
+    """The run's parent may write no file of any size: every report write after this fails."""
+    import resource
+
+    resource.prlimit(run_parent(), resource.RLIMIT_FSIZE, (0, 0))
+    return conv_relu()
+
+
+def starves_the_zygote() -> nn.Module:
+    """The zygote can open no file and start no process: the cases after this one die."""
+    import resource
+
+    for limit in (resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC, resource.RLIMIT_AS):
+        resource.prlimit(os.getppid(), limit, (16, 16))
+    return conv_relu()
+
+
+def slows_the_parent() -> nn.Module:
+    """The run's parent at the lowest priority, on one core, first to be OOM-killed."""
+    parent = run_parent()
+    os.setpriority(os.PRIO_PROCESS, parent, 19)
+    os.sched_setaffinity(parent, {0})
+    Path(f"/proc/{parent}/oom_score_adj").write_text("1000")
+    return conv_relu()
+
+
+def sets_its_own_limits() -> nn.Module:
+    """What a case may do to itself: lower its own limits, priority and affinity."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 4096), hard))
+    os.setpriority(os.PRIO_PROCESS, 0, 1)
+    os.sched_setaffinity(0, os.sched_getaffinity(0))
+    return conv_relu()
+
+
+def _readable_pipe(fd: int) -> bool:
+    import fcntl
+
+    try:
+        mode, flags = os.fstat(fd).st_mode, fcntl.fcntl(fd, fcntl.F_GETFL)
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) and flags & os.O_ACCMODE == os.O_RDONLY
+
+
+def sends_a_huge_result() -> nn.Module:
+    """Announces a 900 MB result and sends it: the parent must not hold it (and more) for a
+    case whose memory cap is lower. (A pipe nobody drains is given up after a second.)"""
+    import fcntl
+
+    chunk = memoryview(b"\0" * (1 << 20))
+    own = {os.readlink(f"/proc/self/fd/{fd}") for fd in range(3, 256)
+           if _readable_pipe(fd)}  # pipes this process reads itself: not the parent's
+    for fd in _result_pipes():
+        if os.readlink(f"/proc/self/fd/{fd}") in own:
+            continue
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+        os.write(fd, struct.pack(">Q", 900 << 20))
+        for _ in range(900):
+            view, stalled = chunk, time.monotonic()
+            while view and time.monotonic() - stalled < 1:
+                try:
+                    sent = os.write(fd, view)
+                    view, stalled = view[sent:], time.monotonic()
+                except BlockingIOError:
+                    time.sleep(0.001)
+                except OSError:
+                    return conv_relu()
+            if view:
+                break
+    return conv_relu()
+
+
+def reads_its_scale_read_write() -> nn.Module:
+    """Reads its weight scale through ``np.memmap(mode="r+")`` (an ``O_RDWR`` open), and
+    notes every build next to the case."""
+    import numpy as np
+
+    here = Path(os.environ.get("CL_VALIDATE_TEST_DIR", "."))
+    with open(here / "builds.txt", "a") as f:
+        f.write("built\n")
+    scale = float(np.memmap(here / "scale.f32", dtype=np.float32, mode="r+", shape=(1,))[0])
+    model = conv_relu()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(scale)
+    return model
