@@ -107,6 +107,9 @@ class FileStamp:
     size: int
     mtime_ns: int
     sha256: str
+    #: a symbolic link on the way to a file the case read (the path as the model named it):
+    #: where it pointed; the other fields are then unused
+    link: str | None = None
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,7 @@ def frame(msg: Any) -> bytes:
     return wire.frame((type(msg).__name__, msg))
 
 
-def decode(payload: bytes, allowed: tuple[type[Any], ...]) -> Any:
+def decode(payload: bytes | memoryview, allowed: tuple[type[Any], ...]) -> Any:
     """The message in a frame's payload, one of `allowed`, or `wire.WireError`."""
     name, body = wire.decode(payload, tuple[str, msgspec.Raw])
     kind = _TYPES.get(name)

@@ -164,10 +164,24 @@ def stamp(path: str) -> FileStamp | None:
         return None
 
 
+def link_stamp(path: str) -> FileStamp | None:
+    """A symbolic link at `path` and where it points; None when `path` is not one."""
+    try:
+        return FileStamp(path, 0, 0, "", link=os.readlink(path))
+    except OSError:
+        return None
+
+
 def matches(s: FileStamp, root: Path) -> bool:
     """Whether the file of `s` (a relative path: under `root`) is still as it was: the same
-    size and mtime (trusted, as ccache trusts them), else the same content."""
+    size and mtime (trusted, as ccache trusts them), else the same content; a link, still
+    pointing where it did."""
     path = os.path.join(root, s.path)
+    if s.link is not None:
+        try:
+            return os.readlink(path) == s.link
+        except OSError:
+            return False
     try:
         st = os.stat(path)
     except OSError:

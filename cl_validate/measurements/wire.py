@@ -71,7 +71,9 @@ def _ext_hook(code: int, data: memoryview) -> Any:
     body = data[8 + n:]
     if len(body) != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
         raise WireError("an array's bytes do not match its shape")
-    return np.frombuffer(body, dtype=dtype).reshape(shape).copy()
+    # A view of the message (no copy): it keeps the message's buffer alive, which nothing
+    # else writes to (FrameReader hands each buffer over once).
+    return np.frombuffer(body, dtype=dtype).reshape(shape)
 
 
 def _dec_hook(kind: type, obj: Any) -> Any:
@@ -118,16 +120,24 @@ class FrameReader:
         self.limit = limit
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> Iterator[bytes]:
+    def feed(self, data: bytes) -> Iterator[bytes | memoryview]:
+        """Each whole frame's message. A frame that ends the bytes received (a result,
+        usually) is handed over without a copy: a view of the buffer, which this reader
+        then lets go of; a large result costs its size once, not three times."""
         self._buf += data
         while len(self._buf) >= _LENGTH.size:
             (n,) = _LENGTH.unpack_from(self._buf)
             if n > self.limit:
                 raise WireError(f"a message of {n} bytes, over the {self.limit >> 20} MB limit")
-            if len(self._buf) < _LENGTH.size + n:
+            end = _LENGTH.size + n
+            if len(self._buf) < end:
                 return
-            yield bytes(self._buf[_LENGTH.size:_LENGTH.size + n])
-            del self._buf[:_LENGTH.size + n]
+            if len(self._buf) == end:
+                whole, self._buf = self._buf, bytearray()
+                yield memoryview(whole)[_LENGTH.size:]
+                return
+            yield bytes(self._buf[_LENGTH.size:end])
+            del self._buf[:end]
 
     @property
     def pending(self) -> int:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cl_validate.measurements.messages import FileStamp
-from cl_validate.measurements.sources import stamp
+from cl_validate.measurements.sources import link_stamp, stamp
 
 #: Packages whose versions are in the cache key: their files are not stamped.
 _VERSIONED = ("torch", "tvm", "tvm_ffi", "numpy", "cl_validate")
@@ -73,19 +73,27 @@ class FileRecorder:
         self._active = False
 
     def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        """Every file opened for reading, read-write included (``np.memmap(mode="r+")``, an
+        ``O_RDWR`` open); not one opened only to write, nor one the case creates or
+        truncates (it is the case's output, not its input)."""
         if not self._active or event != "open" or not args:
             return
         path, mode = args[0], args[1] if len(args) > 1 else None
         if isinstance(path, int):
             return  # an fd: opened before
-        writes = mode is not None and any(c in str(mode) for c in "wax+")
         flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
-        if writes or flags & (os.O_WRONLY | os.O_RDWR):
-            return
+        text = str(mode or "")
+        only_writes = (flags & os.O_ACCMODE) == os.O_WRONLY or (
+            text and "r" not in text and "+" not in text)
+        creates = bool(flags & (os.O_CREAT | os.O_TRUNC)) or "w" in text or "x" in text
         try:
-            self._paths.add(os.fsdecode(path))
+            name = os.fsdecode(path)
         except (TypeError, ValueError):
-            pass
+            return
+        if only_writes or (creates and (("w" in text or flags & os.O_TRUNC)
+                                        or not os.path.exists(name))):
+            return
+        self._paths.add(name)
 
     def _module_files(self) -> set[str]:
         out = set()
@@ -109,12 +117,33 @@ class FileRecorder:
         found: dict[str, FileStamp] = {}
         for raw in (self._paths | self._module_files()) - since:
             path = os.path.realpath(os.path.abspath(raw))
-            if path in found or path.startswith(skip) or path.startswith(_SYSTEM):
+            if path.startswith(skip) or path.startswith(_SYSTEM):
                 continue
-            s = stamp(path)
-            if s is not None:
+            if path not in found:
+                s = stamp(path)
+                if s is None:
+                    continue
                 found[path] = replace(s, path=_relative(path, root))
+            # the path as the model named it: each link on the way, where it points now
+            for link in _links_on(os.path.abspath(raw)):
+                ls = link_stamp(link)
+                if ls is not None and link not in found:
+                    found[link] = replace(ls, path=_relative(link, root))
         return tuple(found[p] for p in sorted(found))
+
+
+def _links_on(path: str) -> list[str]:
+    """The symbolic links among `path` and the folders on the way to it (each resolved
+    from its own parent, as the kernel walks a path)."""
+    links: list[str] = []
+    parts = Path(path).parts
+    current = Path(parts[0])
+    for part in parts[1:]:
+        current = current / part
+        if current.is_symlink():
+            links.append(str(current))
+            current = Path(os.path.realpath(current))
+    return links
 
 
 def _relative(path: str, root: Path | str) -> str:

@@ -45,9 +45,12 @@ def _one_input(rng: np.random.Generator, spec: InputSpec, shape: tuple[int, ...]
 
 
 def torch_inputs(case: CaseSpec, arrays: Sequence[np.ndarray]) -> list[torch.Tensor]:
+    """The inputs as tensors of their own: a model that normalizes its input in place
+    (``x.sub_(0.5)``) changes its own copy, never the arrays every other consumer of the
+    inputs (the compiled program, the float64 reference, the next sample) reads."""
     out = []
     for spec, a in zip(case.inputs, arrays, strict=True):
-        t = torch.from_numpy(np.ascontiguousarray(a))
+        t = torch.from_numpy(np.array(a, copy=True, order="C"))
         if spec.dtype == "bfloat16":
             t = t.to(torch.bfloat16)
         out.append(t)

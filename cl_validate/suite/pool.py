@@ -172,6 +172,10 @@ class _Job:
     def streams(self) -> list[_Stream]:
         return [self.main, *self.targets.values()]
 
+    def buffered(self) -> int:
+        """Bytes of results this process holds for the case, not whole messages yet."""
+        return sum(s.reader.pending for s in self.streams())
+
     def tail(self) -> str:
         """The last output of the case (stdout and stderr, C-level output too), a native
         crash backtrace collapsed to its first frames."""
@@ -545,6 +549,12 @@ class WorkerPool:
                     job.over_at = time.perf_counter()
                 return
             job.received += len(data)
+            cap = self._memory_cap(job)
+            if job.received > cap << 20:  # what it sends counts toward its cap
+                fail(job, f"the case process sent {job.received >> 20} MB of results, over its "
+                     f"{cap} MB memory cap (max_memory_mb: the results it sends count toward "
+                     "it)", CaseKind.OUT_OF_MEMORY)
+                return
             try:
                 if job.received > MAX_RESULT_BYTES:
                     raise wire.WireError(f"more than {MAX_RESULT_BYTES >> 20} MB of results")
@@ -560,7 +570,7 @@ class WorkerPool:
                      f"({exc}): the model's code writes there", CaseKind.CORRUPT_RESULT)
                 return
 
-    def _target_news(self, job: _Job, target: str, stream: _Stream, payload: bytes,
+    def _target_news(self, job: _Job, target: str, stream: _Stream, payload: bytes | memoryview,
                      deliver: Callable[[_Job, TargetMeasured, float], None]) -> None:
         msg = decode(payload, (TargetMeasured,))
         if msg.measurement.target != target or target not in job.pending:
@@ -570,7 +580,7 @@ class WorkerPool:
         self._note(job, msg)
         deliver(job, msg, stream.since)
 
-    def _case_news(self, job: _Job, payload: bytes,
+    def _case_news(self, job: _Job, payload: bytes | memoryview,
                    deliver: Callable[[_Job, TargetMeasured, float], None],
                    fail: Callable[..., None]) -> None:
         msg = decode(payload, (TargetMeasured, Prepared, ChildExited, CaseDone, CaseFailed))
@@ -668,18 +678,24 @@ class WorkerPool:
             fail(job, f"timed out after {limit_s:g} s (timeout)", CaseKind.TIMEOUT)
             return
         if job.pid is not None:
-            cap = self.options.max_memory_mb or job.case.max_memory_mb
+            cap = self._memory_cap(job)
             tree = [job.pid, *procs.tree(job.pid)]
             rss = procs.rss_mb(tree)
-            if rss is not None and rss > cap:
+            held = job.buffered() / (1 << 20)  # results it sent that this process holds
+            if rss is not None and rss + held > cap:
                 what = "case process" if len(tree) == 1 else \
                     f"case process and {len(tree) - 1} process(es) it started"
-                fail(job, f"{what} used {rss:.0f} MB, over the {cap} MB memory cap "
+                also = f" and {held:.0f} MB of results sent" if held >= 1 else ""
+                fail(job, f"{what} used {rss:.0f} MB{also}, over the {cap} MB memory cap "
                      "(max_memory_mb)", CaseKind.OUT_OF_MEMORY)
                 return
         if job.output_size() > MAX_OUTPUT_BYTES:
             fail(job, f"the case wrote more than {MAX_OUTPUT_BYTES >> 20} MB to "
                  "stdout/stderr; stopped", CaseKind.OUTPUT_FLOOD)
+
+    def _memory_cap(self, job: _Job) -> int:
+        """The case's memory cap in MB (the run's ``--max-memory-mb`` or the case's)."""
+        return int(self.options.max_memory_mb or job.case.max_memory_mb)
 
     def _kill(self, job: _Job) -> None:
         """End `job`'s processes and everything they started."""

@@ -373,3 +373,19 @@ def deep_bn(layers: int = 12) -> nn.Module:
         body += [nn.Conv2d(c, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()]
         c = 8
     return nn.Sequential(*body, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4)).eval()
+
+
+class NormalizesInPlace(nn.Module):
+    """Normalizes its input in place, as preprocessing code often does, then conv → ReLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = ConvReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.sub_(0.5).div_(0.25)
+        return self.inner(x)
+
+
+def normalizes_in_place() -> nn.Module:
+    return NormalizesInPlace()

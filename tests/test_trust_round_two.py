@@ -1,0 +1,263 @@
+"""A model breaks only its own case, and every verdict tells the truth, round two (issue #36).
+
+Each test reproduces one probe of the issue as a hostile or careless pull request would write
+it, through the real CLI (a process of its own where the probe attacks the run), and states
+what must hold instead. The numbers in the test names are the issue's items.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from junitparser import JUnitXml
+
+from cl_validate.errors import ExitCode
+from cl_validate.session import sandbox
+from tests.conftest import PARENT, TOKEN_ENV, by_case, left_behind, run_cli, tiny_case
+
+DATA = Path(__file__).parent / "data"
+
+
+def _run(args: list[str], env: dict[str, str] | None = None, timeout: float = 300
+         ) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-c", PARENT, *args], capture_output=True,
+                          text=True, timeout=timeout, env=full)
+
+
+def _folder(root: Path, cases: dict[str, str]) -> Path:
+    d = root / "cases"
+    d.mkdir(exist_ok=True)
+    for f in ("tiny_models.py", "hostile_state.py"):
+        shutil.copy(DATA / f, d / f)
+    for name, model in cases.items():
+        (d / f"{name}.toml").write_text(tiny_case(model=model))
+    return d
+
+
+def _passed(checks: dict[str, object]) -> bool:
+    return not any(tc.is_failure or tc.is_error for tc in checks.values())  # type: ignore
+
+
+def _error(checks: dict[str, object]) -> object:
+    (error,) = checks["compile"].result  # type: ignore[attr-defined]
+    return error
+
+
+# --------------------------------------------------------------------------------------------
+# 1. Limits, priority, affinity and OOM score of the parent and the zygote
+# --------------------------------------------------------------------------------------------
+LIMITS = {"a_file_size": "hostile_state:lowers_the_parents_file_size",
+          "b_innocent": "tiny_models:conv_relu",
+          "c_starves_zygote": "hostile_state:starves_the_zygote",
+          "d_innocent": "tiny_models:conv_relu",
+          "e_slows_parent": "hostile_state:slows_the_parent",
+          "f_own_limits": "hostile_state:sets_its_own_limits",
+          "g_innocent": "tiny_models:conv_relu"}
+
+
+@pytest.mark.compile
+@pytest.mark.skipif(not sandbox.available(), reason="cases are not confined here (Landlock "
+                    "ABI < 6, or CL_VALIDATE_UNCONFINED set)")
+def test_1_a_case_cannot_change_the_limits_of_the_run(tmp_path):
+    """prlimit on the parent (RLIMIT_FSIZE 0: every report write failed) and on the zygote
+    (NOFILE, NPROC, AS: the next cases died), setpriority, sched_setaffinity and oom_score_adj
+    on the parent: refused in the culprit, named as its case's ``ReachedOut``; the innocent
+    cases pass; both reports are written; a case may still set its own limits."""
+    folder = _folder(tmp_path, LIMITS)
+    junit, md = tmp_path / "r.xml", tmp_path / "r.md"
+    token = uuid.uuid4().hex
+    proc = _run(["run", str(folder), "-j", "1", "--junit", str(junit), "--markdown", str(md),
+                 "--no-cache"], {TOKEN_ENV: token})
+    assert proc.returncode == ExitCode.CHECK_FAILED, proc.stdout[-3000:] + proc.stderr
+    assert junit.stat().st_size > 0 and md.stat().st_size > 0
+    cases = by_case(JUnitXml.fromfile(str(junit)))
+    assert set(cases) == set(LIMITS)
+    for name, call in (("a_file_size", "resource.prlimit(run_parent()"),
+                       ("c_starves_zygote", "resource.prlimit(os.getppid()"),
+                       ("e_slows_parent", "os.setpriority(os.PRIO_PROCESS, parent")):
+        error = _error(cases[name])
+        assert error.type == "ReachedOut", (name, error.message)
+        assert call in error.message, error.message
+    for name in ("b_innocent", "d_innocent", "f_own_limits", "g_innocent"):
+        assert _passed(cases[name]), (name, proc.stdout[-3000:])
+    time.sleep(0.5)
+    assert left_behind(token) == []
+
+
+def test_1_the_filter_refuses_exactly_the_calls_on_other_processes():
+    """The seccomp filter and the /proc rule in a forked, confined child: another process's
+    limits, priority (also by process group and user), affinity and OOM score are refused;
+    reading another's limits, and setting one's own, are not."""
+    if not sandbox.available():
+        pytest.skip("Landlock ABI < 6 or CL_VALIDATE_UNCONFINED set")
+    parent = os.getpid()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        os.close(r)
+        out = []
+        try:
+            out.append(f"confine={sandbox.confine()}")
+
+            def attempt(name: str, call) -> None:  # type: ignore[no-untyped-def]
+                try:
+                    call()
+                    out.append(f"{name}=allowed")
+                except PermissionError:
+                    out.append(f"{name}=refused")
+
+            attempt("prlimit_parent", lambda: resource.prlimit(
+                parent, resource.RLIMIT_FSIZE, (0, 0)))
+            attempt("read_parent", lambda: resource.prlimit(parent, resource.RLIMIT_NOFILE))
+            attempt("own_prlimit", lambda: resource.prlimit(0, resource.RLIMIT_CORE, (0, 0)))
+            attempt("own_setrlimit", lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
+            attempt("nice_parent", lambda: os.setpriority(os.PRIO_PROCESS, parent, 5))
+            attempt("nice_user", lambda: os.setpriority(os.PRIO_USER, 0, 5))
+            attempt("nice_group", lambda: os.setpriority(os.PRIO_PGRP, 0, 5))
+            attempt("own_nice", lambda: os.setpriority(os.PRIO_PROCESS, 0, 2))
+            attempt("affinity_parent", lambda: os.sched_setaffinity(parent, {0}))
+            attempt("own_affinity", lambda: os.sched_setaffinity(0, os.sched_getaffinity(0)))
+            attempt("oom_parent", lambda: Path(f"/proc/{parent}/oom_score_adj").write_text("9"))
+            attempt("write_tmp", lambda: Path("/tmp", f"cl_validate_probe_{os.getpid()}"
+                                              ).write_text("x"))
+        finally:
+            os.write(w, " ".join(out).encode())
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    with os.fdopen(r) as f:
+        got = dict(kv.split("=") for kv in f.read().split())
+    Path("/tmp", f"cl_validate_probe_{pid}").unlink(missing_ok=True)
+    assert got == {"confine": "None", "prlimit_parent": "refused", "read_parent": "allowed",
+                   "own_prlimit": "allowed", "own_setrlimit": "allowed",
+                   "nice_parent": "refused", "nice_user": "refused", "nice_group": "refused",
+                   "own_nice": "allowed", "affinity_parent": "refused",
+                   "own_affinity": "allowed", "oom_parent": "refused",
+                   "write_tmp": "allowed"}, got
+    assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] != 0
+
+
+# --------------------------------------------------------------------------------------------
+# 2. A result frame the parent would hold three times over
+# --------------------------------------------------------------------------------------------
+#: The run's parent, as the CLI runs it, printing its own peak resident memory at the end.
+PEAK = ("import sys, resource; from cl_validate.cli import main; code = main(sys.argv[1:]); "
+        "print('PARENT-PEAK-MB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10); "
+        "sys.exit(code)")
+
+
+@pytest.mark.compile
+def test_2_results_count_toward_the_cases_memory_cap(tmp_path):
+    """900 MB sent on the result pipe by a case capped at 700 MB: its own OutOfMemory as soon
+    as its processes and what it sent pass its cap; the parent never holds much more than
+    that (before: a result frame under the 1 GiB frame limit cost the parent three times its
+    size, 2.7 GB here)."""
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    for f in ("tiny_models.py", "hostile_state.py"):
+        shutil.copy(DATA / f, folder / f)
+    (folder / "a_huge.toml").write_text(tiny_case(model="hostile_state:sends_a_huge_result",
+                                                  extra="max_memory_mb = 700"))
+    (folder / "b_innocent.toml").write_text(tiny_case())
+    junit = tmp_path / "r.xml"
+    full = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-c", PEAK, "run", str(folder), "--junit",
+                           str(junit), "--no-cache"], capture_output=True, text=True,
+                          timeout=300, env=full)
+    assert proc.returncode == ExitCode.CHECK_FAILED, proc.stdout[-3000:] + proc.stderr
+    cases = by_case(JUnitXml.fromfile(str(junit)))
+    error = _error(cases["a_huge"])
+    assert error.type == "OutOfMemory" and "results" in error.message, error.message
+    assert _passed(cases["b_innocent"])
+    peak = int(proc.stdout.split("PARENT-PEAK-MB")[1].split()[0])
+    assert peak < 800, f"the parent peaked at {peak} MB"
+
+
+# --------------------------------------------------------------------------------------------
+# 3. A model that changes its input in place
+# --------------------------------------------------------------------------------------------
+@pytest.mark.compile
+def test_3_every_consumer_of_the_inputs_gets_its_own_copy(write_case):
+    """``x.sub_(0.5).div_(0.25)`` in forward: eager, the float64 reference and the program
+    each get the case's inputs as drawn (before: PyTorch's run changed the arrays the program
+    then read, max abs 13.1 and "first break after import")."""
+    for tolerance, extra in (((1e-4, 1e-4), ""), (None, '[tolerance]\nreference = "float64"')):
+        text = tiny_case(model="tiny_models:normalizes_in_place", tolerance=tolerance)
+        code, out, err = run_cli(["run", str(write_case(text + extra)), "--no-cache"])
+        assert code == ExitCode.OK, out + err
+
+
+# --------------------------------------------------------------------------------------------
+# 4.–5. Cached passes that went stale: a repointed link, a file opened read-write
+# --------------------------------------------------------------------------------------------
+def _builds(folder: Path) -> int:
+    path = folder / "builds.txt"
+    return path.read_text().count("built") if path.exists() else 0
+
+
+@pytest.mark.compile
+def test_4_a_repointed_model_module_link_is_a_cache_miss(tmp_path):
+    """The case's model module is a symbolic link; repointed to another file of the same
+    size and mtime whose model cannot be compiled as declared (float16 weights), the warm run
+    measures again and fails as a fresh run does (before: the stamp was on the link's old
+    target, and the warm run reused the PASS)."""
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    shutil.copy(DATA / "tiny_models.py", folder / "tiny_models.py")
+    body = ("import os\nfrom pathlib import Path\nimport torch\nfrom torch import nn\n"
+            "from tiny_models import conv_relu\n\n\ndef build() -> nn.Module:\n"
+            "    here = Path(os.environ['CL_VALIDATE_TEST_DIR'])\n"
+            "    with open(here / 'builds.txt', 'a') as f:\n"
+            "        f.write('built\\n')\n"
+            "    return conv_relu(){}\n")
+    good, bad = folder / "variant_good.py", folder / "variant_bad.py"
+    good.write_text(body.format("       "))
+    bad.write_text(body.format(".half()"))  # float16 weights: a dtype error, not a pass
+    assert good.stat().st_size == bad.stat().st_size
+    stamp = good.stat().st_mtime_ns
+    os.utime(bad, ns=(stamp, stamp))
+    (folder / "model_link.py").symlink_to("variant_good.py")
+    (folder / "linked.toml").write_text(tiny_case(model="model_link:build"))
+    env = {"CL_VALIDATE_TEST_DIR": str(folder)}
+    args = ["run", str(folder), "--cache-dir", str(tmp_path / "cache")]
+    first = _run(args, env)
+    assert first.returncode == ExitCode.OK, first.stdout + first.stderr
+    warm = _run(args, env)
+    assert warm.returncode == ExitCode.OK and "cache: 1 of 1" in warm.stdout, warm.stdout
+    assert _builds(folder) == 1
+    (folder / "model_link.py").unlink()
+    (folder / "model_link.py").symlink_to("variant_bad.py")
+    repointed = _run(args, env)
+    assert _builds(folder) == 2, repointed.stdout
+    assert repointed.returncode != ExitCode.OK, repointed.stdout + repointed.stderr
+    fresh = _run([*args, "--no-cache"], env)
+    assert fresh.returncode == repointed.returncode, fresh.stdout
+
+
+@pytest.mark.compile
+def test_5_a_file_opened_read_write_is_stamped(tmp_path):
+    """The factory reads its weight scale through ``np.memmap(mode="r+")``: a new scale is a
+    cache miss (before: an O_RDWR open was never stamped, and the warm run reused the old
+    measurement); the builds log it appends to is not stamped (its own output)."""
+    import numpy as np
+
+    folder = _folder(tmp_path, {"memmapped": "hostile_state:reads_its_scale_read_write"})
+    np.array([1.0], dtype=np.float32).tofile(folder / "scale.f32")
+    env = {"CL_VALIDATE_TEST_DIR": str(folder)}
+    args = ["run", str(folder), "--cache-dir", str(tmp_path / "cache")]
+    assert _run(args, env).returncode == ExitCode.OK
+    warm = _run(args, env)
+    assert "cache: 1 of 1" in warm.stdout and _builds(folder) == 1, warm.stdout
+    np.array([1.5], dtype=np.float32).tofile(folder / "scale.f32")
+    changed = _run(args, env)
+    assert changed.returncode == ExitCode.OK, changed.stdout + changed.stderr
+    assert _builds(folder) == 2 and "cache:" not in changed.stdout, changed.stdout
