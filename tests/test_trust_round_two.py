@@ -261,3 +261,28 @@ def test_5_a_file_opened_read_write_is_stamped(tmp_path):
     changed = _run(args, env)
     assert changed.returncode == ExitCode.OK, changed.stdout + changed.stderr
     assert _builds(folder) == 2 and "cache:" not in changed.stdout, changed.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# 8. A case file larger than one socket packet
+# --------------------------------------------------------------------------------------------
+@pytest.mark.compile
+def test_8_a_large_case_file_runs_and_an_oversized_one_is_one_line(tmp_path):
+    """A 400 kB description: the case runs and passes in its own process (before: every such
+    case errored with "the case process closed its result pipe", its spec over the ~208 kB a
+    socket packet holds). A case file over the limit: one line with its file, exit 2."""
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    shutil.copy(DATA / "tiny_models.py", folder / "tiny_models.py")
+    long = "long description " * 25_000
+    (folder / "large.toml").write_text(tiny_case(extra=f'description = "{long}"'))
+    assert (folder / "large.toml").stat().st_size > 400_000
+    code, out, err = run_cli(["run", str(folder), "--no-cache"])
+    assert code == ExitCode.OK, out[-2000:] + err[-2000:]
+    huge = folder / "huge.toml"
+    huge.write_text(tiny_case(extra='description = "' + "x" * (17 << 20) + '"'))
+    code, out, err = run_cli(["run", str(huge), "--no-cache"])
+    assert code == ExitCode.USAGE_ERROR, out + err
+    (line,) = [ln for ln in err.splitlines() if ln.strip()]
+    assert line.startswith(f"{huge}:1: ") or "huge.toml:1: " in line, line
+    assert "over 16 MB" in line and "hint" in line, line

@@ -146,6 +146,11 @@ _TYPES: dict[str, type[Any]] = {t.__name__: t for t in (
     CaseDone, CaseFailed)}
 
 
+#: The packet that hands a case to the zygote: its `RunCase` is in a file passed beside it
+#: (`wire.message_file`), after the case's result pipe, control socket and log.
+CASE_PACKET = b"case"
+
+
 def frame(msg: Any) -> bytes:
     """One message as a frame."""
     return wire.frame((type(msg).__name__, msg))

@@ -12,11 +12,17 @@ dtypes are accepted.
 A frame is an 8-byte big-endian length and the message. `FrameReader` takes bytes as they
 arrive on a non-blocking pipe and yields whole frames; a frame longer than its limit is
 refused as soon as its length is read, before it is buffered.
+
+A control message that carries a case (its spec is as large as its case file) does not fit
+in one socket packet (about 208 kB by default on Linux): it travels in a file of its own
+(`message_file`, an anonymous in-memory file), passed as a descriptor beside the packet.
 """
 
 from __future__ import annotations
 
+import os
 import struct
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -143,3 +149,36 @@ class FrameReader:
     def pending(self) -> int:
         """Bytes of a frame not complete yet."""
         return len(self._buf)
+
+
+def message_file(payload: bytes) -> int:
+    """A descriptor of an anonymous file holding `payload`, at its start: a message of any
+    size, passed beside a socket packet (`read_message_file` on the other side)."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("cl-validate-message", os.MFD_CLOEXEC)
+    else:  # pragma: no cover - not Linux
+        fd = os.dup(tempfile.TemporaryFile().fileno())
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_message_file(fd: int, limit: int = MAX_FRAME) -> bytes:
+    """The message `message_file` wrote, read from its start; `WireError` over `limit`."""
+    size = os.fstat(fd).st_size
+    if size > limit:
+        raise WireError(f"a message of {size} bytes, over the {limit >> 20} MB limit")
+    chunks, read = [], 0
+    while read < size:
+        chunk = os.pread(fd, size - read, read)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        read += len(chunk)
+    return b"".join(chunks)

@@ -28,6 +28,7 @@ from pathlib import Path
 from cl_validate import procs
 from cl_validate.measurements import wire
 from cl_validate.measurements.messages import (
+    CASE_PACKET,
     SYS_PATH_ENV,
     Exited,
     Forked,
@@ -39,8 +40,8 @@ from cl_validate.measurements.messages import (
 )
 from cl_validate.spec.casefile import load_text_as_case
 
-#: The largest control message (a RunCase carries one case spec).
-_MAX_PACKET = 1 << 22
+#: The largest control packet (a case's message comes in a file beside it).
+_MAX_PACKET = 1 << 16
 
 
 def _send(sock: socket.socket, msg: object) -> None:
@@ -112,10 +113,18 @@ def _serve(sock: socket.socket, wake: int, jobs: dict[int, int]) -> None:
         _reap(sock, jobs)
         if sock not in ready:
             continue
-        data, fds, _, _ = socket.recv_fds(sock, _MAX_PACKET, 3)
+        data, fds, _, _ = socket.recv_fds(sock, _MAX_PACKET, 4)
         if not data:  # the parent is gone
             return
         try:
+            if data == CASE_PACKET:  # a case: its message in the fourth descriptor
+                if len(fds) != 4:
+                    raise wire.WireError(f"a case with {len(fds)} descriptors, not 4")
+                body = fds.pop()
+                try:
+                    data = wire.read_message_file(body)
+                finally:
+                    os.close(body)
             msg = decode(data, (RunCase, Stop))
             if isinstance(msg, RunCase) and len(fds) != 3:
                 raise wire.WireError(f"a case with {len(fds)} descriptors, not 3")

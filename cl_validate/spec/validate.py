@@ -9,6 +9,7 @@ happens in a case process (`cl_validate.compile.factory`).
 from __future__ import annotations
 
 import difflib
+import errno
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -52,6 +53,8 @@ _TOP_KEYS = (
     "input_sensitivity",
 )
 MAX_SEEDS = 32
+#: The largest case file read (a case with thousands of outputs is a few MB).
+MAX_CASE_FILE = 16 << 20
 _INPUT_KEYS = ("name", "shape", "dtype", "layout", "range")
 _OUTPUT_KEYS = ("name", "layout", "tolerance", "targets_override")
 
@@ -66,7 +69,7 @@ def load_case(path: str | Path, project: Mapping[str, TargetDef] | None = None) 
         project = load_config().targets
     display = display_path(path)
     try:
-        raw = read_regular(path)
+        raw = read_regular(path, MAX_CASE_FILE)
     except FileNotFoundError:
         raise CaseFileError("case file not found", file=display) from None
     except NotRegularFile as exc:
@@ -77,6 +80,10 @@ def load_case(path: str | Path, project: Mapping[str, TargetDef] | None = None) 
                             hint="a case file is a plain TOML file: remove or rename this "
                             "one") from None
     except OSError as exc:
+        if exc.errno == errno.EFBIG:
+            raise CaseFileError(f"case file is over {MAX_CASE_FILE >> 20} MB", file=display,
+                                line=1, hint="a case file declares a case; keep long text "
+                                "and generated tables in files of their own") from None
         raise CaseFileError(f"cannot read case file: {exc.strerror or exc}",
                             file=display) from None
     text = toml_text(raw, display)

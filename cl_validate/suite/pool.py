@@ -42,6 +42,7 @@ from cl_validate.errors import ClValidateError, DeviceUnavailableError, ErrorRec
 from cl_validate.measurements import wire
 from cl_validate.measurements.measurement import Measurement
 from cl_validate.measurements.messages import (
+    CASE_PACKET,
     SYS_PATH_ENV,
     CaseDone,
     CaseFailed,
@@ -467,13 +468,16 @@ class WorkerPool:
         since = self._started if job_id <= self.jobs else now
         job = _Job(job_id, case, log, _Stream(result_r, since=since), control, now,
                    selected_targets(case, self.options), zygote=z)
-        msg = RunCase(job_id, case, self.options, self._threads)
+        # the case travels in a file of its own: a packet holds about 208 kB, a case file
+        # (a long description, thousands of outputs) may be larger
+        body = wire.message_file(frame(RunCase(job_id, case, self.options, self._threads))[8:])
         try:
-            socket.send_fds(z.sock, [frame(msg)[8:]], [result_w, theirs.fileno(), log])
+            socket.send_fds(z.sock, [CASE_PACKET], [result_w, theirs.fileno(), log, body])
         except OSError:
             pass  # the zygote is gone: noticed by the loop, the case is handed out again
         finally:
             os.close(result_w)
+            os.close(body)
             theirs.close()
         return job
 
