@@ -7,8 +7,9 @@ Failed and errored checks become ``error`` annotations; a budget that passes but
 (``stale_budget = "warn"``) becomes a ``warning`` on its line.
 
 Escaping follows GitHub's toolkit (``@actions/core`` command.ts): ``%``, CR and LF in the
-message; those and ``:`` and ``,`` in property values. Unescaped, a case name or a message
-with a colon would cut the command short, and a newline would end it.
+message; those and ``:`` and ``,`` in property values (`cl_validate.report.escape`, where
+every output's escaping is). Unescaped, a case name or a message with a colon would cut the
+command short, and a newline would end it.
 """
 
 from __future__ import annotations
@@ -24,19 +25,10 @@ from cl_validate.checks.ratchet import BudgetCheck
 from cl_validate.checks.registry import get
 from cl_validate.checks.verdict import CaseResult, CheckResult, Status
 from cl_validate.paths import repo_path
+from cl_validate.report.escape import escape_data, escape_property
 
 #: Annotations of each kind GitHub shows per step (more are dropped without a word).
 SHOWN_PER_STEP = 10
-
-
-def escape_data(text: str) -> str:
-    """A workflow command's message (after ``::``)."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def escape_property(text: str) -> str:
-    """A workflow command's property value (``file=``, ``title=`` …)."""
-    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
 def annotation_path(path: Path, env: Mapping[str, str] | None = None) -> str:

@@ -1,46 +1,23 @@
-"""Console output: a progress line per case × target, and the closing summary table; and
-what makes any text safe to print (`printable`, `one_line`).
+"""Console output: a progress line per case × target, and the closing summary table.
 
 A model's exception text, a kernel or module name, a key in a case file can hold any
 character. Printed raw, ``\x1b[...`` would recolour or rewrite the terminal (or hide a line),
 ``\r`` would overwrite what came before, and in a CI log a line that starts with ``::`` is a
 workflow command. So everything ``cl-validate`` prints goes through `printable` (the CLI puts
 it on its streams: `cl_validate.cli.streams`) and fields that are one line by design through
-`one_line`.
+`one_line`: both are `cl_validate.report.escape`'s, the one place every output's escaping is
+(re-exported here for the CLI).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from cl_validate.checks.registry import Check, checks
 from cl_validate.checks.verdict import CaseResult, Status
 from cl_validate.paths import display_path
-
-#: C0 controls but tab and newline, DEL, C1 controls, and the Unicode controls that reorder
-#: or hide text on a terminal (bidi embeddings, overrides and isolates; the line and
-#: paragraph separators).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e"
-                      "\u2066-\u2069]")
-
-
-def _escape(m: re.Match[str]) -> str:
-    n = ord(m.group())
-    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
-
-
-def printable(text: str) -> str:
-    """`text` with every control character written as ``\\xNN`` (``\\uNNNN``), newlines
-    and tabs kept: what reaches a terminal or a CI log is what was written, visibly."""
-    return _CONTROL.sub(_escape, text)
-
-
-def one_line(text: str) -> str:
-    """`text` as one line: `printable`, with newlines and tabs escaped too (a line of a
-    table or a one-line message must not become two)."""
-    return printable(text).replace("\n", "\\n").replace("\t", "\\t")
-
+from cl_validate.report.escape import one_line
+from cl_validate.report.escape import printable as printable
 
 _SHORT = {Status.PASSED: "ok", Status.FAILED: "FAIL", Status.SKIPPED: "skip", Status.ERROR: "ERR"}
 

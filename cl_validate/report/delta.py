@@ -5,6 +5,9 @@ and, first, every budget or tolerance the pull request loosened (`cl_validate.sp
 
 `render` writes it as Markdown for GitHub within a size limit: a job summary holds 1 MiB, a
 pull-request comment 65,536 characters; rows that do not fit are counted in a closing note.
+Every name in it comes from a report a pull request can write anything into, so every one is
+escaped (`cl_validate.report.escape`): a ``|`` in a testcase name cannot split a row, and
+``<img>`` or ``@name`` do not render.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cl_validate.report.escape import md_code, md_text
 from cl_validate.report.figures import FIGURES, TRANSFORMS, Figure, Run
-from cl_validate.report.markdown import _cell, _code
 from cl_validate.spec.raises import Loosened
 
 #: GitHub's limits: a pull-request comment's body (characters) and a step summary (bytes).
@@ -107,13 +110,13 @@ def _row(d: Delta) -> str:
     elif d.gone:
         what = "not in this report any more"
     else:
-        what = "<br>".join([*(_cell(c.text()) for c in d.changes),
-                            *(f"{check}: {before} → **{after}**"
+        what = "<br>".join([*(md_text(c.text()) for c in d.changes),
+                            *(f"{md_text(check)}: {md_text(before)} → **{md_text(after)}**"
                               for check, before, after in d.verdicts)])
-    transforms = "<br>".join([*(f"{WORSE} +{n} {_cell(a)}" for a, n in d.added.most_common()),
-                              *(f"{BETTER} −{n} {_cell(a)}" for a, n in
+    transforms = "<br>".join([*(f"{WORSE} +{n} {md_text(a)}" for a, n in d.added.most_common()),
+                              *(f"{BETTER} −{n} {md_text(a)}" for a, n in
                                 d.removed.most_common())]) or "–"
-    return f"| {_code(d.case)} | {_cell(d.target)} | {what} | {transforms} |"
+    return f"| {md_code(d.case)} | {md_text(d.target)} | {what} | {transforms} |"
 
 
 def _raise_lines(raises: Sequence[Loosened], acknowledged: bool) -> list[str]:
@@ -124,9 +127,11 @@ def _raise_lines(raises: Sequence[Loosened], acknowledged: bool) -> list[str]:
     out = [f"### ⚠️ Budgets and tolerances this pull request loosened ({len(raises)}): "
            f"{state}", ""]
     for r in raises:
-        why = f" — reason: {_cell(r.reason)}" if r.reason else ""
-        out.append(f"- {_code(r.where)} {_code(r.case)} [{_cell(', '.join(r.targets))}]: "
-                   f"{_cell(r.what)} {_cell(r.before)} → **{_cell(r.after)}**{why}")
+        why = f" — reason: {md_text(r.reason)}" if r.reason else ""
+        moved = f" (in the base: {md_code(r.was, table=False)})" if r.was else ""
+        out.append(f"- {md_code(r.where, table=False)} {md_code(r.case, table=False)} "
+                   f"[{md_text(', '.join(r.targets))}]: {md_text(r.what)} {md_text(r.before)} "
+                   f"→ **{md_text(r.after)}**{why}{moved}")
     return [*out, ""]
 
 
@@ -142,11 +147,11 @@ def render(deltas: Sequence[Delta], raises: Sequence[Loosened], *, runs: int,
     head = (f"## cl_validate: what this pull request changed ({len(deltas)} of {runs} "
             f"case × target runs changed, {worse} for the worse)")
     out = [head, "", *_raise_lines(raises, acknowledged)]
-    out += [f"> {_cell(n)}" for n in notes]
+    out += [f"> {md_text(n)}" for n in notes]
     if not deltas:
-        out.append(f"No figure changed against {_cell(base)}.")
+        out.append(f"No figure changed against {md_text(base)}.")
         return "\n".join(out) + "\n"
-    out += [f"Compared with {_cell(base)}; {WORSE} worse · {BETTER} better (every figure is "
+    out += [f"Compared with {md_text(base)}; {WORSE} worse · {BETTER} better (every figure is "
             "better smaller; compile time and memory only past their noise).", "",
             "| case | target | what changed (before → after) | runtime transforms added / "
             "removed (why, from which module) |", "| --- | --- | --- | --- |"]

@@ -10,7 +10,6 @@ values also go into <properties> as extras (publishers ignore them).
 from __future__ import annotations
 
 import io
-import re
 import socket
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
@@ -33,20 +32,7 @@ from junitparser import TestCase as _TestCase
 from cl_validate.atomic import write_atomic
 from cl_validate.checks.verdict import CaseResult, Status, check_id
 from cl_validate.paths import repo_path
-
-#: Characters XML 1.0 cannot hold at all (most C0 controls, lone surrogates, U+FFFE/F): a
-#: model's output in an error's tail may contain any byte.
-_NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
-def xml_safe(text: str) -> str:
-    """`text` with every character XML 1.0 forbids written as ``\\xNN`` (visible, and the
-    report stays well-formed whatever a model printed)."""
-    def escape(m: re.Match[str]) -> str:
-        n = ord(m.group())
-        return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
-
-    return _NOT_XML.sub(escape, text)
+from cl_validate.report.escape import xml_safe
 
 
 def _scrub(elem: ET.Element) -> None:

@@ -7,15 +7,15 @@ of the fused kernel chain with the transform kernels in red. Long chains are col
 the transforms, so a ResNet-50 chart stays a dozen nodes.
 
 Everything a model, a case file or TVM names (kernel names, shapes, messages) is escaped
-before it reaches Mermaid or Markdown: a hostile name must not break the chart or the page.
-The tests render every chart with the real Mermaid (tools/setup-mermaid.sh).
+before it reaches Mermaid or Markdown (`cl_validate.report.escape`): a hostile name must not
+break the chart or the page, nor write raw control characters, HTML or mentions into it. The
+tests render every chart with the real Mermaid (tools/setup-mermaid.sh).
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,7 @@ from cl_validate.measurements.bisection import Bisection
 from cl_validate.measurements.kernel_list import Kernel, KernelList, shape_text
 from cl_validate.measurements.units import bytes_text, share_text
 from cl_validate.paths import MARKDOWN_MARKER, repo_path
+from cl_validate.report.escape import md_code, md_fenced, md_text, mermaid_text
 from cl_validate.report.ledger import counted, headline, ledgers
 
 MARK = {Status.PASSED: "✅", Status.FAILED: "❌", Status.ERROR: "⚠️", Status.SKIPPED: "⏭️"}
@@ -38,27 +39,7 @@ STEP_SUMMARY_LIMIT = 1_000_000
 # --------------------------------------------------------------------------------------------
 # Mermaid
 # --------------------------------------------------------------------------------------------
-#: Characters that end a quoted label or start Mermaid/HTML markup, as Mermaid entity codes
-#: (``#34;`` renders as ``"``). ``#`` itself too, so that text like ``#1;`` stays literal.
-#: A backslash gets a zero-width space after it: in a label with ``<br/>`` Mermaid turns a
-#: literal ``\n`` into a line break even when the backslash came from an entity (measured).
-_MERMAID_ENTITIES = {'"': "#34;", "#": "#35;", "%": "#37;", "&": "#38;", "<": "#60;",
-                     ">": "#62;", "\\": "#92;#8203;", "`": "#96;"}
-_MAX_LABEL = 90
 _MAX_TRANSFORMS = 3  # described per kernel node; a fused kernel may hold more
-
-
-def mermaid_text(text: str, limit: int = _MAX_LABEL) -> str:
-    """`text` made safe inside a double-quoted Mermaid label: one line, no markup."""
-    out: list[str] = []
-    for ch in text[:limit] + ("…" if len(text) > limit else ""):
-        if ch in _MERMAID_ENTITIES:
-            out.append(_MERMAID_ENTITIES[ch])
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"):
-            out.append(" ")  # newlines, tabs, bidi controls, lone surrogates: not in a label
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -168,34 +149,6 @@ def mermaid_chart(kernels: KernelList | Sequence[Kernel], *, context: int = 1,
 # --------------------------------------------------------------------------------------------
 # Markdown
 # --------------------------------------------------------------------------------------------
-def _code(text: str) -> str:
-    """An inline code span that `text` cannot break out of (CommonMark's backtick rule)."""
-    text = " ".join(text.split())
-    longest = run = 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
-    fence = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def _fenced(text: str, lang: str) -> str:
-    longest = run = 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{lang}\n{text}\n{fence}"
-
-
-def _cell(text: str) -> str:
-    """Text safe in a GFM table cell: one line, no column break, no HTML."""
-    text = " ".join(text.split())
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace(
-        "|", "\\|")
-
-
 def _check_cell(result: CaseResult, check: Check) -> str:
     try:
         c = result.check(check.name)
@@ -207,7 +160,7 @@ def _check_cell(result: CaseResult, check: Check) -> str:
                  Status.SKIPPED: "skipped"}[c.status]
     elif c.figures.stale:
         value += " (stale)"
-    return f"{MARK[c.status]} {_cell(value)}"
+    return f"{MARK[c.status]} {md_text(value)}"
 
 
 def _counts(results: Sequence[CaseResult]) -> dict[Status, int]:
@@ -232,11 +185,11 @@ def _heading(results: Sequence[CaseResult]) -> list[str]:
 def _table(results: Sequence[CaseResult], target: str) -> list[str]:
     every = checks()
     head = ["case", *(c.heading() for c in every), "time"]
-    out = [f"### {_cell(target)}", "", "| " + " | ".join(head) + " |",
+    out = [f"### {md_text(target)}", "", "| " + " | ".join(head) + " |",
            "|" + "|".join([" --- "] + [" :---: "] * len(every) + [" ---: "]) + "|"]
     for r in results:
         if r.target == target:
-            cells = [f"`{_cell(r.case.label)}`", *(_check_cell(r, c) for c in every),
+            cells = [md_code(r.case.label), *(_check_cell(r, c) for c in every),
                      f"{r.seconds:.1f} s"]
             out.append("| " + " | ".join(cells) + " |")
     return out
@@ -254,42 +207,44 @@ def _stages(result: CaseResult) -> str:
 
 def _bisection_table(b: Bisection) -> list[str]:
     """Each pipeline stage's program run on the failing inputs: where the numerics broke."""
-    at = f" on inputs {_code(b.sample)}" if b.sample else ""
+    at = f" on inputs {md_code(b.sample, table=False)}" if b.sample else ""
     out = [f"Numerics after each pipeline stage (built and run on {b.target}{at}):", "",
            "| stage | error | |", "|---|---|---|"]
     first = b.first_break
     for run in b.stages:
         if not run.ran:
-            out.append(f"| {_code(run.stage)} | {_cell(run.note)} | ⏭️ |")
+            out.append(f"| {md_code(run.stage)} | {md_text(run.note)} | ⏭️ |")
             continue
         mark = "✅" if run.ok else ("❌ first break" if run.stage == first else "❌")
-        out.append(f"| {_code(run.stage)} | {_cell(run.worst().figure())} | {mark} |")
+        out.append(f"| {md_code(run.stage)} | {md_text(run.worst().figure())} | {mark} |")
     if b.stopped:
-        out.append(f"\n_Stopped: {_cell(b.stopped)}_")
+        out.append(f"\n_Stopped: {md_text(b.stopped)}_")
     return [*out, ""]
 
 
 def failure_section(result: CaseResult, *, chart: bool = True) -> str:
     """Why one case × target failed: messages, transforms per stage, the kernel chain."""
-    out = [f"### {MARK[result.status]} `{_cell(result.case.label)}` on {_cell(result.target)}",
-           "", f"Case file: {_code(repo_path(result.case.path))}", ""]
+    out = [f"### {MARK[result.status]} {md_code(result.case.label, table=False)} on "
+           f"{md_text(result.target)}", "",
+           f"Case file: {md_code(repo_path(result.case.path), table=False)}", ""]
     for c in result.checks:
         if c.status.bad:
-            out.append(f"- {MARK[c.status]} **{c.check}**: {_code(c.message)} "
-                       f"at {_code(_where(result, c))}")
+            out.append(f"- {MARK[c.status]} **{md_text(c.check)}**: "
+                       f"{md_code(c.message, table=False)} at "
+                       f"{md_code(_where(result, c), table=False)}")
     out.append("")
     if result.bisection is not None and result.bisection.stages:
         out += _bisection_table(result.bisection)
     if result.stage_counts:
         out += ["Runtime layout transforms after each stage (`+Nw`: weight transforms): "
-                + _code(_stages(result)), ""]
+                + md_code(_stages(result), table=False), ""]
     kernels = result.kernels
     if kernels is not None and len(kernels):
         n_t = len(kernels.runtime_transforms) + len(kernels.weight_transforms)
         if chart:
             out += [f"Kernel chain in execution order ({len(kernels)} kernels, {n_t} "
                     "transforms in red, long runs without transforms collapsed):", "",
-                    _fenced(mermaid_chart(kernels), "mermaid"), ""]
+                    md_fenced(mermaid_chart(kernels), "mermaid"), ""]
         profile = result.profile
         times = profile.times() if profile is not None else None
         costs = [transform_costs(kernels)]
@@ -300,7 +255,7 @@ def failure_section(result: CaseResult, *, chart: bool = True) -> str:
         summary = "bytes in and out" + ("; time" if times else "")
         out += ["<details><summary>Kernel list (<code>&gt;&gt;</code> marks a layout "
                 f"transform; {summary})</summary>", "",
-                _fenced("\n\n".join([kernels.render(times=times), *costs]), "text"),
+                md_fenced("\n\n".join([kernels.render(times=times), *costs]), "text"),
                 "", "</details>", ""]
     return "\n".join(out)
 
@@ -311,15 +266,16 @@ def ledger_section(results: Sequence[CaseResult], *, names: int | None = 3) -> s
     out = ["## What the runtime transforms are there for (blocker ledger)", "",
            "Bytes: what the transforms read and write; share: of all kernels' traffic."]
     for led in ledgers(results):
-        out += ["", f"### {_cell(led.target)}", "", _cell(headline(led)), ""]
+        out += ["", f"### {md_text(led.target)}", "", md_text(headline(led)), ""]
         if not led.entries:
             continue
         out += ["| transforms | bytes | share | why | cases | modules |",
                 "| ---: | ---: | ---: | --- | --- | --- |"]
         for e in led.entries:
             share = share_text(e.bytes / led.traffic) if led.traffic else "–"
-            out.append(f"| {e.transforms} | {bytes_text(e.bytes)} | {share} | {_cell(e.why)} | "
-                       f"{_cell(counted(e.cases, names))} | {_cell(counted(e.modules, names))} |")
+            out.append(f"| {e.transforms} | {bytes_text(e.bytes)} | {share} | {md_text(e.why)} | "
+                       f"{md_text(counted(e.cases, names))} | "
+                       f"{md_text(counted(e.modules, names))} |")
     return "\n".join(out) + "\n"
 
 

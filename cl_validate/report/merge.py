@@ -31,6 +31,7 @@ from pathlib import Path
 from cl_validate.atomic import write_atomic
 from cl_validate.errors import UsageError
 from cl_validate.paths import read_regular
+from cl_validate.report.escape import md_code, md_text
 
 # Only the standard library: merging must not import torch or TVM (the CI job that merges
 # installs neither).
@@ -220,26 +221,30 @@ def write(root: ET.Element, path: str | Path) -> Path:
 
 def summary(root: ET.Element, output: str) -> str:
     """A Markdown table per suite and the failures, readable on a console and in
-    ``$GITHUB_STEP_SUMMARY``."""
+    ``$GITHUB_STEP_SUMMARY``; every name and message (any tool's, any text) escaped."""
     lines = ["| suite | tests | passed | failed | errors | skipped | time |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     bad: list[str] = []
     for suite in root.findall("testsuite"):
         n = {a: int(suite.get(a, "0")) for a in ("tests", "failures", "errors", "skipped")}
         passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
-        lines.append(f"| {suite.get('name')} | {n['tests']} | {passed} | {n['failures']} | "
-                     f"{n['errors']} | {n['skipped']} | {float(suite.get('time', 0)):.1f}s |")
+        lines.append(f"| {md_text(suite.get('name', ''))} | {n['tests']} | {passed} | "
+                     f"{n['failures']} | {n['errors']} | {n['skipped']} | "
+                     f"{float(suite.get('time', 0)):.1f}s |")
         for tc in suite.findall("testcase"):
             for tag in ("failure", "error"):
                 r = tc.find(tag)
                 if r is not None:
                     where = tc.get("file", "") + (f":{tc.get('line')}" if tc.get("line") else "")
                     msg = (r.get("message") or "").splitlines()[:1]
-                    bad.append(f"- **{tag.upper()}** `{tc.get('classname')}` "
-                               f"{tc.get('name')} ({suite.get('name')}): "
-                               f"{msg[0] if msg else ''}" + (f" — `{where}`" if where else ""))
+                    bad.append(f"- **{tag.upper()}** "
+                               f"{md_code(tc.get('classname', ''), table=False)} "
+                               f"{md_text(tc.get('name', ''))} "
+                               f"({md_text(suite.get('name', ''))}): "
+                               f"{md_text(msg[0] if msg else '')}"
+                               + (f" — {md_code(where, table=False)}" if where else ""))
     lines.append("")
     lines.extend(bad[:50])
     if len(bad) > 50:
-        lines.append(f"- … and {len(bad) - 50} more in {output}")
+        lines.append(f"- … and {len(bad) - 50} more in {md_text(output)}")
     return "\n".join(lines).rstrip() + "\n"

@@ -37,6 +37,7 @@ from cl_validate.checks.ratchet import RatchetKind
 from cl_validate.checks.registry import checks
 from cl_validate.checks.verdict import CaseResult, CheckResult, Status
 from cl_validate.errors import ExitCode
+from cl_validate.report.escape import md_trusted
 from cl_validate.report.junit import build_junit
 from cl_validate.spec.budget_keys import budget_keys
 from cl_validate.spec.key_docs import tables
@@ -54,11 +55,6 @@ def _end(name: str) -> str:
     return f"<!-- /generated: {name} -->"
 
 
-def _cell(text: str) -> str:
-    """`text` as one Markdown table cell."""
-    return " ".join(text.split()).replace("|", "\\|")
-
-
 # --------------------------------------------------------------------------------------------
 # checks and failure kinds
 # --------------------------------------------------------------------------------------------
@@ -71,7 +67,7 @@ def checks_table() -> str:
         table, *keys = c.declared_by
         where = f"`[{table}] {'.'.join(keys)}`" if keys else f"`{table}`"
         kinds = ", ".join(dict.fromkeys(f"`{k.value}`" for group in c.kinds for k in group))
-        rows.append(f"| `{c.name}` | {_cell(c.summary)} | {where} | {kinds or '–'} |")
+        rows.append(f"| `{c.name}` | {md_trusted(c.summary)} | {where} | {kinds or '–'} |")
     return "\n".join(rows)
 
 
@@ -81,7 +77,7 @@ def failure_kinds() -> str:
     for c in checks():
         for group in c.kinds:
             for k in group:
-                rows.append(f"| `{c.name}` | `{k.value}` | {_cell(k.doc)} |")
+                rows.append(f"| `{c.name}` | `{k.value}` | {md_trusted(k.doc)} |")
     return "\n".join(rows)
 
 
@@ -102,7 +98,7 @@ def budget_table() -> str:
         value = _VALUE[k.value] + (f", default {k.default}" if k.default is not None else "")
         rows.append(f"| `{k.name}` | {value} | "
                     f"{f'`{check.name}`' if check else '–'} | "
-                    f"{_cell(check.summary) if check else '–'} | "
+                    f"{md_trusted(check.summary) if check else '–'} | "
                     f"{'yes' if k.exact else 'no: a ceiling'} |")
     rows.append("| `reason` | text | – | why a budget went up (`budget tighten "
                 "--allow-increase --reason`), for the reviewer | – |")
@@ -114,7 +110,7 @@ def case_keys() -> str:
     parts = []
     for t in tables():
         rows = [f"**{t.heading}**", "", "| key | means |", "| --- | --- |"]
-        rows += [f"| `{k}` | {_cell(doc)} |" for k, doc in t.keys]
+        rows += [f"| `{k}` | {md_trusted(doc)} |" for k, doc in t.keys]
         parts.append("\n".join(rows))
         if t.heading.startswith("top level"):
             parts.append("**[budget]** (and `budget` in `[targets_override.<target>]` and "
@@ -146,7 +142,7 @@ def _help(a: argparse.Action, prog: str) -> str:
         text = text % params
     repeat = " (repeatable)" if isinstance(a, argparse._AppendAction) and \
         "repeatable" not in text else ""
-    return _cell(text + repeat)
+    return md_trusted(text + repeat)
 
 
 def _commands(parser: argparse.ArgumentParser, prefix: str
@@ -199,7 +195,7 @@ def exit_codes() -> str:
     for code in ExitCode:
         if code.name not in docs:
             raise ValueError(f"ExitCode.{code.name} has no docstring (cl_validate/errors.py)")
-        rows.append(f"| **{int(code)}** | `{code.name}` | {_cell(docs[code.name])} |")
+        rows.append(f"| **{int(code)}** | `{code.name}` | {md_trusted(docs[code.name])} |")
     return "\n".join(rows)
 
 

@@ -3,7 +3,8 @@
 in the order given along the x axis.
 
 Names a report, a case file or a model chose are reduced to characters a chart's quoted
-label cannot be broken by before they reach Mermaid.
+label cannot be broken by before they reach Mermaid, and escaped in the Markdown around the
+charts (`cl_validate.report.escape`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from cl_validate.report.escape import md_code, md_text
 from cl_validate.report.figures import FIGURES, Figure, Run
 
 #: What `chart` draws by default: what the runtime transforms cost.
@@ -84,6 +86,6 @@ def trend_markdown(reports: Sequence[tuple[str, Mapping[tuple[str, str], Run]]],
         for f in chosen:
             text = chart(series, f)
             if text is not None:
-                out += [f"### `{_label(key[0], 60)}` [{_label(key[1])}]: {f.label}", "",
-                        "```mermaid", text, "```", ""]
+                head = f"### {md_code(key[0], table=False)} [{md_text(key[1])}]: {f.label}"
+                out += [head, "", "```mermaid", text, "```", ""]
     return "\n".join(out)
