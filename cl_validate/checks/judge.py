@@ -51,7 +51,8 @@ def judge(case: CaseSpec, m: Measurement, stale: StalePolicy = StalePolicy.FAIL,
     assert m.kernels is not None
     result.kernels, result.stage_counts, result.profile = m.kernels, m.stage_counts, m.profile
     result.bisection = m.bisection
-    j = Judging(case, m, stale)
+    # the [[outputs]] entries bound to the outputs the model returned, by name where named
+    j = Judging(replace(case, output_names=tuple(m.output_names)), m, stale)
     first = case_check()
     spent: dict[str, float] = {}
     left = seconds

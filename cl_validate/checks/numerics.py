@@ -36,6 +36,7 @@ from cl_validate.measurements.bisection import Bisection
 from cl_validate.measurements.error_stats import ErrorStats, compare
 from cl_validate.measurements.measurement import Measurement, Sample
 from cl_validate.measurements.quant_steps import OutputStep, steps_text
+from cl_validate.measurements.selection import match_items
 from cl_validate.spec import CaseSpec
 
 NAME = "numerics"
@@ -92,10 +93,27 @@ def compare_all(case: CaseSpec, target: str, actual: Sequence[np.ndarray],
                 steps: Sequence[OutputStep | None] = ()) -> list[ErrorStats]:
     """Every output judged by the case's rule for it (`steps`: each output's quantization
     step, for the steps rule)."""
-    return [compare(a, e, case.tolerance_for(target, i)[0], i, sample,
-                    reference64[i] if reference64 is not None else None,
-                    steps[i] if i < len(steps) else None)
-            for i, (a, e) in enumerate(zip(actual, expected, strict=True))]
+    out = []
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        tol = case.tolerance_for(target, i)[0]
+        ref64 = reference64[i] if reference64 is not None else None
+        declared = case.declared_output(i)
+        matched = None
+        if declared is not None and declared.selection is not None:
+            axis, differing = declared.selection
+            against = e
+            if tol.float64 and ref64 is not None:  # eager's own order against float64's
+                against = ref64
+                e = match_items(e, ref64, axis, tol.atol, tol.rtol, differing).actual
+            matched = match_items(a, against, axis, tol.atol, tol.rtol, differing)
+            a = matched.actual
+        stats = replace(compare(a, e, tol, i, sample, ref64,
+                                steps[i] if i < len(steps) else None),
+                        label=case.output_label(i))
+        if matched is not None:
+            stats = replace(stats, reordered=matched.reordered, differing=matched.differing)
+        out.append(stats)
+    return out
 
 
 def sample_stats(case: CaseSpec, target: str, sample: Sample,
@@ -245,10 +263,11 @@ def _unstepped(case: CaseSpec, m: Measurement) -> CheckResult | None:
     for i in range(m.model_outputs or 0):
         tol, line = case.tolerance_for(m.target, i)
         if tol.by_steps and (i >= len(m.output_steps) or m.output_steps[i] is None):
-            return CheckResult(NAME, Status.ERROR, f"output {i} has no quantization step to "
-                               f"count its error in: no quantize precedes it ({m.target}; "
-                               "hint: judge it with rtol/atol or reference = \"float64\" "
-                               "without steps)", kind=NumericsKind.NO_STEP, line=line)
+            return CheckResult(NAME, Status.ERROR, f"{case.output_label(i)} has no "
+                               "quantization step to count its error in: no quantize "
+                               f"precedes it ({m.target}; hint: judge it with rtol/atol or "
+                               "reference = \"float64\" without steps)",
+                               kind=NumericsKind.NO_STEP, line=line)
     return None
 
 
@@ -276,16 +295,29 @@ def insensitive_outputs(case: CaseSpec, m: Measurement) -> tuple[list[str], bool
                         ref64, m.output_steps[i] if i < len(m.output_steps) else None)
         if stats:  # within tolerance: the output's dependence on the input is below it
             blind += 1
-            lines.append(f"output {i} changes by RMS {_rms(other - exp):.2g} under another "
-                         f"input (its RMS {_rms(exp):.2g}), within the tolerance")
+            lines.append(f"{case.output_label(i)} changes by RMS {_rms(other - exp):.2g} "
+                         f"under another input (its RMS {_rms(exp):.2g}), within the tolerance")
     every = blind == len(first.expected) > 0
     if every and not lines:
         lines = ["every output is the same under another input"]
     return lines, every or bool(lines)
 
 
-_SENSITIVITY_HINT = ('weights = "calibrated" recomputes BatchNorm statistics so the signal '
-                     'reaches the output; input_sensitivity = "warn" accepts the case as it is')
+def _sensitivity_hint(case: CaseSpec, m: Measurement) -> str:
+    """What makes this model's outputs depend on its input: BatchNorm statistics
+    recomputed where it has BatchNorms and they are not yet, else its projections drawn
+    again with the variance that keeps the signal (LayerNorm and norm-free models)."""
+    accept = 'input_sensitivity = "warn" accepts the case as it is'
+    if m.batchnorms and case.weights == "as-built":
+        return ('weights = "calibrated" recomputes its BatchNorm statistics so the signal '
+                f"reaches the output; {accept}")
+    if case.weights != "signal-preserving":
+        what = "it has no BatchNorm to calibrate" if not m.batchnorms else \
+            "its BatchNorms are calibrated"
+        return (f'{what}: weights = "signal-preserving" draws its projections again with '
+                f"the variance that keeps the signal; {accept}")
+    return ("its weights keep the signal already: a tolerance tighter than the output's "
+            f"change under another input can fail; or {accept}")
 
 
 def _sensitivity(case: CaseSpec, m: Measurement, passed: CheckResult) -> CheckResult:
@@ -298,10 +330,11 @@ def _sensitivity(case: CaseSpec, m: Measurement, passed: CheckResult) -> CheckRe
     what = (f"numerics cannot fail: {lines[0]}"
             + (f" (+{len(lines) - 1} more)" if len(lines) > 1 else "")
             + " — a program that ignored its input would pass")
-    body = "\n".join(lines) + f"\nhint: {_SENSITIVITY_HINT}\n\n{passed.body}"
+    hint = _sensitivity_hint(case, m)
+    body = "\n".join(lines) + f"\nhint: {hint}\n\n{passed.body}"
     if case.input_sensitivity == "warn":
         return replace(passed, message=f"{passed.message} (warning: {what})", body=body)
-    return CheckResult(NAME, Status.FAILED, f"{what} ({m.target}; hint: {_SENSITIVITY_HINT})",
+    return CheckResult(NAME, Status.FAILED, f"{what} ({m.target}; hint: {hint})",
                        kind=NumericsKind.INSENSITIVE,
                        line=case.line_of("input_sensitivity") or case.line_of("model"),
                        body=body, figures=passed.figures)

@@ -15,16 +15,23 @@ values go:
 
 It never raises a budget unless ``--allow-increase`` is given, and then only with
 ``--reason TEXT``, recorded as ``reason = "..."`` in the budget table it raised. A file whose
-budgets are already exact is not touched. ``record`` writes ``baselines/<case>.<target>.txt``
-(see `cl_validate.checks.kernel_baseline`).
+budgets are already exact is not touched. A case file it may not write (read-only, immutable,
+on a read-only file system) is left exactly as it was and named in one line with the line of
+its first change and what to do (exit 2); every other file is still tightened, as a case that
+did not compile or an increase refused does not stop the others. ``record`` writes
+``baselines/<case>.<target>.txt`` (see `cl_validate.checks.kernel_baseline`).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import errno
+import os
+import sys
 from collections.abc import Sequence
 
-from cl_validate.atomic import write_atomic
+from cl_validate.atomic import through_links, write_atomic
 from cl_validate.checks import kernel_baseline as baseline
 from cl_validate.checks.ratchet import BudgetCheck
 from cl_validate.checks.registry import checks
@@ -33,6 +40,7 @@ from cl_validate.cli.common import DEFAULT_PATH, add_paths, add_target, expand, 
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.measurements.kernel_list import KernelList
 from cl_validate.paths import display_path
+from cl_validate.report.console import one_line
 from cl_validate.spec import CaseSpec, load_cases
 from cl_validate.spec.budgets import MeasuredCounts, flag_comments, plan, rewrite, verify
 from cl_validate.spec.casefile import CaseText, diff_lines, written_to
@@ -163,6 +171,7 @@ def _tighten(cases: Sequence[CaseSpec], results: Sequence[CaseResult], *,
         measured.setdefault(r.case.name, {}).setdefault(variant, {})[r.target] = figures(
             r.kernels)
     changed = exact = refused = 0
+    unwritten: list[UsageError] = []
     print()
     for case in cases:
         if case.name not in measured:
@@ -178,19 +187,85 @@ def _tighten(cases: Sequence[CaseSpec], results: Sequence[CaseResult], *,
         source = CaseText.read(case.path)
         new = flag_comments(source.text, rewrite(source.text, p))
         verify(case.path, source.encode(new), p)  # the bytes that will be written
-        changed += 1
-        print(f"{written_to(case.path)}:" + (" (dry run: not written)" if dry_run else ""))
+        error = None if dry_run else _write(source, new, shown)
+        if error is None:
+            changed += 1
+        else:
+            unwritten.append(error)
+        note = (" (dry run: not written)" if dry_run else
+                " (NOT WRITTEN: see the error below)" if error else "")
+        print(f"{written_to(case.path)}:{note}")
         for line in p.effective:
             print(f"  {line}")
         for line in diff_lines(shown, source.text, new):
             print(f"  {line}")
         if source.kept():
             print(f"  ({source.kept()})")
-        if not dry_run:
-            source.write(new)
     verb = "would update" if dry_run else "updated"
     print(f"\nbudget tighten: {changed} file(s) {verb}, {exact} exact, {refused} increase(s) "
-          f"refused, {len(broken)} not measured")
+          f"refused, {len(broken)} not measured"
+          + (f", {len(unwritten)} not written" if unwritten else ""))
     for b in broken:
         print(f"NOT MEASURED {b}: did not compile (see cl-validate run)")
+    for e in unwritten:
+        print(f"cl-validate: error: {one_line(str(e))}", file=sys.stderr)
+    if unwritten:  # the file to fix is the user's, as for a case file that does not load
+        return ExitCode.USAGE_ERROR
     return ExitCode.CHECK_FAILED if refused or broken else ExitCode.OK
+
+
+_AGAIN = "then run cl-validate budget tighten again, or make the change shown above by hand"
+
+
+def _write(source: CaseText, new: str, shown: str) -> UsageError | None:
+    """Write the tightened case file; None when it was written, else the one-line error
+    naming it at its first changed line. The file is then exactly as it was: the write is
+    atomic, and a file its mode makes read-only is not replaced, even where the folder would
+    let a new file be renamed over it (or root could)."""
+    line = _first_change(source.text, new)
+
+    def fail(message: str, hint: str) -> UsageError:
+        return UsageError(f"{message}: its budgets were not tightened", file=shown, line=line,
+                          hint=f"{hint}, {_AGAIN}")
+
+    try:
+        real = through_links(source.path)
+        if not real.stat().st_mode & 0o222:
+            return fail("the case file is read-only", f"make it writable (chmod u+w {shown})")
+        # The OS's own answer for this file (immutable, not the user's, a read-only file
+        # system): opened for writing, nothing written, closed.
+        os.close(os.open(real, os.O_WRONLY | os.O_CLOEXEC))
+    except OSError as exc:
+        return fail(f"cannot write the case file: {exc.strerror or exc}", _why(exc, shown))
+    try:
+        source.write(new)
+    except OSError as exc:  # the folder: the new file is written beside it, renamed over it
+        return fail(f"cannot replace the case file: {exc.strerror or exc}",
+                    _why(exc, shown, folder=True))
+    return None
+
+
+def _why(exc: OSError, shown: str, *, folder: bool = False) -> str:
+    """What to do about an OS error writing the case file `shown` (or, with `folder`, the
+    new file beside it and the rename over it)."""
+    if exc.errno == errno.EPERM:
+        if folder:
+            return "it or its folder is immutable (lsattr -d shows 'i'): chattr -i the one that is"
+        return f"it is immutable (lsattr shows 'i'): chattr -i {shown}"
+    if exc.errno == errno.EACCES:
+        return ("make its folder writable: the new text is written beside it and renamed "
+                "over it" if folder else f"make it writable (chmod u+w {shown}) or ask its owner")
+    if exc.errno == errno.EROFS:
+        return "the file system is mounted read-only: tighten a writable checkout"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "free some space"
+    return "fix what the error says"
+
+
+def _first_change(old: str, new: str) -> int | None:
+    """The 1-based line of `old` where `new` first differs."""
+    a, b = old.splitlines(), new.splitlines()
+    for tag, i1, _, _, _ in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            return min(i1 + 1, max(len(a), 1))
+    return None

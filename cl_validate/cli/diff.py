@@ -3,7 +3,9 @@
 BASE is the base branch's report (its last run's artifact), HEAD the pull request's. Prints
 the Markdown (`cl_validate.report.delta`): first every budget or tolerance the pull request
 loosened in a case file of HEAD — with ``--base-cases REF`` (a git revision, e.g.
-``origin/main``) or a folder of the base's case files — then a row per case × target whose
+``origin/main``) or a folder of the base's case files, each case compared with the base's
+case of the same name wherever the base had its file (a file moved or renamed is the same
+case), else with the base's file at the same path — then a row per case × target whose
 figures changed, marked better or worse, with the runtime transforms it added by module.
 ``--markdown FILE`` writes it for a pull-request comment (65,536 characters at most);
 under GitHub Actions it is appended to the job summary too (1 MiB). Nothing is measured:
@@ -41,8 +43,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         f"a pull-request comment's {COMMENT_LIMIT} characters (an existing "
                         "FILE must be a report cl_validate wrote, or empty)")
     parser.add_argument("--base-cases", metavar="REF|DIR", help="list the budgets and "
-                        "tolerances HEAD's case files loosen against the same files at git "
-                        "revision REF (e.g. origin/main) or in folder DIR")
+                        "tolerances HEAD's case files loosen against the same cases (by name, "
+                        "wherever their files were; else by path) at git revision REF (e.g. "
+                        "origin/main) or in folder DIR")
     parser.add_argument("--fail-on-budget-increase", action="store_true",
                         help="exit 1 when a budget or tolerance was loosened (needs "
                         "--base-cases), unless --allow-budget-increase")

@@ -27,6 +27,7 @@ from cl_validate.compile.attribution import (
     sources_by_binding,
 )
 from cl_validate.compile.converters import custom_convert_map
+from cl_validate.compile.model_outputs import named_outputs
 from cl_validate.compile.quant_steps import output_steps
 from cl_validate.errors import CaseFileError, ClValidateError, CompileStageError
 from cl_validate.ir import shape_exprs, weight_params
@@ -58,15 +59,19 @@ class Frontend:
 WRAPPED = "inner"
 
 
-def channels_last_wrapper(model: torch.nn.Module, case: CaseSpec) -> torch.nn.Module:
-    """Wrap `model` so the exported program takes/returns NHWC where the case says so.
+def channels_last_wrapper(model: torch.nn.Module, case: CaseSpec,
+                          flatten_outputs: bool = False) -> torch.nn.Module:
+    """Wrap `model` so the exported program takes/returns NHWC where the case says so, and
+    (`flatten_outputs`) returns its outputs as the flat tuple numerics compares
+    (`named_outputs`: a dict's, a dataclass's, None left out).
 
     Exactly the declared inputs and outputs are permuted; nothing is inferred. The permutes
     added here are what ConvertLayout's boundary transforms cancel against.
     """
     in_nhwc = [i.layout == "NHWC" for i in case.inputs]
-    out_nhwc = [o.layout == "NHWC" for o in case.outputs]
-    if not any(in_nhwc) and not any(out_nhwc):
+    count = max(len(case.outputs), len(case.output_names))
+    out_nhwc = [case.output_layout(i) == "NHWC" for i in range(count)]
+    if not any(in_nhwc) and not any(out_nhwc) and not flatten_outputs:
         return model
 
     class ChannelsLastIO(torch.nn.Module):
@@ -82,7 +87,7 @@ def channels_last_wrapper(model: torch.nn.Module, case: CaseSpec) -> torch.nn.Mo
                          for a, nhwc in zip(args, in_nhwc, strict=True))
             out = self.inner(*args)
             single = isinstance(out, torch.Tensor)
-            outs = [out] if single else list(out)
+            outs = [out] if single else [t for _, t in named_outputs(out)]
             for i, nhwc in enumerate(out_nhwc):
                 if nhwc and i < len(outs):
                     outs[i] = outs[i].permute(0, 2, 3, 1)
@@ -96,9 +101,11 @@ def channels_last_wrapper(model: torch.nn.Module, case: CaseSpec) -> torch.nn.Mo
 
 
 def export_and_import(model: torch.nn.Module, case: CaseSpec,
-                      example_inputs: Sequence[torch.Tensor]) -> Frontend:
-    """torch.export the (wrapped) model and import it into Relax with weights as params."""
-    wrapped = channels_last_wrapper(model, case)
+                      example_inputs: Sequence[torch.Tensor],
+                      flatten_outputs: bool = False) -> Frontend:
+    """torch.export the (wrapped) model and import it into Relax with weights as params
+    (`channels_last_wrapper`)."""
+    wrapped = channels_last_wrapper(model, case, flatten_outputs)
     args = tuple(
         x.permute(0, 2, 3, 1).contiguous() if spec.layout == "NHWC" else x
         for x, spec in zip(example_inputs, case.inputs, strict=True)

@@ -39,6 +39,11 @@ class ErrorStats:
     rmse: float = 0.0  # TVM against the reference
     eager_rmse: float | None = None  # float64 rule: eager float32 against float64
     step: OutputStep | None = None  # steps rule: the output's quantization step
+    label: str = ""  # how reports name the output (``output logits``); "": by its index
+    #: a selection output (`measurements.selection`): items TVM has in another order, and
+    #: items that are other ones altogether (allowed by the case, taken as PyTorch's)
+    reordered: int = 0
+    differing: int = 0
 
     def __bool__(self) -> bool:
         if self.shape_mismatch is not None or self.nonfinite_tvm or self.nonfinite_torch:
@@ -74,7 +79,8 @@ class ErrorStats:
     @property
     def where(self) -> str:
         """``output 0`` or ``output 0 at batch=16``."""
-        return f"output {self.output}" + (f" at {self.sample}" if self.sample else "")
+        return (self.label or f"output {self.output}") + (
+            f" at {self.sample}" if self.sample else "")
 
     def figure(self) -> str:
         """The one figure this rule judges by: ``max abs 3.1e-02`` or ``RMSE 2.2e-06 (1.4x
@@ -113,6 +119,10 @@ class ErrorStats:
         if self.mismatched and not t.float64 and not t.by_steps:
             parts.append(f"{self.mismatched}/{self.total} elements outside "
                          f"rtol {t.rtol:g} atol {t.atol:g}")
+        if self.reordered or self.differing:
+            parts.append(f"compared as a selection: {self.reordered} items in another order"
+                         + (f", {self.differing} other items (allowed)" if self.differing
+                            else ""))
         return "; ".join(parts)
 
     def detail(self) -> str:

@@ -57,6 +57,11 @@ class Measurement:
     seconds: float = 0.0
     peak_rss_mb: float | None = None
     model_outputs: int | None = None  # how many outputs the PyTorch model returns
+    #: BatchNorm modules with running statistics in the model (what calibrating recomputes;
+    #: the hint of numerics that cannot fail depends on it)
+    batchnorms: int | None = None
+    #: the outputs' names (`CaseSpec.output_names`: ``logits``, ``1.k``; "" for a lone tensor)
+    output_names: list[str] = field(default_factory=list)
     #: each output's quantization step, read off the exported QDQ graph (None: no quantize
     #: before it); what ``[tolerance] steps`` counts the error in
     output_steps: list[OutputStep | None] = field(default_factory=list)

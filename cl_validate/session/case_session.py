@@ -18,7 +18,7 @@ import functools
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from cl_validate.checks.kernel_baseline import load_baseline
 from cl_validate.checks.numerics import NumericsKind, wants_bisection
 from cl_validate.compile.factory import build_model, check_layout_overrides, weights_digest
 from cl_validate.compile.frontend import Frontend, export_and_import
+from cl_validate.compile.model_outputs import OutputTypeError
 from cl_validate.compile.pipeline import resolve_pipeline
 from cl_validate.compile.program import Compiled, compile_case
 from cl_validate.compile.tvm_targets import (
@@ -55,7 +56,7 @@ from cl_validate.measurements.kinds import SkipKind
 from cl_validate.measurements.measurement import Measurement, Sample, Skip
 from cl_validate.paths import display_path
 from cl_validate.session import sandbox
-from cl_validate.session.execute import float64_model, run_torch, run_torch64, run_tvm
+from cl_validate.session.execute import float64_model, run_torch64, run_torch_named, run_tvm
 from cl_validate.session.first_break import bisect, bisect_failure
 from cl_validate.session.inputs import make_inputs, torch_inputs
 from cl_validate.session.kernel_timer import profile_case, wants_profile
@@ -63,7 +64,9 @@ from cl_validate.session.remote import RpcError, run_remote
 from cl_validate.session.weights import (
     CALIBRATION_BATCHES,
     CALIBRATION_SEED_OFFSET,
+    batchnorms,
     calibrate_batchnorm,
+    preserve_signal,
 )
 from cl_validate.spec import CaseSpec
 from cl_validate.spec.options import RunOptions, selected_targets
@@ -161,6 +164,8 @@ class CaseSession:
         self._references64: list[list[np.ndarray]] | None = None
         self._reference64_error: ErrorRecord | None = None
         self._prepared_seconds = 0.0
+        #: whether the forward returns a tensor or a flat tuple of them (None: not run yet)
+        self._flat_outputs: bool | None = None
         self.started = time.perf_counter()
 
     # -- the model and its reference --------------------------------------------------------
@@ -171,7 +176,7 @@ class CaseSession:
         (every mistake in a case file raises `CaseFileError` here)."""
         resolve_pipeline(self.case)
         model = build_model(self.case)
-        if self.case.weights == "calibrated":
+        if self.case.weights in ("calibrated", "signal-preserving"):
             self._calibrate(model)
         check_layout_overrides(self.case, model)
         for target in self.targets:
@@ -180,11 +185,14 @@ class CaseSession:
 
     def _calibrate(self, model: torch.nn.Module) -> None:
         """``weights = "calibrated"``: BatchNorm statistics from random inputs drawn like the
-        case's, on seeds numerics never uses (`cl_validate.session.weights`)."""
+        case's, on seeds numerics never uses (`cl_validate.session.weights`); with
+        ``"signal-preserving"`` every weighted layer is scaled on them first."""
         case = self.case
         batches = [torch_inputs(case, make_inputs(case, seed=case.seed + CALIBRATION_SEED_OFFSET
                                                   + k)) for k in range(CALIBRATION_BATCHES)]
         try:
+            if case.weights == "signal-preserving":
+                preserve_signal(model, batches)
             calibrate_batchnorm(model, batches)
         except UsageError as exc:
             raise CaseFileError(exc.message, file=display_path(case.path),
@@ -211,8 +219,19 @@ class CaseSession:
         return [self.reference(arrays) for _, arrays in self.samples]
 
     def reference(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """PyTorch's eager float32 outputs on `arrays`."""
-        return run_torch(self.model, torch_inputs(self.case, arrays))
+        """PyTorch's eager float32 outputs on `arrays`; the first call names the outputs
+        (`CaseSpec.output_names`: the [[outputs]] entries bind to them by name)."""
+        try:
+            out = run_torch_named(self.model, torch_inputs(self.case, arrays))
+        except OutputTypeError as exc:
+            raise CaseFileError(str(exc), file=display_path(self.case.path),
+                                line=self.case.line_of("model"),
+                                hint="return the tensors to compare (a forward wrapper in "
+                                "the factory can drop the rest)") from None
+        if self._flat_outputs is None:
+            self.case = replace(self.case, output_names=tuple(out.names))
+            self._flat_outputs = out.flat
+        return out.arrays
 
     @functools.cached_property
     def model64(self) -> torch.nn.Module:
@@ -229,7 +248,9 @@ class CaseSession:
         example sizes of a dynamic case)."""
         case = self.case
         example = self.samples[0][1] if not case.dynamic else make_inputs(case)
-        return export_and_import(self.model, case, torch_inputs(case, example))
+        self.expected  # noqa: B018 - the outputs' names and structure, known from here
+        return export_and_import(self.model, self.case, torch_inputs(case, example),
+                                 flatten_outputs=not self._flat_outputs)
 
     # -- per target -------------------------------------------------------------------------
     def plan(self, target: str) -> TargetPlan:
@@ -400,7 +421,9 @@ class CaseSession:
         shared_seconds, self._prepared_seconds = self._prepared_seconds, 0.0
         reference64_error = self._reference64_error
         t0 = time.perf_counter()
-        m = Measurement(target, model_outputs=len(self.expected[0]), decoy=self.decoy,
+        m = Measurement(target, model_outputs=len(self.expected[0]),
+                        batchnorms=len(batchnorms(self.model)),
+                        output_names=list(self.case.output_names), decoy=self.decoy,
                         output_steps=self.front.output_steps)
         try:
             compiled = self.compiled(target)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,12 +16,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tvm import relax
 from tvm.runtime import Tensor as TvmTensor
 
+from cl_validate.compile.model_outputs import is_flat, named_outputs
 from cl_validate.session.inputs import program_args
 from cl_validate.spec import CaseSpec
 
 
 def flatten_outputs(out: Any) -> list[Any]:
-    """A model or VM result as a flat list of tensors (tuples and lists flattened in order)."""
+    """A VM result as a flat list of tensors (tuples and lists flattened in order); a
+    model's result is `named_outputs`'."""
     if isinstance(out, (tuple, list)):
         return [leaf for o in out for leaf in flatten_outputs(o)]
     # tvm.runtime containers (Array / tuple objects) are sequences
@@ -41,9 +44,26 @@ def _to_numpy(t: Any) -> np.ndarray:
 
 def run_torch(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
     """PyTorch eager reference outputs."""
+    return run_torch_named(model, inputs).arrays
+
+
+@dataclass(frozen=True)
+class TorchOutputs:
+    """A forward's outputs: their names and arrays (`model_outputs`), and whether the
+    forward returned them as a tensor or a flat tuple (else export goes through a wrapper
+    that does)."""
+
+    names: list[str]
+    arrays: list[np.ndarray]
+    flat: bool
+
+
+def run_torch_named(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> TorchOutputs:
+    """PyTorch eager reference outputs with their names."""
     with torch.no_grad():
         out = model(*inputs)
-    return [_to_numpy(o) for o in flatten_outputs(out)]
+    named = named_outputs(out)
+    return TorchOutputs([n for n, _ in named], [_to_numpy(t) for _, t in named], is_flat(out))
 
 
 def float64_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -59,7 +79,7 @@ def run_torch64(model64: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> lis
     args = [t.double() if t.is_floating_point() else t for t in inputs]
     with torch.no_grad(), _QuantizeInFloat64():
         out = model64(*args)
-    return [_to_numpy(o) for o in flatten_outputs(out)]
+    return [_to_numpy(t) for _, t in named_outputs(out)]
 
 
 class _QuantizeInFloat64(TorchDispatchMode):

@@ -36,7 +36,8 @@ def _one_input(rng: np.random.Generator, spec: InputSpec, shape: tuple[int, ...]
     if spec.dtype in ("int8", "uint8", "int32", "int64"):
         info = np.iinfo(_NP_DTYPES[spec.dtype])
         lo, hi = spec.range or (max(info.min, -128), min(info.max, 127))
-        return rng.integers(int(lo), int(hi) + 1, size=shape).astype(_NP_DTYPES[spec.dtype])
+        return rng.integers(int(lo), int(hi), size=shape, endpoint=True,
+                            dtype=np.int64).astype(_NP_DTYPES[spec.dtype])
     lo, hi = spec.range or (-1.0, 1.0)
     x = rng.uniform(lo, hi, size=shape)
     if spec.dtype == "bfloat16":

@@ -17,11 +17,24 @@ from cl_validate.spec.lines import locate_lines
 from cl_validate.spec.model import IO_LAYOUTS, REFERENCES, nearest_line
 from cl_validate.spec.targets import BUILTIN_TARGETS, NAME_RE
 
-__all__ = ["IDENT_RE", "NAME_RE", "Checker"]
+__all__ = ["IDENT_RE", "MAX_INTEGER", "MAX_SEED", "NAME_RE", "Checker"]
 
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOL_KEYS = ("rtol", "atol", "reference", "multiplier", "floor", "steps")
 _OVERRIDE_KEYS = ("budget", "tolerance")
+#: The largest integer a case-file key takes unless it says otherwise (a size, megabytes):
+#: a C ``int``, far past any value a case means and within what every consumer of a case
+#: takes. A larger one is a typo (past 64 bits it could not even reach a case process).
+MAX_INTEGER = 2**31 - 1
+#: The largest seed: what numpy's and torch's seeding both take.
+MAX_SEED = 2**32 - 1
+#: The largest budget by its kind of value, and why: no program comes near it.
+MAX_BUDGET: dict[str, tuple[int, str]] = {
+    "count": (1_000_000, "no program has a million kernels or transforms: write the measured "
+              "count, as cl-validate budget tighten does"),
+    "bytes": (2**50, "no program moves a pebibyte through layout transforms: write the "
+              "measured bytes, as cl-validate budget tighten does"),
+}
 
 
 class Checker:
@@ -60,19 +73,29 @@ class Checker:
             raise self.fail(path, f"{what} must be a string, got {_kind(value)}")
         return value
 
-    def integer(self, value: Any, path: tuple[str, ...], what: str, minimum: int) -> int:
+    def integer(self, value: Any, path: tuple[str, ...], what: str, minimum: int,
+                maximum: int = MAX_INTEGER, hint: str | None = None) -> int:
+        """An integer in [`minimum`, `maximum`]; `hint` says what bounds it above."""
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(path, f"{what} must be an integer, got {_kind(value)} {value!r}")
         if value < minimum:
-            raise self.fail(path, f"{what} must be >= {minimum}, got {value}")
+            raise self.fail(path, f"{what} must be >= {minimum}, got {_show(value)}")
+        if value > maximum:
+            raise self.fail(path, f"{what} must be <= {maximum:,}, got {_show(value)}",
+                            hint or "no case needs a larger one: check the number for a typo")
         return value
 
     def number(self, value: Any, path: tuple[str, ...], what: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(path, f"{what} must be a number, got {_kind(value)} {value!r}")
-        if not math.isfinite(value):
+        try:
+            number = float(value)  # an integer literal past a float's range does not convert
+        except OverflowError:
+            raise self.fail(path, f"{what} is out of range, got {_show(int(value))}",
+                            "a number here is a float: at most about 1.8e308") from None
+        if not math.isfinite(number):
             raise self.fail(path, f"{what} must be finite, got {value}")
-        return float(value)
+        return number
 
     def tolerance(self, value: Any, path: tuple[str, ...]) -> dict[str, float | str]:
         tab = self.table(value, path, "tolerance")
@@ -123,7 +146,8 @@ class Checker:
                                     f"{share:g}", "0.05 is 5%")
                 out[key.name] = share
             else:
-                out[key.name] = self.integer(tab[key.name], where, key.name, key.minimum)
+                out[key.name] = self.integer(tab[key.name], where, key.name, key.minimum,
+                                             *MAX_BUDGET[key.value])
         return out
 
     def io_layout(self, value: Any, path: tuple[str, ...]) -> str:
@@ -168,6 +192,14 @@ class Checker:
         return overrides
 
 
+
+
+def _show(value: int) -> str:
+    """An integer as a message shows it: its digits, or about how many it has (Python will
+    not write out an integer of more than 4300 digits)."""
+    if value.bit_length() <= 128:  # 39 digits at most
+        return str(value)
+    return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
 
 
 def _kind(value: Any) -> str:

@@ -45,7 +45,8 @@ DOCS: dict[str, dict[str, str]] = {
         "seeds": f"numerics on this many input draws, `seed` .. `seed + seeds - 1`, each "
                  f"checked; the weights stay those of `seed` (1 to {validate.MAX_SEEDS})",
         "inputs": "`[[inputs]]`: one table per `forward()` argument, in order",
-        "outputs": "`[[outputs]]`: optional, one table per output, in order",
+        "outputs": "`[[outputs]]`: optional, one table per output, in order; one whose "
+                   "`name` is an output's name is that output wherever it stands",
         "layout": "desired layouts for ConvertLayout, which are also the expected final "
                   "layouts: Relax op name to `[data, kernel]` layouts",
         "layout_overrides": "`nn.Module` path to layouts: pins one module to another layout "
@@ -65,7 +66,10 @@ DOCS: dict[str, dict[str, str]] = {
                    "false)",
         "weights": '`"calibrated"` recomputes every BatchNorm\'s running statistics on random '
                    "inputs drawn like the case's before anything is measured, so a deep random "
-                   'network keeps its signal through depth (default: `"as-built"`)',
+                   'network keeps its signal through depth; `"signal-preserving"` first draws '
+                   "every weight matrix and convolution kernel again from N(0, 1/fan-in) (for "
+                   "models without BatchNorm, or initialised with a small std as transformers "
+                   'are), then calibrates (default: `"as-built"`)',
         "input_sensitivity": '`"fail"`: numerics fails when PyTorch\'s outputs on another '
                              "input would pass the comparison (it could not catch a wrong "
                              'kernel); `"warn"` passes and says so (default: `"fail"`)',
@@ -81,11 +85,16 @@ DOCS: dict[str, dict[str, str]] = {
         "range": "`[low, high]`: value range of the generated input",
     },
     "[[outputs]]": {
-        "name": "the output's name in reports",
+        "name": "the output's name in reports; the name the model gives it (a dict key "
+                "`logits`, a field, a path `1.k` into nested results) binds this table to it",
         "layout": "`\"NHWC\"`: the compiled program returns this 4-D output channels-last",
         "tolerance": "this output's own `rtol`/`atol`/`reference`/...",
         "targets_override": "`{ <target> = { tolerance = {...} } }`: this output on one "
                             "target",
+        "selection": "`{ axis = 1, differing = 0 }`: the output holds selected items (a "
+                     "top-k) along `axis`, compared as a set: TVM's items matched to "
+                     "PyTorch's nearest first, so near-ties in another order pass and wrong "
+                     "values fail; `differing` items may be other ones (a tie at the cut)",
     },
     "[tolerance]": {
         "rtol": f"relative tolerance: `|tvm - torch| <= atol + rtol·|torch|` elementwise "

@@ -20,7 +20,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["UTF8_BOM", "locate_lines", "syntax_error", "toml_text", "tomllib"]
+__all__ = ["UTF8_BOM", "locate_lines", "syntax_error", "toml_text", "tomllib",
+           "too_many_digits"]
 
 UTF8_BOM = b"\xef\xbb\xbf"
 #: Byte-order marks of the encodings TOML does not allow, longest first (UTF-32 LE starts
@@ -185,6 +186,21 @@ def syntax_error(msg: str, text: str, display: str) -> CaseFileError:
             break
     return CaseFileError(f"TOML syntax error: {msg or 'invalid TOML'}", file=display,
                          line=line, hint=hint)
+
+
+def too_many_digits(exc: ValueError, text: str, display: str) -> CaseFileError | None:
+    """The one line for tomllib's `exc` when it is Python refusing to convert an integer of
+    more digits than ``sys.get_int_max_str_digits()`` (4300): at the line of the first
+    such run of digits. None for any other `exc`."""
+    if "integer string conversion" not in str(exc):
+        return None
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)()  # 3.10.7 and later
+    line = next((no for no, raw in enumerate(text.splitlines(), start=1)
+                 if any(len(run.replace("_", "")) > limit
+                        for run in re.findall(r"[0-9][0-9_]*", raw))), None)
+    return CaseFileError(f"an integer of more than {limit} digits", file=display, line=line,
+                         hint="no key of a case file takes a number that large: check it "
+                         "for a typo")
 
 
 def _unclosed_line(text: str) -> int | None:

@@ -30,8 +30,9 @@ BUILTIN_PIPELINES: tuple[str, ...] = ("nhwc", "nhwc-plain")
 DEFAULT_TOLERANCE = (1e-5, 1e-5)
 REFERENCES = ("float32", "float64")
 #: ``weights``: the factory's weights as built, or with every BatchNorm's running statistics
-#: calibrated on random inputs (so a deep random network keeps its signal through depth)
-WEIGHTS = ("as-built", "calibrated")
+#: calibrated on random inputs, or every projection drawn again with the variance that keeps
+#: the signal (then calibrated): so a deep random network keeps its signal through depth
+WEIGHTS = ("as-built", "calibrated", "signal-preserving")
 #: ``input_sensitivity``: what a numerics comparison that cannot fail is (its outputs barely
 #: depend on the input): a failure, or a warning in a passing verdict
 SENSITIVITY = ("fail", "warn")
@@ -161,6 +162,9 @@ class OutputSpec:
     tolerance: dict[str, float | str] = field(default_factory=dict)
     target_tolerance: dict[str, dict[str, float | str]] = field(default_factory=dict)
     line: int | None = None
+    #: ``selection = { axis, differing }``: the output holds selected items along `axis`,
+    #: compared as a set (`measurements.selection`); None: element by element
+    selection: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -231,10 +235,15 @@ class CaseSpec:
     seeds: int = 1
     #: time every kernel with TVM's per-call hook on every run (``profile = true``)
     profile: bool = False
-    #: `WEIGHTS`: "calibrated" recomputes BatchNorm statistics before anything is measured
+    #: `WEIGHTS`: "calibrated" recomputes BatchNorm statistics before anything is measured;
+    #: "signal-preserving" draws the projections again first (`session.weights`)
     weights: str = "as-built"
     #: `SENSITIVITY`: whether numerics that cannot tell a wrong kernel fail or warn
     input_sensitivity: str = "fail"
+    #: the names of the model's outputs, once its forward ran (`compile.model_outputs`:
+    #: ``logits``, ``1.k``; "" for a lone tensor): an [[outputs]] entry whose name is one of
+    #: them is that output, wherever it stands; not from the case file
+    output_names: tuple[str, ...] = ()
 
     # -- variants ---------------------------------------------------------------------------
     def expand(self) -> list[CaseSpec]:
@@ -367,22 +376,45 @@ class CaseSpec:
         if v is not None and vt:
             tol = tol.merged(vt)
             line = self.line_of(*v.path("targets_override", target, "tolerance"))
-        out = self.outputs[output] if output is not None and output < len(self.outputs) \
-            else None
+        out = self.declared_output(output) if output is not None else None
         if out is not None and out.tolerance:
-            tol, line = tol.merged(out.tolerance), self.line_of("outputs", str(output), "tolerance")
+            tol = tol.merged(out.tolerance)
+            line = self.line_of("outputs", str(out.index), "tolerance")
         if out is not None and target in out.target_tolerance:
             tol = tol.merged(out.target_tolerance[target])
-            line = self.line_of("outputs", str(output), "targets_override")
+            line = self.line_of("outputs", str(out.index), "targets_override")
         return tol, line
+
+    def declared_output(self, index: int) -> OutputSpec | None:
+        """The [[outputs]] entry of the model's output `index`: the one named as the output
+        is (`output_names`), else the entry at its position unless that entry names another
+        output; None when none is."""
+        names = self.output_names
+        if index < len(names) and names[index]:
+            for o in self.outputs:
+                if o.name == names[index]:
+                    return o
+        if index < len(self.outputs):
+            o = self.outputs[index]
+            if not (o.name and o.name in names and names.index(o.name) != index):
+                return o
+        return None
+
+    def output_label(self, index: int) -> str:
+        """How reports name output `index`: ``output 0``, or ``output logits`` by the name
+        the model gives it (a dict key, a field, a path ``1.k``)."""
+        names = self.output_names
+        name = names[index] if index < len(names) else ""
+        return f"output {name}" if name and name != str(index) else f"output {index}"
 
     def needs_float64(self, target: str) -> bool:
         """Whether any output on `target` is judged against a float64 reference run."""
         return any(self.tolerance_for(target, i)[0].float64
-                   for i in [None, *range(len(self.outputs))])
+                   for i in [None, *range(max(len(self.outputs), len(self.output_names)))])
 
     def output_layout(self, index: int) -> str | None:
-        return self.outputs[index].layout if index < len(self.outputs) else None
+        out = self.declared_output(index)
+        return out.layout if out is not None else None
 
     def line_of(self, *path: str) -> int | None:
         """Line of the most specific declared key on `path` (falls back to its parents)."""

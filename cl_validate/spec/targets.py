@@ -34,6 +34,8 @@ DECL_KEYS: tuple[str, ...] = ("target", "host", "rpc_key", "cc")
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _ATTR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+#: The integers a TVM target attribute holds (``int64_t``).
+_INT64 = (-(2**63), 2**63 - 1)
 #: What TVM's tracker can match: it builds ``server:<key>`` and splits on ':' and spaces.
 _RPC_KEY_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 #: Architectures under their other names (``uname -m`` against an LLVM triple).
@@ -191,6 +193,12 @@ def _config(raw: Any, path: tuple[str, ...], fail: Fail, what: str) -> dict[str,
         if not _scalar(value) and not (isinstance(value, list) and all(map(_scalar, value))):
             raise fail((*path, key), f"{what}.{key} must be a string, number, boolean or an "
                        f"array of them, got {value!r}", "e.g. mattr = [\"+neon\"]")
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, int) and not _INT64[0] <= item <= _INT64[1]:
+                raise fail((*path, key), f"{what}.{key} is out of range: TVM's target "
+                           "attributes are 64-bit integers",
+                           f"a value between {_INT64[0]:,} and {_INT64[1]:,}; check it for a "
+                           "typo")
     return dict(raw)
 
 

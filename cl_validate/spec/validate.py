@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,9 +19,9 @@ from typing import Any
 from cl_validate.errors import CaseFileError
 from cl_validate.paths import FOLDER, NotRegularFile, display_path, read_regular
 from cl_validate.spec.budget_keys import budget_keys
-from cl_validate.spec.checker import IDENT_RE, Checker
+from cl_validate.spec.checker import IDENT_RE, MAX_SEED, Checker
 from cl_validate.spec.config import load_config
-from cl_validate.spec.lines import syntax_error, toml_text, tomllib
+from cl_validate.spec.lines import syntax_error, toml_text, tomllib, too_many_digits
 from cl_validate.spec.model import (
     BUILTIN_PIPELINES,
     DEFAULT_MAX_MEMORY_MB,
@@ -53,10 +54,12 @@ _TOP_KEYS = (
     "input_sensitivity",
 )
 MAX_SEEDS = 32
+#: The longest a case may take: a week.
+MAX_TIMEOUT_S = 7 * 24 * 3600
 #: The largest case file read (a case with thousands of outputs is a few MB).
 MAX_CASE_FILE = 16 << 20
 _INPUT_KEYS = ("name", "shape", "dtype", "layout", "range")
-_OUTPUT_KEYS = ("name", "layout", "tolerance", "targets_override")
+_OUTPUT_KEYS = ("name", "layout", "tolerance", "targets_override", "selection")
 
 
 def load_case(path: str | Path, project: Mapping[str, TargetDef] | None = None) -> CaseSpec:
@@ -96,6 +99,11 @@ def load_case(path: str | Path, project: Mapping[str, TargetDef] | None = None) 
         return _validate(path, text, display, data, project)
     except tomllib.TOMLDecodeError as exc:
         raise syntax_error(str(exc), text, display) from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        error = too_many_digits(exc, text, display)
+        if error is None:
+            raise
+        raise error from None
     except RecursionError:  # nesting `toml_text` did not see (inside a multi-line string?)
         raise CaseFileError("nested too deeply to read", file=display,
                             hint="a case file needs a few levels of tables at most") from None
@@ -126,7 +134,8 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any],
     if ":" not in pipeline and pipeline not in BUILTIN_PIPELINES:
         raise v.fail(("pipeline",), f"unknown pipeline '{pipeline}'",
                      "registered: " + ", ".join(BUILTIN_PIPELINES))
-    seed = v.integer(data.get("seed", 0), ("seed",), "seed", 0)
+    seed = v.integer(data.get("seed", 0), ("seed",), "seed", 0, MAX_SEED,
+                     "a seed is an unsigned 32-bit integer, what numpy and torch both take")
     seeds = v.integer(data.get("seeds", 1), ("seeds",), "seeds", 1)
     if seeds > MAX_SEEDS:
         raise v.fail(("seeds",), f"seeds = {seeds} runs the model {seeds} times per shape",
@@ -134,6 +143,9 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any],
     timeout = v.number(data.get("timeout", DEFAULT_TIMEOUT_S), ("timeout",), "timeout")
     if timeout <= 0:
         raise v.fail(("timeout",), f"timeout must be > 0 seconds, got {timeout:g}")
+    if timeout > MAX_TIMEOUT_S:
+        raise v.fail(("timeout",), f"timeout must be <= {MAX_TIMEOUT_S:,} seconds (a week), "
+                     f"got {timeout:g}", "a case that runs longer is stuck: check for a typo")
     max_memory_mb = v.integer(data.get("max_memory_mb", DEFAULT_MAX_MEMORY_MB),
                               ("max_memory_mb",), "max_memory_mb", 256)
 
@@ -246,9 +258,35 @@ def _inputs(v: Checker, raw: Any, dynamic: Mapping[str, DynamicDim]
             lo, hi = (v.number(x, (*p, "range"), "range bound") for x in r)
             if not lo < hi:
                 raise v.fail((*p, "range"), f"range low {lo:g} must be below high {hi:g}")
+            _within_dtype(v, (*p, "range"), lo, hi, dtype)
             rng = (lo, hi)
         out.append(InputSpec(name, shape, dtype, layout, rng, v.line(*p)))
     return tuple(out)
+
+
+#: The largest magnitude each input dtype holds (integers: their own bounds, below).
+_FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38, "float32": 3.4028e38,
+              "float64": 1.7976e308}
+_INT_BOUNDS = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(1 << 31), (1 << 31) - 1),
+               "int64": (-(1 << 63), (1 << 63) - 1), "bool": (0, 1)}
+
+
+def _within_dtype(v: Checker, path: tuple[str, ...], lo: float, hi: float, dtype: str) -> None:
+    """A range the input's values can be drawn from: inside what `dtype` holds, and (a float)
+    narrow enough that its width is a number (uniform draws over [-1e308, 1e308] overflow)."""
+    if dtype in _INT_BOUNDS:
+        low, high = _INT_BOUNDS[dtype]
+        if lo < low or hi > high:
+            raise v.fail(path, f"range [{lo:g}, {hi:g}] is outside what {dtype} holds "
+                         f"[{low}, {high}]", f"keep the range within [{low}, {high}]")
+        return
+    top = _FLOAT_MAX.get(dtype)
+    if top is not None and max(abs(lo), abs(hi)) > top:
+        raise v.fail(path, f"range [{lo:g}, {hi:g}] is outside what {dtype} holds (about "
+                     f"±{top:.4g})", "inputs drawn from it would be infinite: narrow it")
+    if not math.isfinite(hi - lo):
+        raise v.fail(path, f"range [{lo:g}, {hi:g}] is wider than a float64 can hold",
+                     "narrow it: its width must be at most about 1.8e308")
 
 
 def _outputs(v: Checker, raw: Any) -> tuple[OutputSpec, ...]:
@@ -276,5 +314,21 @@ def _outputs(v: Checker, raw: Any) -> tuple[OutputSpec, ...]:
             v.keys(entry, ("tolerance",), (*p, "targets_override"), "[[outputs]] override")
             if "tolerance" in entry:
                 tgt_tol[tgt] = v.tolerance(entry["tolerance"], (*p, "targets_override"))
-        out.append(OutputSpec(i, name, layout, tol, tgt_tol, v.line(*p)))
+        selection = _selection(v, item["selection"], (*p, "selection")) \
+            if "selection" in item else None
+        out.append(OutputSpec(i, name, layout, tol, tgt_tol, v.line(*p), selection))
     return tuple(out)
+
+
+def _selection(v: Checker, raw: Any, path: tuple[str, ...]) -> tuple[int, int]:
+    """``selection = { axis = 1, differing = 0 }``: the axis the output's selected items lie
+    along, and how many may be other items altogether (a near-tie at the cut)."""
+    tab = v.table(raw, path, "selection")
+    v.keys(tab, ("axis", "differing"), path, "selection")
+    if "axis" not in tab:
+        raise v.fail(path, "selection needs the axis its items lie along",
+                     "e.g. selection = { axis = 1 } for (batch, k, values) detections")
+    axis = v.integer(tab["axis"], (*path, "axis"), "selection axis", 0, 16)
+    differing = v.integer(tab.get("differing", 0), (*path, "differing"), "selection differing",
+                          0, 1 << 20)
+    return axis, differing

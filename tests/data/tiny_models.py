@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+from typing import Any
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -389,3 +393,140 @@ class NormalizesInPlace(nn.Module):
 
 def normalizes_in_place() -> nn.Module:
     return NormalizesInPlace()
+
+
+class ModelOutput(collections.OrderedDict):  # type: ignore[type-arg]
+    """A Hugging Face ``ModelOutput`` as a model library without transformers writes it: a
+    dict subclass torch.export does not know."""
+
+
+@dataclasses.dataclass
+class Detections:
+    scores: torch.Tensor
+    boxes: torch.Tensor
+    extra: torch.Tensor | None = None
+
+
+class Structured(nn.Module):
+    """conv → ReLU, its result returned in a structure of `kind` (dict, ModelOutput,
+    dataclass, nested, None, a number among the tensors): outputs named ``logits``,
+    ``1.k``…"""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.inner = ConvReLU()
+
+    def forward(self, x: torch.Tensor) -> Any:
+        y = self.inner(x)
+        if self.kind == "dict":
+            return {"logits": y, "aux": None, "pred_boxes": y.mean(dim=(2, 3))}
+        if self.kind == "model_output":
+            return ModelOutput(logits=y, pred_boxes=y * 2)
+        if self.kind == "dataclass":
+            return Detections(y.amax(dim=1), y[:, :2])
+        if self.kind == "nested":
+            return y, [y.sum(dim=1), {"k": y * 3}], None
+        if self.kind == "none":
+            return None
+        return y, 3  # "number"
+
+
+def returns_dict() -> nn.Module:
+    return Structured("dict")
+
+
+def returns_model_output() -> nn.Module:
+    return Structured("model_output")
+
+
+def returns_dataclass() -> nn.Module:
+    return Structured("dataclass")
+
+
+def returns_nested() -> nn.Module:
+    return Structured("nested")
+
+
+def returns_none() -> nn.Module:
+    return Structured("none")
+
+
+def returns_a_number() -> nn.Module:
+    return Structured("number")
+
+
+class PooledBatchNorm(nn.Module):
+    """conv → BatchNorm → ReLU → global pool → linear → BatchNorm1d: the last BatchNorm sees
+    one value per channel at batch 1 (a classifier head with a BN neck)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 6),
+                                  nn.BatchNorm1d(6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def pooled_batchnorm() -> nn.Module:
+    return PooledBatchNorm().eval()
+
+
+class SmallStdTransformer(nn.Module):
+    """A patch embedding and two pre-norm transformer blocks (LayerNorm, no BatchNorm),
+    initialised as transformers are (std 0.02): its output barely depends on its input."""
+
+    def __init__(self, dim: int = 64, depth: int = 2) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, 4, 4)
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(dim, 4, 2 * dim, dropout=0.0, batch_first=True,
+                                       norm_first=True) for _ in range(depth))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+        for m in self.modules():
+            for name, p in m.named_parameters(recurse=False):
+                if p.dim() >= 2:
+                    nn.init.trunc_normal_(p, std=0.02)
+                elif name.endswith("bias"):
+                    nn.init.zeros_(p)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x).mean(dim=1))
+
+
+def small_std_transformer() -> nn.Module:
+    return SmallStdTransformer().eval()
+
+
+class TopKHead(nn.Module):
+    """An NMS-free detector's head in small (YOLOv10's): per-position class scores and boxes
+    from convolutions, the top `k` positions kept, one row (x1, y1, x2, y2, score, class) each.
+    Scores rounded to 1/256 tie as random weights make them near-tie: which of the tied
+    positions come first, and which make the cut, is the implementation's choice."""
+
+    def __init__(self, k: int = 24) -> None:
+        super().__init__()
+        self.k = k
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.cls = nn.Conv2d(8, 3, 1)
+        self.box = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = F.relu(self.stem(x))
+        cls = torch.round(self.cls(f).flatten(2) * 256) / 256  # (n, classes, positions)
+        box = self.box(f).flatten(2).transpose(1, 2)  # (n, positions, 4)
+        best, label = cls.max(dim=1)
+        score, index = best.topk(self.k, dim=1)
+        boxes = box.gather(1, index.unsqueeze(-1).expand(-1, -1, 4))
+        return torch.cat([boxes, score.unsqueeze(-1),
+                          label.gather(1, index).unsqueeze(-1).float()], dim=-1)
+
+
+def topk_head() -> nn.Module:
+    return TopKHead()
