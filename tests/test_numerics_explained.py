@@ -3,6 +3,7 @@ reference that needs no tuning, and several input seeds."""
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -128,9 +129,9 @@ def test_a_stage_that_corrupts_numerics_is_named_in_every_report(write_case, dat
     rows = [ln.split() for ln in table.splitlines()[1:]]
     assert [r[0] for r in rows] == ["import", "normalize_axes", "raise_attention",
                                     "convert_layout", "cleanup", "fold_flatten",
-                                    "conv_transpose", "decompose", "fold_params",
-                                    "perturb"]  # it stops at the break
-    assert [r[4] for r in rows if r[0] != "perturb"] == ["ok"] * 9 and rows[-1][4] == "BREAKS"
+                                    "conv_transpose", "integer_compute", "decompose",
+                                    "fold_params", "perturb"]  # it stops at the break
+    assert [r[4] for r in rows if r[0] != "perturb"] == ["ok"] * 10 and rows[-1][4] == "BREAKS"
     markdown = (tmp_path / "r.md").read_text()
     assert "first break after `perturb`" in markdown and "| `perturb` |" in markdown
 
@@ -171,7 +172,15 @@ def test_a_bisection_out_of_time_says_so_and_the_verdict_stands(write_case, data
     (result,) = judge_in_process([case], RunOptions(isolate=False, timeout=0.01))
     numerics = result.check("numerics")
     assert not numerics and numerics.kind == "NumericsMismatch"
-    assert "before the bisection stopped (out of time after 0 of 14 stages" in numerics.message
+    found = re.search(r"before the bisection stopped \(out of time after 0 of (\d+) stages",
+                      numerics.message)
+    assert found, numerics.message
+    # of every stage the case's pipeline recorded (the import, the nhwc stages, the perturbing)
+    from cl_validate.session.case_session import CaseSession
+
+    session = CaseSession(case, RunOptions(isolate=False))
+    assert session.prepare() is None
+    assert int(found.group(1)) == len(session.compiled("llvm", build=False).stages)
 
 
 @pytest.mark.compile

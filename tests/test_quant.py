@@ -192,6 +192,7 @@ def numerics_cell(result):  # the check's figure as a table shows it
 QDQ_CASE = """
 model = "quant_models:pt2e_block"
 targets = ["llvm", "cuda"]
+integer_compute = {integer}
 [[inputs]]
 name = "x"
 shape = [1, 3, 16, 16]
@@ -208,13 +209,13 @@ steps = 1
 
 
 @pytest.mark.compile
-def test_quantized_convs_run_in_float_and_the_budget_shows_it(write_case):
-    """TVM 0.27 runs each of the block's three quantized convs as a float conv between QDQ
-    kernels (quantize and dequantize fused into one kernel, float32 in and out), on llvm and
-    (static) cuda alike; the budget counts them, and a budget below fails. The numerics are
-    within one step."""
+def test_quantized_convs_left_in_float_are_counted_by_the_budget(write_case):
+    """With ``integer_compute = false`` TVM 0.27 runs each of the block's three quantized
+    convs as a float conv between QDQ kernels (quantize and dequantize fused into one kernel,
+    float32 in and out), on llvm and (static) cuda alike; the budget counts them, and a budget
+    below fails. The numerics are within one step."""
     pytest.importorskip("torchao")
-    case = load_case(write_case(QDQ_CASE.format(budget=2)))
+    case = load_case(write_case(QDQ_CASE.format(budget=2, integer="false")))
     results = judge_in_process([case], RunOptions(isolate=False))
     assert {r.target for r in results} == {"llvm", "cuda"}
     for r in results:
@@ -222,7 +223,7 @@ def test_quantized_convs_run_in_float_and_the_budget_shows_it(write_case):
         assert check.status is Status.FAILED, check.message
         assert check.message.startswith(f"float_qdq_convs 3 > budget 2 ({r.target})")
         assert "3 in float between QDQ ops" in check.body and "0 on integer data" in check.body
-        assert check.line == 11
+        assert check.line == 12
     llvm = next(r for r in results if r.target == "llvm")
     numerics = llvm.check("numerics")
     assert numerics.status is Status.PASSED, numerics.message

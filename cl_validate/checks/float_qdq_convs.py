@@ -2,12 +2,14 @@
 
 A PT2E model holds dequantize → conv2d → quantize; a backend with integer kernels runs that
 as one int8 convolution (int8 in, int32 accumulation, int8 out). TVM 0.27 without QNN does
-not: it fuses each quantize with the dequantize after it (a kernel that rounds to the grid and
-back, float32 in and out), folds the weights' dequantize into float32 constants, and runs every
-convolution in float32. What a kernel list shows per convolution is the dtype of its data: a
-float conv between QDQ ops, or an integer conv. Counted on every target from the compiled
-program alone (cuda too, with no GPU), against an optional budget with the ratchet: a
-quantized conv that falls back to float where it ran in integers, or a new float conv, fails.
+not: left alone it folds the weights' dequantize into float32 constants and runs every
+convolution in float32. The nhwc pipeline's ``integer_compute`` stage
+(`cl_validate.compile.passes.integer_compute`) rewrites them to integer convolutions, and names
+each one it leaves in float with the reason (in this check's body). What a kernel list shows
+per convolution is the dtype of its data: a float conv between QDQ ops, or an integer conv.
+Counted on every target from the compiled program alone (cuda too, with no GPU), against an
+optional budget with the ratchet: a quantized conv that falls back to float where it ran in
+integers, or a new float conv, fails.
 Skipped on a program with no quantize op (a float model).
 """
 
@@ -106,6 +108,9 @@ class FloatQdqConvs(BudgetCheck):
         limit = budget.get(NAME)
         figures = QdqFigures(float_convs=len(floats), integer_convs=len(ints))
         body = convs_text(kernels)
+        if j.m.float_left:  # what the integer_compute stage left in float, and why
+            body += "\nleft in float by the integer_compute stage:\n" + "\n".join(
+                f"  {line}" for line in j.m.float_left)
         if unknown:
             return CheckResult(NAME, Status.ERROR, f"the data dtype of {len(unknown)} "
                                f"convolutions was not recorded ({target})",
@@ -115,11 +120,19 @@ class FloatQdqConvs(BudgetCheck):
             return CheckResult(NAME, Status.SKIPPED, f"no {NAME} budget declared "
                                f"({len(floats)} float, {len(ints)} integer convolutions)",
                                kind=SkipKind.NOT_DECLARED, body=body, figures=figures)
+        why = f"; first: {j.m.float_left[0]}" if j.m.float_left else ""
         return budget_verdict(j, NAME, len(floats), int(limit), budget.line(NAME), body,
                               figures, "a quantized convolution left to float: see its kernel "
-                              f"(`cl-validate show {case.name} --target {target}`)")
+                              f"(`cl-validate show {case.name} --target {target}`){why}")
 
     def cell(self, result: CheckResult, compact: bool = True) -> str | None:
+        """The float convolutions against the budget, and the integer ones beside them:
+        ``0/0 +52i`` (console), ``0 / 0, 52 integer`` (Markdown)."""
         f = result.figures
-        return count_cell(f.float_convs, f.budget, compact) if isinstance(f, QdqFigures) \
-            else None
+        if not isinstance(f, QdqFigures):
+            return None
+        cell = count_cell(f.float_convs, f.budget, compact)
+        if cell is None or f.integer_convs is None:
+            return cell
+        return f"{cell} +{f.integer_convs}i" if compact else \
+            f"{cell}, {f.integer_convs} integer"

@@ -82,7 +82,8 @@ def main(args: argparse.Namespace) -> ExitCode:
     print("\nstage            runtime  weight   seconds")
     for c, s in zip(counts, compiled.stages, strict=True):
         print(f"{c.stage:<16} {c.runtime:>7}  {c.weight:>6}   {s.seconds:7.2f}")
-    for kept in [*compiled.kept_layouts, *compiled.attention_left]:
+    for kept in [*compiled.kept_layouts, *compiled.attention_left, *compiled.float_left,
+                 *compiled.capped]:
         print(f"note: {kept}")
     print(f"\nkernel list: {len(kernels)} kernels, {len(kernels.runtime_transforms)} runtime "
           f"layout transforms (budget {budget.get(TRANSFORMS)}), "

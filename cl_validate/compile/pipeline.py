@@ -27,6 +27,7 @@ from cl_validate.compile.legalize import legalize
 from cl_validate.compile.passes import (
     FoldFlattenIntoLinear,
     FoldScaleShift,
+    IntegerCompute,
     NormalizeAxes,
     RaiseAttention,
     cleanup_passes,
@@ -145,7 +146,9 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
     """ConvertLayout followed by our cleanup passes (cl_validate.compile.passes), with negative
     axes spelled out first (TVM 0.27's layout rules crash on some of them), a flatten's
     transpose moved into the Linear weight after it, and transposed convolutions that
-    ConvertLayout carried into a layout TVM cannot lower rewritten as convolutions there."""
+    ConvertLayout carried into a layout TVM cannot lower rewritten as convolutions there; a
+    quantized network's convolutions and matmuls computed in integers (unless the case says
+    ``integer_compute = false``)."""
     cleanup = Stage("cleanup", tvm.transform.Sequential(list(cleanup_passes())))
     return standard_stages(ctx, layout=[
         Stage("normalize_axes", NormalizeAxes()),
@@ -154,4 +157,6 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
         cleanup,
         Stage("fold_flatten", FoldFlattenIntoLinear()),
         Stage("conv_transpose", lower_conv_transpose(ctx.case.layout)),
+        # after the layouts are final: the integer products keep them
+        *([Stage("integer_compute", IntegerCompute())] if ctx.case.integer_compute else []),
     ])

@@ -12,6 +12,8 @@ import tvm
 from cl_validate.compile.context import PipelineContext
 from cl_validate.compile.frontend import Frontend
 from cl_validate.compile.legalize import import_layouts, unlowered_ops
+from cl_validate.compile.passes._util import collect_notes
+from cl_validate.compile.passes.integer_compute import report as integer_report
 from cl_validate.compile.passes.raise_attention import find as find_attention
 from cl_validate.compile.pipeline import PipelineFactory, resolve_pipeline
 from cl_validate.compile.tvm_targets import backend, build_unavailable, make_target
@@ -31,7 +33,6 @@ class Compiled:
     target_name: str
     stages: list[StageIR] = field(default_factory=list)
     executable: Any = None
-    build_seconds: float = 0.0
     target: Any = None  # the tvm.target.Target it was compiled for
     #: why the build was not run although asked for (this TVM or machine cannot build for
     #: the target); the IR stages, and so the static checks, are all there
@@ -42,6 +43,11 @@ class Compiled:
     #: attention written out (matmul, softmax, matmul) that stayed so, and why, one line each
     #: ("attention at blocks.0.attn (softmax) left as matmuls: its scores are ...")
     attention_left: list[str] = field(default_factory=list)
+    #: quantized products the integer_compute stage left in float, and why (one line each)
+    float_left: list[str] = field(default_factory=list)
+    #: passes that stopped at a cap with work left, per stage ("cleanup: SinkPermutes stopped
+    #: at its cap of 8 rounds ..."), one line each
+    capped: list[str] = field(default_factory=list)
 
     def stage(self, name: str) -> StageIR:
         for s in self.stages:
@@ -86,18 +92,17 @@ def compile_case(front: Frontend, case: CaseSpec, target_name: str, *,
             f"{what} (hint: pin it in the case's [layout] to a layout TVM lowers, e.g. "
             f"\"{op}\" = [\"NCHW\", ...], or lower it in a pipeline of your own)"))
     compiled.attention_left = _attention_left(compiled, front.sources)
+    compiled.float_left = _float_left(compiled, front.sources)
     if build:
         compiled.build_skipped = build_unavailable(target)
     if build and compiled.build_skipped is None:
         lowering = backend(target)
         lower = tvm.transform.Sequential(
             lowering.dataflow_lower_passes(target) + lowering.finalize_passes(target))
-        t0 = time.perf_counter()
         try:
             compiled.executable = tvm.compile(mod, target=target, relax_pipeline=lower)
         except Exception as exc:
             raise CompileStageError("build", exc) from exc
-        compiled.build_seconds = time.perf_counter() - t0
     return compiled
 
 
@@ -105,6 +110,7 @@ def _run_stages(compiled: Compiled, front: Frontend, factory: PipelineFactory,
                 ctx: PipelineContext) -> tvm.IRModule:
     """Run the pipeline's stages from the import, recording each stage's IR in `compiled`."""
     compiled.stages = [StageIR("import", front.mod, front.import_seconds)]
+    compiled.capped = []
     try:
         stages = list(factory(ctx))
     except Exception as exc:
@@ -113,10 +119,12 @@ def _run_stages(compiled: Compiled, front: Frontend, factory: PipelineFactory,
     for stage in stages:
         t0 = time.perf_counter()
         try:
-            mod = stage.run(mod)
+            with collect_notes() as notes:
+                mod = stage.run(mod)
         except Exception as exc:
             raise CompileStageError(stage.name, exc) from exc
         compiled.stages.append(StageIR(stage.name, mod, time.perf_counter() - t0))
+        compiled.capped += [f"{stage.name}: {n}" for n in notes]
     return mod
 
 
@@ -130,6 +138,16 @@ def _attention_left(compiled: Compiled, sources: dict[str, str]) -> list[str]:
     _, left = find_attention(before.mod["main"])
     return [f"attention at {sources.get(x.source, x.source)} left as matmuls: {x.why}"
             for x in left]
+
+
+def _float_left(compiled: Compiled, sources: dict[str, str]) -> list[str]:
+    """What IntegerCompute left in float (none when the pipeline has no integer_compute
+    stage)."""
+    names = [s.name for s in compiled.stages]
+    if "integer_compute" not in names:
+        return []
+    before = compiled.stages[names.index("integer_compute") - 1]
+    return integer_report(before.mod["main"], sources)
 
 
 def _legalized(compiled: Compiled) -> tvm.IRModule:

@@ -75,6 +75,13 @@ class Measurement:
     #: attention written out as matmuls that the pipeline could not raise, and why (one line
     #: each); the compile check says so
     attention_left: list[str] = field(default_factory=list)
+    #: quantized convolutions and matmuls the integer_compute stage left in float, and why
+    #: (one line each); the float_qdq_convs check names them
+    float_left: list[str] = field(default_factory=list)
+    #: compile passes that stopped at a cap with work left (one line each, by stage): the
+    #: program is right but may keep transforms the pass would remove; the compile and the
+    #: layout_transforms checks say so
+    capped: list[str] = field(default_factory=list)
     #: where the numerics ran when not on this machine ("RPC key 'rk3588' at host:9190")
     ran_on: str | None = None
     #: every kernel's time over repeated runs (``--profile``), or why there is none

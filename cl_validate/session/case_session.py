@@ -367,18 +367,6 @@ class CaseSession:
         return {t: key(self.case, t, digest, self.plan(t).numerics, self.plan(t).describe(),
                        self.options.static_only) for t in self.targets}
 
-    def measure_all(self, done: Callable[[Measurement], None] | None = None
-                    ) -> list[Measurement]:
-        """Export once, then compile (and run, where the device exists) on each target."""
-        out: list[Measurement] = []
-        error = self.prepare()
-        for t in self.targets:
-            m = self.failed(t, error) if error is not None else self.measure(t)
-            out.append(m)
-            if done is not None:
-                done(m)
-        return out
-
     def prepare(self) -> ErrorRecord | None:
         """What every target shares, done once: PyTorch's outputs (the model's forward runs
         here), the float64 reference where a target's numerics want it, the export. None
@@ -440,6 +428,8 @@ class CaseSession:
         m.build_skipped = compiled.build_skipped
         m.kept_layouts = list(compiled.kept_layouts)
         m.attention_left = list(compiled.attention_left)
+        m.float_left = list(compiled.float_left)
+        m.capped = list(compiled.capped)
         self._numerics(m, compiled, reference64_error if case.needs_float64(target) else None)
         if m.samples:  # where the numerics broke, if they did (the stages run here)
             deadline = self.started + _BISECT_SHARE * (self.options.timeout or case.timeout)

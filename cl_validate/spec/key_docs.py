@@ -70,6 +70,10 @@ DOCS: dict[str, dict[str, str]] = {
                    "every weight matrix and convolution kernel again from N(0, 1/fan-in) (for "
                    "models without BatchNorm, or initialised with a small std as transformers "
                    'are), then calibrates (default: `"as-built"`)',
+        "integer_compute": "`false` keeps a quantized network's convolutions and matmuls "
+                           "in float between its QDQ ops; by default the nhwc pipeline "
+                           "computes them in integers (int8/uint8 codes, int32 accumulation) "
+                           "(default: true)",
         "input_sensitivity": '`"fail"`: numerics fails when PyTorch\'s outputs on another '
                              "input would pass the comparison (it could not catch a wrong "
                              'kernel); `"warn"` passes and says so (default: `"fail"`)',

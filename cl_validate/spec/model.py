@@ -244,6 +244,9 @@ class CaseSpec:
     #: ``logits``, ``1.k``; "" for a lone tensor): an [[outputs]] entry whose name is one of
     #: them is that output, wherever it stands; not from the case file
     output_names: tuple[str, ...] = ()
+    #: a quantized network's convolutions and matmuls computed in integers (the nhwc
+    #: pipeline's ``integer_compute`` stage); false keeps them in float between QDQ ops
+    integer_compute: bool = True
 
     # -- variants ---------------------------------------------------------------------------
     def expand(self) -> list[CaseSpec]:

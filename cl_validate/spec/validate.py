@@ -51,7 +51,7 @@ _TOP_KEYS = (
     "name", "model", "description", "targets", "pipeline", "seed", "inputs", "outputs",
     "layout", "budget", "tolerance", "targets_override", "timeout", "max_memory_mb",
     "layout_overrides", "dynamic", "variants", "seeds", "profile", "weights",
-    "input_sensitivity",
+    "input_sensitivity", "integer_compute",
 )
 MAX_SEEDS = 32
 #: The longest a case may take: a week.
@@ -176,6 +176,11 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any],
     input_sensitivity = v.choice(data["input_sensitivity"], ("input_sensitivity",),
                                  "input_sensitivity", SENSITIVITY) \
         if "input_sensitivity" in data else SENSITIVITY[0]
+    integer_compute = data.get("integer_compute", True)
+    if not isinstance(integer_compute, bool):
+        raise v.fail(("integer_compute",), "integer_compute must be true or false, got "
+                     f"{integer_compute!r}", "integer_compute = false keeps a quantized "
+                     "network's convolutions in float between its QDQ ops")
     t = v.tolerance(data.get("tolerance", {}), ("tolerance",))
     tolerance = Tolerance(DEFAULT_TOLERANCE[0], DEFAULT_TOLERANCE[1]).merged(t)
 
@@ -188,7 +193,7 @@ def _validate(path: Path, text: str, display: str, data: dict[str, Any],
         budget=budget, tolerance=tolerance, overrides=overrides, lines=v.lines,
         timeout=timeout, max_memory_mb=max_memory_mb, layout_overrides=layout_overrides,
         dynamic=dynamic, variants=variants, seeds=seeds, profile=profile, weights=weights,
-        input_sensitivity=input_sensitivity,
+        input_sensitivity=input_sensitivity, integer_compute=integer_compute,
     )
 
 

@@ -31,6 +31,7 @@ from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
 )
 
 from zoo._common import finalize
+from zoo.deploy import SPPF, C2f, ConvSiLU
 from zoo.mobilenet import MobileNetV2
 from zoo.resnet import BasicBlock, ResNet
 
@@ -99,3 +100,24 @@ def quant_mobilenet_v2(size: int = 64, width_mult: float = 0.5) -> nn.Module:
     assert isinstance(net, MobileNetV2)
     model = _Backbone(net.features, net).eval()
     return pt2e_quantize(model, torch.randn(1, 3, size, size), _x86())
+
+
+class _YoloBackbone(nn.Sequential):
+    """YOLOv8's backbone in small: strided ConvSiLU stems, C2f stages (chunk, bottlenecks
+    with shortcuts, concat) and SPPF (chained max pools, concat); a P4-stride feature map
+    out."""
+
+    def __init__(self, width: int = 16) -> None:
+        w = width
+        super().__init__(ConvSiLU(3, w, 3, 2), ConvSiLU(w, 2 * w, 3, 2), C2f(2 * w, 2 * w),
+                         ConvSiLU(2 * w, 4 * w, 3, 2), C2f(4 * w, 4 * w),
+                         SPPF(4 * w, 4 * w))
+
+
+def quant_yolo(size: int = 64, width: int = 16) -> nn.Module:
+    """A YOLOv8-style backbone (SiLU, C2f, SPPF) quantized by PT2E for x86: uint8
+    activations, int8 weights per output channel; BatchNorms folded into the convolutions by
+    convert_pt2e. SiLU is not one of the x86 quantizer's ops: it runs in float between a
+    dequantize and a quantize, the convolutions around it in integers."""
+    net = finalize(_YoloBackbone(width), (4, 3, size, size)).eval()
+    return pt2e_quantize(net, torch.randn(1, 3, size, size), _x86())

@@ -79,3 +79,89 @@ class _FloatHead(nn.Module):
 
 def pt2e_float_head() -> nn.Module:
     return _FloatHead(pt2e_block())
+
+
+# --------------------------------------------------------------------------------------------
+# The quantizers teams use, on one small network with a Linear head (integer_compute)
+# --------------------------------------------------------------------------------------------
+class Classifier(nn.Module):
+    """`Block` (conv, depthwise conv, Hardswish, add, concat, pooling) and a Linear head:
+    every product a quantized mobile classifier has."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block()
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(x))
+
+
+def _quantized(quantizer: object, qat: bool = False) -> nn.Module:
+    """`Classifier` through PT2E with `quantizer`: calibrated on three seeded batches
+    (``prepare_qat_pt2e`` and three fake-quantized forward passes in training mode for QAT),
+    converted."""
+    from torchao.quantization.pt2e.quantize_pt2e import (
+        convert_pt2e,
+        prepare_pt2e,
+        prepare_qat_pt2e,
+    )
+
+    model = Classifier().eval()
+    exported = torch.export.export(model, (torch.randn(SHAPE),)).module()
+    prepare = prepare_qat_pt2e if qat else prepare_pt2e
+    prepared = prepare(exported, quantizer)  # type: ignore[operator]
+    with torch.no_grad():
+        for _ in range(3):
+            prepared(torch.randn(SHAPE))
+    return convert_pt2e(prepared)
+
+
+def x86_classifier() -> nn.Module:
+    """torchao's X86InductorQuantizer: uint8 activations, int8 weights per output channel."""
+    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+        X86InductorQuantizer,
+        get_default_x86_inductor_quantization_config,
+    )
+
+    q = X86InductorQuantizer()
+    q.set_global(get_default_x86_inductor_quantization_config())
+    return _quantized(q)
+
+
+def arm_classifier() -> nn.Module:
+    """torchao's ArmInductorQuantizer: int8 activations, int8 weights per tensor."""
+    from torchao.quantization.pt2e.quantizer.arm_inductor_quantizer import (
+        ArmInductorQuantizer,
+        get_default_arm_inductor_quantization_config,
+    )
+
+    q = ArmInductorQuantizer()
+    q.set_global(get_default_arm_inductor_quantization_config())
+    return _quantized(q)
+
+
+def xnnpack_classifier() -> nn.Module:
+    """An XNNPACK-style config: int8 activations (asymmetric), int8 weights symmetric per
+    output channel (torchao's reference XNNPACKQuantizer)."""
+    from torchao.testing.pt2e._xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    q = XNNPACKQuantizer()
+    q.set_global(get_symmetric_quantization_config(is_per_channel=True))
+    return _quantized(q)
+
+
+def qat_classifier() -> nn.Module:
+    """A QAT-converted model: the x86 quantizer's QAT config, fake-quantized passes in
+    training mode, then converted."""
+    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+        X86InductorQuantizer,
+        get_default_x86_inductor_quantization_config,
+    )
+
+    q = X86InductorQuantizer()
+    q.set_global(get_default_x86_inductor_quantization_config(is_qat=True))
+    return _quantized(q, qat=True)

@@ -32,7 +32,8 @@ transpose into the Linear's weight: the dot products sum in another order);
 layout TVM cannot lower becomes a convolution of the zero-stuffed input there); and, once the
 weights are bound, ``FoldScaleShift`` moves the per-channel scale and shift a BatchNorm leaves
 after a convolution into the convolution's weights plus one bias add (float rounding differs,
-nothing else).
+nothing else). ``IntegerCompute`` ends the layout stages: a quantized network's convolutions
+and matmuls read their int8/uint8 codes and accumulate in int32, in the layout they have.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from cl_validate.compile.passes.conv_transpose import lower_conv_transpose
 from cl_validate.compile.passes.flatten_linear import FoldFlattenIntoLinear
 from cl_validate.compile.passes.fold_scale_shift import FoldScaleShift
 from cl_validate.compile.passes.hoist_permutes import HoistPermutes
+from cl_validate.compile.passes.integer_compute import IntegerCompute
 from cl_validate.compile.passes.layout_agnostic import LAYOUT_AGNOSTIC_OPS, SinkPermutes
 from cl_validate.compile.passes.layout_rules import RULELESS_UNARY_OPS, extra_layout_rules
 from cl_validate.compile.passes.movement_chains import FoldMovementChains
@@ -87,6 +89,7 @@ __all__ = [
     "FoldMovementChains",
     "FoldScaleShift",
     "HoistPermutes",
+    "IntegerCompute",
     "NormalizeAxes",
     "PermuteToReshape",
     "RaiseAttention",

@@ -1,0 +1,129 @@
+"""Integer compute against the float QDQ program it replaced, on the bundled quantized cases.
+
+For each case (MobileNetV2 x86, ResNet-18 Arm, the YOLOv8-style backbone x86) the nhwc
+pipeline compiles twice in one process: with the ``integer_compute`` stage (int8/uint8 x int8
+products, int32 accumulation) and without it (``integer_compute = false``: every product in
+float32 between QDQ kernels). Per program, on llvm:
+
+- compile: the pipeline and TVM's build, seconds (the export is shared, not counted);
+- run: the program's median time over repeats (TVM's time evaluator) on the case's input;
+- constants: the bytes of every constant the final program holds (weights included);
+- convs: integer / float convolutions in the kernel list.
+
+Then the same cases cross-compiled for arm64 (``llvm -mtriple=aarch64-linux-gnu
+-mattr=+neon``, static: nothing runs): the kernels that hold a convolution, with the dtype
+of its data.
+
+    python benchmarks/int8_compute.py [--repeat N] [--case NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "model_cases"))
+
+CASES = ("quant_mobilenet_v2", "quant_resnet", "quant_yolo")
+ARM64 = ('[tool.cl_validate.targets.arm64]\ntarget = { kind = "llvm", mtriple = '
+         '"aarch64-linux-gnu", mattr = ["+neon"] }\n')
+
+
+def _constant_bytes(mod: object) -> int:
+    from tvm import relax
+
+    from cl_validate.ir import is_tensor_constant, tensor_bytes
+
+    total = 0
+
+    def visit(expr: object) -> None:
+        nonlocal total
+        if is_tensor_constant(expr):
+            total += tensor_bytes(expr, {}) or 0
+
+    relax.analysis.post_order_visit(mod["main"], visit)  # type: ignore[index]
+    return total
+
+
+def _case(name: str, folder: Path) -> object:
+    """The bundled case with an arm64 target added (a copy beside the original's folder)."""
+    from cl_validate.spec import load_case
+    from cl_validate.spec.config import load_config
+
+    (folder / "pyproject.toml").write_text(ARM64)
+    text = (ROOT / "model_cases" / f"{name}.toml").read_text()
+    path = folder / f"{name}.toml"
+    path.write_text(f'targets = ["llvm", "arm64"]\n{text}')
+    return load_case(path, load_config(folder).targets)
+
+
+def measure(name: str, repeat: int) -> list[dict[str, object]]:
+    import tvm
+    from tvm import relax
+
+    from cl_validate.analysis.fused_kernels import read_kernel_list
+    from cl_validate.checks.float_qdq_convs import split_convs
+    from cl_validate.session.case_session import CaseSession
+    from cl_validate.session.inputs import program_args
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        base = _case(name, Path(tmp))
+        for integer in (True, False):
+            case = dataclasses.replace(base, integer_compute=integer)  # type: ignore[type-var]
+            session = CaseSession(case)
+            error = session.prepare()
+            if error is not None:
+                raise RuntimeError(error.message)
+            t0 = time.perf_counter()
+            compiled = session.compiled("llvm")
+            seconds = time.perf_counter() - t0
+            kernels = read_kernel_list(compiled, case.max_sizes())
+            floats, ints, _ = split_convs(kernels)
+            vm = relax.VirtualMachine(compiled.executable, tvm.cpu())
+            args = program_args(case, session.samples[0][1], tvm.cpu())
+            timer = vm.time_evaluator("main", tvm.cpu(), number=5, repeat=repeat)
+            run_ms = float(timer(*args).median) * 1e3
+            arm = session.compiled("arm64", build=False)
+            arm_kernels = read_kernel_list(arm, case.max_sizes())
+            rows.append({"case": name, "program": "int8" if integer else "float QDQ",
+                         "compile_s": seconds, "run_ms": run_ms,
+                         "constants": _constant_bytes(compiled.final),
+                         "int": len(ints), "float": len(floats), "kernels": len(kernels),
+                         "arm64": arm_kernels})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--case", action="append", choices=CASES)
+    args = parser.parse_args()
+    from cl_validate.checks.float_qdq_convs import conv_dtypes
+
+    for name in args.case or CASES:
+        rows = measure(name, args.repeat)
+        base = next(r for r in rows if r["program"] == "float QDQ")
+        print(f"{name} (llvm, median of {args.repeat} x 5 runs):")
+        for r in rows:
+            ratio = float(r["run_ms"]) / float(base["run_ms"])  # type: ignore[arg-type]
+            print(f"  {r['program']:<10} compile {r['compile_s']:6.2f} s   run "
+                  f"{r['run_ms']:8.3f} ms ({ratio:.2f}x float)   constants "
+                  f"{int(r['constants']) / 1024:8.1f} KiB   convs {r['int']} int / "  # type: ignore[call-overload]
+                  f"{r['float']} float   {r['kernels']} kernels")
+        int8 = next(r for r in rows if r["program"] == "int8")
+        print("  arm64 (static), int8 program: kernels with a convolution")
+        for k in int8["arm64"]:  # type: ignore[attr-defined]
+            dtypes = conv_dtypes(k)
+            if dtypes:
+                print(f"    {k.index:3d}  {k.name[:70]:<70}  data {', '.join(map(str, dtypes))}")
+
+
+if __name__ == "__main__":
+    main()
