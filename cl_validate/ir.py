@@ -7,7 +7,7 @@ A transform's verdict rests on a handful of definitions, and each is written onc
 - **derived from weights**: a var whose value depends only on weights and constants, so it can
   be computed once, when the program is compiled (`weight_derived`) — exactly what
   ``fold_params`` precomputes, and what a weight transform is a transform *of*;
-- **runtime tensor**: any other tensor-valued expression (`is_runtime`);
+- **runtime tensor**: any other tensor-valued expression (`not is_weight_derived`);
 - **transform op**: a ``permute_dims`` or ``layout_transform`` call that is not an identity
   (`TRANSFORM_OPS`, `transform_axes`, `is_transform`).
 
@@ -247,11 +247,6 @@ def is_weight_derived(expr: object, derived: set[relax.Var]) -> bool:
     if isinstance(expr, relax.Var):
         return expr in derived
     return is_constant(expr)
-
-
-def is_runtime(expr: object, derived: set[relax.Var]) -> bool:
-    """A tensor computed at run time: neither a constant nor derived from weights."""
-    return not is_weight_derived(expr, derived)
 
 
 def all_weight_derived(exprs: Iterable[object], derived: set[relax.Var]) -> bool:

@@ -38,7 +38,6 @@ GUARDED_SIGNALS: tuple[signal.Signals, ...] = tuple(
         "SIGVTALRM", "SIGPROF", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGXCPU", "SIGPOLL",
     ) if hasattr(signal, name))
 
-_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _PROC = Path("/proc")
 
@@ -56,11 +55,6 @@ def _prctl(option: int, value: int) -> bool:
 def become_subreaper() -> bool:
     """Make orphaned descendants of this process its children (Linux); False elsewhere."""
     return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-
-
-def die_with_parent(sig: int = signal.SIGKILL) -> bool:
-    """Have the kernel send `sig` to this process when its parent ends (Linux)."""
-    return _prctl(_PR_SET_PDEATHSIG, int(sig))
 
 
 def _read(path: str) -> bytes | None:
@@ -267,31 +261,6 @@ def end_descendants(pid: int, *, settle_s: float = 2.0) -> list[str]:
         if time.monotonic() > deadline:
             return found
         time.sleep(0.02)
-
-
-def threads_blocking(signals: tuple[signal.Signals, ...], but: tuple[int, ...] = ()) -> bool:
-    """Whether every thread of this process but the calling one and those in `but` (native
-    ids) blocks all of `signals` (Linux; True elsewhere, where nothing can be told)."""
-    want = 0
-    for s in signals:
-        want |= 1 << (int(s) - 1)
-    skip = {str(threading.get_native_id()), *(str(t) for t in but)}
-    try:
-        tasks = os.listdir(_PROC / "self" / "task")
-    except OSError:
-        return True
-    for tid in tasks:
-        if tid in skip:
-            continue
-        try:
-            status = (_PROC / "self" / "task" / tid / "status").read_text()
-        except OSError:
-            continue
-        blocked = next((int(line.split()[1], 16) for line in status.splitlines()
-                        if line.startswith("SigBlk:")), 0)
-        if blocked & want != want:
-            return False
-    return True
 
 
 _PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1 << 20) if hasattr(os, "sysconf") else 0.0

@@ -69,7 +69,7 @@ class Compiled(Check):
                 NAME, Status.ERROR, f"the model's code left {n} process{'es' * (n > 1)} "
                 f"running ({m.stray_processes[0]}); killed", kind=CaseKind.STRAY_PROCESS,
                 line=line, body="\n".join(m.stray_processes))
-        kept = "".join(f"; {k}" for k in [*m.kept_layouts, *m.attention_left])
+        kept = "".join(f"; {k}" for k in [*m.kept_layouts, *m.attention_left, *m.capped])
         return CheckResult(NAME, Status.PASSED, f"compiled for {m.target} in "
                            f"{m.compile_seconds:.1f} s{built}{kept}", line=line,
                            figures=CompileFigures(m.compile_seconds, m.peak_rss_mb))

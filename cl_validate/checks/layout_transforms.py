@@ -105,7 +105,7 @@ class LayoutTransforms(BudgetCheck):
         figures = TransformFigures(layout_transforms=runtime, weight_transforms=len(weights),
                                    budget=limit, transform=attributions(kernels))
         body = stage_body(kernels, m.stage_counts) + "".join(
-            f"\nnote: {note}" for note in m.attention_left)
+            f"\nnote: {note}" for note in [*m.attention_left, *m.capped])
         if weights:
             w = weights[0]
             return CheckResult(

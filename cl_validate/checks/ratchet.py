@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from dataclasses import replace
-from typing import ClassVar, Protocol, TypeVar
+from typing import ClassVar, TypeVar
 
 from cl_validate.checks.registry import Check, FailureKind, Judging
 from cl_validate.checks.verdict import CheckResult, Figures, Status
@@ -28,12 +28,6 @@ class RatchetKind(FailureKind):
     STALE = ("BudgetStale", "the measured figure is below its budget: lower it with "
              "`cl-validate budget tighten` (passes with a warning under stale_budget = "
              "\"warn\")")
-
-
-class BudgetFigures(Protocol):
-    budget: float | None
-    budget_source: str | None
-    stale: bool
 
 
 F = TypeVar("F", bound=Figures)

@@ -275,7 +275,6 @@ _VIEWS = frozenset({"relax.reshape", "relax.flatten", "relax.squeeze", "relax.ex
 #: clip, ...): a transform next to one that traces back to a graph input is the input's.
 _CARRIED = LAYOUT_AGNOSTIC_OPS - _VIEWS
 _QDQ = frozenset({"relax.quantize", "relax.dequantize"})
-_WALK_LIMIT = 64
 
 
 def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any],
@@ -289,12 +288,14 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
     model's own permute, an op kept or pinned in the old layout, or a graph input. Views are
     walked through to an own permute behind them, but if none is found the first op without
     a rule is the one named.
+
+    The walk has no step limit: each step goes to the binding of an argument, which comes
+    before its use (Relax binds every var before it is read), so it ends at a graph input or
+    a constant within as many steps as `main` has bindings.
     """
     first_ruleless = None
     cur, prev_arg = start, skip_arg
-    for _ in range(_WALK_LIMIT):
-        if cur is None:
-            break
+    while cur is not None:
         op = op_name(cur.value)
         src = sources.get(cur.var.name)
         module = src.rsplit(" (", 1)[0] if src else None
@@ -334,8 +335,9 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
 def _pinned(cur: Any, module: str, producer: dict[Any, Any], derived: set[Any],
             sources: dict[str, str]) -> Attribution:
     """A pinned module's transform names the module's first op (its convolution, not the
-    bias add after it): walk up while the producer belongs to the same module."""
-    for _ in range(_WALK_LIMIT):
+    bias add after it): walk up while the producer belongs to the same module (to earlier
+    bindings only, so the walk ends, as `_blame`'s does)."""
+    while True:
         args = [a for a in getattr(cur.value, "args", [])
                 if isinstance(a, relax.Var) and not is_weight_derived(a, derived)]
         prev = producer.get(args[0]) if args else None

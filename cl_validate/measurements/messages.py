@@ -138,8 +138,6 @@ class CaseFailed:
     detail: str = ""  # a traceback
 
 
-ToZygote = RunCase | Stop
-FromZygote = Ready | Forked | Exited
 FromCase = TargetMeasured | Prepared | ChildExited | CaseDone | CaseFailed
 _TYPES: dict[str, type[Any]] = {t.__name__: t for t in (
     RunCase, Stop, Ready, Forked, Exited, Grant, TargetMeasured, Prepared, ChildExited,

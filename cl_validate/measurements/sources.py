@@ -32,10 +32,6 @@ def _hash_files(files: dict[Path, str]) -> str:
     return h.hexdigest()
 
 
-def _hash_tree(root: Path) -> str:
-    return _hash_files({f: str(f.relative_to(root.parent)) for f in _py_files(root)})
-
-
 #: What setuptools-scm writes at build time: the version, which between tags names the
 #: commit (0.2.1.devN+gHASH) and changes no measurement.
 _VERSION_FILE = "_version.py"

@@ -88,7 +88,7 @@ class _QuantizeInFloat64(TorchDispatchMode):
     (``clamp(round(x / scale) + zero_point)``, kept as float64 numbers) and a dequantize
     returns float64. Every other op runs as it is."""
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+    def __torch_dispatch__(self, func: Any, _types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         op = func.overloadpacket

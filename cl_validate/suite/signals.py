@@ -51,7 +51,6 @@ class SignalGuard:
         self.pending: signal.Signals | None = None
         #: the last signal from outside that interrupted the run
         self.last: signal.Signals | None = None
-        self.reliable = True
 
     def __enter__(self) -> SignalGuard:
         if not hasattr(signal, "sigwaitinfo"):  # pragma: no cover - not Linux
@@ -60,9 +59,6 @@ class SignalGuard:
         self._thread = threading.Thread(target=self._receive, name="cl_validate-signals",
                                         daemon=True)
         self._thread.start()
-        #: whether every other thread blocks the signals, so that they all come here (a
-        #: thread started before cl_validate was imported may not, and would take them)
-        self.reliable = procs.threads_blocking(GUARDED, but=(self._thread.native_id or 0,))
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,

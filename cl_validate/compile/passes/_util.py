@@ -1,4 +1,5 @@
-"""Shared helpers of the layout cleanup passes: permutation algebra and the pass wrapper.
+"""Shared helpers of the layout cleanup passes: permutation algebra, the pass wrapper, and
+the notes a pass leaves when it stops short (`note`, `collect_notes`).
 
 IR queries (bindings, shapes, which values derive from weights) are `cl_validate.ir`'s, the
 same definitions the attribution and the analysis use.
@@ -10,7 +11,10 @@ built on it only ever changes where values sit in memory, never what they are.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import tvm
 from tvm import relax
@@ -92,3 +96,38 @@ def relax_function_pass(
         return factory
 
     return deco
+
+
+# --------------------------------------------------------------------------------------------
+# Notes: what a pass left undone
+# --------------------------------------------------------------------------------------------
+#: The notes of the pipeline stage being run (`collect_notes`); None outside one.
+_NOTES: ContextVar[list[str] | None] = ContextVar("cl_validate_pass_notes", default=None)
+
+
+class PassNoteWarning(RuntimeWarning):
+    """A pass stopped short, run where nothing collects its notes."""
+
+
+def note(line: str) -> None:
+    """Say that a pass stopped short of what it would do (it hit a cap): one line, with what
+    was left. `compile_case` collects the notes of every stage (`collect_notes`) and the
+    report shows them; a pass run on its own, outside a collection, warns instead, so a
+    stop is never silent."""
+    notes = _NOTES.get()
+    if notes is None:
+        warnings.warn(line, PassNoteWarning, stacklevel=2)
+    else:
+        notes.append(line)
+
+
+@contextmanager
+def collect_notes() -> Iterator[list[str]]:
+    """The notes the passes run inside the ``with`` leave (TVM calls a Python pass back in
+    this thread, so the passes of a `tvm.transform.Sequential` are collected too)."""
+    notes: list[str] = []
+    token = _NOTES.set(notes)
+    try:
+        yield notes
+    finally:
+        _NOTES.reset(token)

@@ -45,6 +45,7 @@ from cl_validate.compile.passes._util import (
     add_costs,
     compose,
     inverse,
+    note,
     permute_cost,
     relax_function_pass,
 )
@@ -67,6 +68,11 @@ from cl_validate.ir import (
     weight_derived,
 )
 
+#: Rounds `sink_permutes` runs at most. Each kept round lowers the run-time transform cost,
+#: a pair of counts, so the rounds end on their own; the cap bounds the compile time of a
+#: graph that would need many (a second round is rare: every graph in tests/passes needs one).
+#: Stopping at it is reported (`note`): the program is right, but may keep transforms another
+#: round would remove.
 MAX_ROUNDS = 8
 Uses = dict[relax.Var, list[relax.Var | None]]
 
@@ -403,14 +409,34 @@ def sink_permutes(func: relax.Function) -> relax.Function:
     """Rounds until nothing improves; a region converted in one round can expose the next
     (e.g. an absorbed permute of a model's own transpose becomes a seed). A round that does
     not lower the function's run-time transform cost is discarded, and a function where no
-    round helps is returned untouched."""
+    round helps is returned untouched. At most `MAX_ROUNDS` rounds: when one more would still
+    lower the cost, the pass says so (`note`) and returns what the rounds reached."""
     start = current = fold_permutes(_canonicalize(func))
     for _ in range(MAX_ROUNDS):
-        new = sink_permutes_once(current)
-        if new.same_as(current) or not _runtime_cost(new) < _runtime_cost(current):
+        new = _improved(current)
+        if new is None:
             break
         current = new
+    else:
+        if (more := _improved(current)) is not None:
+            note(f"SinkPermutes stopped at its cap of {MAX_ROUNDS} rounds with run-time "
+                 f"transforms still going down ({_cost_text(_runtime_cost(current))} -> "
+                 f"{_cost_text(_runtime_cost(more))} in the next round): more transforms "
+                 f"may remain than the pass would leave")
     return func if current is start else current
+
+
+def _improved(func: relax.Function) -> relax.Function | None:
+    """One more round, if it lowers the run-time transform cost; None otherwise."""
+    new = sink_permutes_once(func)
+    if new.same_as(func) or not _runtime_cost(new) < _runtime_cost(func):
+        return None
+    return new
+
+
+def _cost_text(cost: Cost) -> str:
+    real, unit = cost[0], cost[1] - cost[0]
+    return f"{real} transposes" + (f" + {unit} size-1 permutes" if unit else "")
 
 
 SinkPermutes = relax_function_pass("SinkPermutes")(sink_permutes)
