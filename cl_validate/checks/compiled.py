@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cl_validate.checks.registry import Check, FailureKind, Judging, register
+from cl_validate.checks.registry import Check, FailureKind, Figure, Judging, register
 from cl_validate.checks.verdict import NOT_RUN_ERRORED, CheckResult, Figures, Status
 from cl_validate.errors import ErrorRecord
 from cl_validate.measurements.kinds import SkipKind
@@ -58,6 +58,11 @@ class Compiled(Check):
                'reported)')
     declared_by = ("model",)
     kinds = (CaseKind,)
+    #: they vary from run to run and machine to machine: only a large change is one
+    tracked = (Figure("compile_seconds", "compile time", f"{NAME}.compile_seconds", "s",
+                      noise_rel=0.25, noise_abs=5.0),
+               Figure("peak_memory", "peak memory", f"{NAME}.peak_rss_mb", "MB",
+                      noise_rel=0.2, noise_abs=100.0))
 
     def judge(self, j: Judging) -> CheckResult:
         m, case = j.m, j.case

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cl_validate.checks.ratchet import BudgetCheck, budget_verdict, show_command
-from cl_validate.checks.registry import FailureKind, Judging, register
+from cl_validate.checks.registry import FailureKind, Figure, Judging, register
 from cl_validate.checks.verdict import CheckResult, Figures, Status
 from cl_validate.measurements.kernel_list import FALLBACK, UNRECORDED, KernelList
 from cl_validate.measurements.kinds import SkipKind
@@ -52,6 +52,7 @@ class FallbackKernels(BudgetCheck):
     budget = BudgetKey(NAME, "count", minimum=0, label="fallback")
     kinds = (*BudgetCheck.kinds, FallbackKind)
     title = "GPU fallback kernels"
+    tracked = (Figure(NAME, "fallback kernels", f"{NAME}.{NAME}", "kernels"),)
 
     def figure(self, kernels: KernelList) -> int | None:
         """Only where dlight scheduled the target (a GPU): elsewhere the budget does not

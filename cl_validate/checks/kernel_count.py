@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cl_validate.checks.ratchet import BudgetCheck, budget_verdict, count_cell, show_command
-from cl_validate.checks.registry import Judging, register
+from cl_validate.checks.registry import Figure, Judging, register
 from cl_validate.checks.verdict import CheckResult, Figures, Status
 from cl_validate.measurements.kernel_list import KernelList
 from cl_validate.measurements.kinds import SkipKind
@@ -31,6 +31,7 @@ class KernelCount(BudgetCheck):
     declared_by = ("budget", NAME)
     budget = BudgetKey(NAME, "count", minimum=1)
     title = "kernels / budget"
+    tracked = (Figure("kernels", "kernels", f"{NAME}.{NAME}", "kernels"),)
 
     def figure(self, kernels: KernelList) -> int | None:
         return len(kernels)

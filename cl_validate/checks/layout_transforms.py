@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cl_validate.checks.ratchet import BudgetCheck, budget_verdict, count_cell, show_command
-from cl_validate.checks.registry import FailureKind, Judging, register
+from cl_validate.checks.registry import FailureKind, Figure, Judging, register
 from cl_validate.checks.verdict import CheckResult, Figures, Status
 from cl_validate.measurements.attribution import Reason
 from cl_validate.measurements.kernel_list import KernelList, StageCount
@@ -22,6 +22,10 @@ from cl_validate.spec import CaseSpec
 from cl_validate.spec.budget_keys import BudgetKey
 
 NAME = "layout_transforms"
+#: The report properties of the runtime transforms: their count, and each one's attribution
+#: (written once per transform), which ``cl-validate diff`` lists as added or removed.
+COUNT_PROP = f"{NAME}.{NAME}"
+TRANSFORM_PROP = f"{NAME}.transform"
 
 
 class TransformKind(FailureKind):
@@ -90,6 +94,10 @@ class LayoutTransforms(BudgetCheck):
     budget = BudgetKey(NAME, "count", minimum=0, default=0, label="transforms")
     kinds = (*BudgetCheck.kinds, TransformKind)
     title = "transforms / budget"
+    tracked = (Figure("transforms", "runtime transforms", COUNT_PROP, "transforms",
+                      detail=TRANSFORM_PROP, charted=True),
+               Figure("weight_transforms", "weight transforms", f"{NAME}.weight_transforms",
+                      "transforms"))
 
     def figure(self, kernels: KernelList) -> int | None:
         return len(kernels.runtime_transforms)

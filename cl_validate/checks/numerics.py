@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from cl_validate.checks.registry import Check, FailureKind, Judging, register
+from cl_validate.checks.registry import Check, FailureKind, Figure, Judging, register
 from cl_validate.checks.verdict import CheckResult, Figures, Status
 from cl_validate.measurements.bisection import Bisection
 from cl_validate.measurements.error_stats import ErrorStats, compare
@@ -208,6 +208,9 @@ class Numerics(Check):
     declared_by = ("tolerance",)
     kinds = (NumericsKind,)
     title = "numerics: max abs err (or TVM × eager vs float64, or quantization steps)"
+    tracked = (Figure("numerics_ratio", "numerics (x eager float32's error)",
+                      f"{NAME}.float64_ratio", "x", noise_rel=0.1),
+               Figure("max_abs", "max abs error", f"{NAME}.max_abs", "error", noise_rel=0.5))
 
     def seconds(self, m: Measurement) -> float:
         return m.numerics_seconds

@@ -11,7 +11,11 @@ JUnit, the pytest plugin's items, ``budget tighten`` and the reference docs all 
 Adding a check is one module in this package (every module here is loaded when the package
 is): a `Check` subclass decorated with `register`, with an ``order`` that places it among the
 others, and its test. A check with a budget declares its ``[budget]`` key
-(`cl_validate.spec.budget_keys`), and case files may then declare it.
+(`cl_validate.spec.budget_keys`), with its kind of value (a `ValueKind`: how the case file
+writes it and reports show it; a check may bring a kind of its own), and case files may then
+declare it. The figures ``cl-validate diff`` compares and ``cl-validate trend`` charts are
+declared by their checks too (`Check.tracked`, a `Figure` each), read back from the
+properties of its reports.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from typing import ClassVar, TypeVar
 from cl_validate.checks.verdict import CheckResult
 from cl_validate.measurements.kinds import Kind
 from cl_validate.measurements.measurement import Measurement
+from cl_validate.measurements.units import bytes_text
 from cl_validate.spec import CaseSpec
-from cl_validate.spec.budget_keys import BudgetKey, declare, undeclare
+from cl_validate.spec.budget_keys import BudgetKey, ValueKind, declare, undeclare
 from cl_validate.spec.config import StalePolicy
 
 
@@ -47,6 +52,51 @@ class Judging:
         return self.m.target
 
 
+@dataclass(frozen=True)
+class Figure:
+    """One figure of a check a reviewer compares between runs (``cl-validate diff``) and
+    follows over them (``cl-validate trend``): where it is in the report, its unit, how it
+    reads, and the change that is noise (both `noise_rel` of the larger value and `noise_abs`
+    must be exceeded; exact counts have none). Every figure is better smaller."""
+
+    name: str  # short id: trend names and `--figure`
+    label: str  # how reports say it
+    prop: str  # ``check.property``: the testcase property it is read back from
+    unit: str
+    noise_rel: float = 0.0
+    noise_abs: float = 0.0
+    #: how its values read (its `ValueKind.format`); None: by `unit`
+    kind: ValueKind | None = None
+    #: a ``check.property`` written once per item (``transform``) whose values go with the
+    #: figure into the trend JSON's ``extra``
+    detail: str = ""
+    #: charted by ``cl-validate trend`` when no ``--figure`` is given
+    charted: bool = False
+
+    def text(self, value: float | None) -> str:
+        if value is None:
+            return "–"
+        if self.kind is not None:
+            return self.kind.format(value)
+        if self.unit == "bytes":
+            return bytes_text(int(value))
+        if self.unit == "s":
+            return f"{value:.1f} s"
+        if self.unit == "MB":
+            return f"{value:.0f} MB"
+        if self.unit == "x":
+            return f"{value:.3g}x"
+        if float(value).is_integer():
+            return str(int(value))
+        return f"{value:.3g}"
+
+    def changed(self, before: float, after: float) -> bool:
+        """Whether `before` → `after` is a change and not measurement noise."""
+        delta = abs(after - before)
+        return delta > 0 and delta > self.noise_abs and \
+            delta > self.noise_rel * max(abs(before), abs(after))
+
+
 class Check:
     """One check. Subclasses set the class attributes and implement `judge`."""
 
@@ -65,6 +115,9 @@ class Check:
     budget: ClassVar[BudgetKey | None] = None
     #: its column heading in Markdown tables (default: the name, spaced)
     title: ClassVar[str] = ""
+    #: the figures of its results ``cl-validate diff`` compares and ``trend`` charts (each
+    #: a property of its testcases, ``check.property``)
+    tracked: ClassVar[tuple[Figure, ...]] = ()
 
     def judge(self, j: Judging) -> CheckResult:
         raise NotImplementedError
@@ -94,6 +147,10 @@ def register(cls: C) -> C:
     check = cls()
     if check.name in _REGISTRY and type(_REGISTRY[check.name]) is not cls:
         raise ValueError(f"two checks are named '{check.name}'")
+    for f in check.tracked:  # read back from its own testcases' properties
+        if not f.prop.startswith(f"{check.name}."):
+            raise ValueError(f"check {check.name}: figure {f.name} reads '{f.prop}', not a "
+                             f"property of its own ('{check.name}.NAME')")
     if check.budget is not None:
         declare(check.budget)
     _REGISTRY[check.name] = check
@@ -115,6 +172,18 @@ def checks() -> list[Check]:
 def names() -> tuple[str, ...]:
     """Every check's name, in order: the testcases of each case × target."""
     return tuple(c.name for c in checks())
+
+
+def tracked_figures() -> tuple[Figure, ...]:
+    """Every check's tracked figures, in report order, except that what the case itself cost
+    (the case check's, `case_check`) comes after what the checks measured."""
+    ordered = checks()
+    figures = [f for c in [*ordered[1:], *ordered[:1]] for f in c.tracked]
+    seen: dict[str, Figure] = {}
+    for f in figures:
+        if seen.setdefault(f.name, f) is not f:
+            raise ValueError(f"two figures are named '{f.name}'")
+    return tuple(figures)
 
 
 def get(name: str) -> Check:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cl_validate.checks.ratchet import BudgetCheck, budget_verdict
-from cl_validate.checks.registry import FailureKind, Judging, register
+from cl_validate.checks.registry import FailureKind, Figure, Judging, register
 from cl_validate.checks.verdict import CheckResult, Figures, Status
 from cl_validate.measurements.kernel_list import KernelList
 from cl_validate.measurements.kinds import SkipKind
@@ -63,6 +63,8 @@ class TransformBytes(BudgetCheck):
     budget = BudgetKey(NAME, "bytes", minimum=0, label="bytes")
     kinds = (*BudgetCheck.kinds, BytesKind)
     title = "transform bytes, share of traffic"
+    tracked = (Figure("transform_bytes", "transform bytes", f"{NAME}.transform_bytes", "bytes",
+                      charted=True),)
 
     def figure(self, kernels: KernelList) -> int | None:
         return kernels.transform_bytes

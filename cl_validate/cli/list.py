@@ -21,9 +21,7 @@ def main(args: argparse.Namespace) -> ExitCode:
     cases = load_cases(args.paths or [DEFAULT_PATH])
     width = max(len(c.name) for c in cases)
     for c in cases:
-        budgets = " ".join(f"{budget_key(k).label or k}<={v:g}" if isinstance(v, float)
-                           else f"{budget_key(k).label or k}<={v}"
-                           for k, v in c.budget.declared().items())
+        budgets = " ".join(budget_key(k).format(v) for k, v in c.budget.declared().items())
         extra = ""
         if c.variants:
             extra += "  variants: " + ", ".join(v.name for v in c.variants)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cl_validate.checks.registry import tracked_figures
 from cl_validate.errors import ExitCode
 from cl_validate.paths import ReportKind, report_file
-from cl_validate.report.figures import FIGURES, read_runs, write_benchmark_json
+from cl_validate.report.figures import read_runs, write_benchmark_json
 from cl_validate.report.markdown import write_marked
 from cl_validate.report.outputs import unwritten
-from cl_validate.report.trend import CHARTED, report_labels, trend_markdown
+from cl_validate.report.trend import charted, report_labels, trend_markdown
 
 HELP = "chart cases' transforms and bytes over a series of JUnit reports"
 
@@ -26,8 +27,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", dest="targets", action="append", metavar="TARGET",
                         help="only this target; repeatable")
     parser.add_argument("--figure", dest="figures", action="append", metavar="NAME",
-                        choices=[f.name for f in FIGURES],
-                        help=f"figures to chart (default: {', '.join(CHARTED)})")
+                        choices=[f.name for f in tracked_figures()],
+                        help=f"figures to chart (default: {', '.join(charted())})")
     parser.add_argument("--markdown", metavar="FILE", help="write the charts to FILE too")
     parser.add_argument("--json", metavar="FILE", help="write the last report's figures as "
                         "github-action-benchmark JSON (customSmallerIsBetter)")
@@ -40,7 +41,7 @@ def main(args: argparse.Namespace) -> ExitCode:
     runs = [read_runs(p) for p in args.reports]
     text = trend_markdown(list(zip(report_labels(args.reports), runs, strict=True)),
                           cases=args.cases or (), targets=args.targets or (),
-                          figures=args.figures or CHARTED)
+                          figures=args.figures or charted())
     print(text, end="")
     code = ExitCode.OK
     for what, path, write in (("Markdown", md, lambda p: write_marked(p, text)),

@@ -1,7 +1,8 @@
 """What a pull request changed, per case × target: the figures of the base branch's report
-against the pull request's (`cl_validate.report.figures`), only what changed, each change
-marked better or worse, the runtime transforms it added or removed named by their module —
-and, first, every budget or tolerance the pull request loosened (`cl_validate.spec.raises`).
+against the pull request's (`cl_validate.report.figures`; the figures each check tracks), only
+what changed, each change marked better or worse, the runtime transforms it added or removed
+named by their module — and, first, every budget or tolerance the pull request loosened
+(`cl_validate.spec.raises`).
 
 `render` writes it as Markdown for GitHub within a size limit: a job summary holds 1 MiB, a
 pull-request comment 65,536 characters; rows that do not fit are counted in a closing note.
@@ -16,8 +17,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cl_validate.checks.layout_transforms import COUNT_PROP as TRANSFORMS
+from cl_validate.checks.registry import Figure, tracked_figures
 from cl_validate.report.escape import md_code, md_text
-from cl_validate.report.figures import FIGURES, TRANSFORMS, Figure, Run
+from cl_validate.report.figures import Run
 from cl_validate.spec.raises import Loosened
 
 #: GitHub's limits: a pull-request comment's body (characters) and a step summary (bytes).
@@ -80,7 +83,8 @@ def compare(base: Mapping[tuple[str, str], Run],
         was = base.get(key)
         d = Delta(now.case, now.target, now.file, new=was is None)
         if was is not None:
-            for f in FIGURES:  # a figure one report lacks (an older version's) is no change
+            # a figure one report lacks (an older version's) is no change
+            for f in tracked_figures():
                 a, b = was.value(f.prop), now.value(f.prop)
                 if a is not None and b is not None and f.changed(a, b):
                     d.changes.append(Change(f, a, b))

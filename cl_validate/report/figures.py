@@ -5,8 +5,9 @@ trend`` charts.
 A report carries each check's figures as testcase ``<properties>`` (`cl_validate.report.junit`);
 `read_runs` turns a report — one run's, or merged shards' — back into a `Run` per case ×
 target, and `runs_of` does the same for a run's results in memory, from the same properties,
-so both sides of a comparison read alike. `FIGURES` says which properties are figures a
-reviewer compares, how each reads, and how much of a change is noise.
+so both sides of a comparison read alike. Which properties are figures a reviewer compares,
+how each reads and how much of a change is noise, each check declares (`Check.tracked`,
+gathered by `cl_validate.checks.registry.tracked_figures`): none is named here.
 
 Only the standard library and plain data here: the CI job that compares reports installs
 neither torch nor TVM.
@@ -23,17 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from cl_validate.atomic import write_atomic
-from cl_validate.checks.fallback_kernels import NAME as FALLBACK_KERNELS
+from cl_validate.checks.layout_transforms import TRANSFORM_PROP
+from cl_validate.checks.registry import Figure, tracked_figures
 from cl_validate.checks.verdict import CaseResult, parse_check_id
-from cl_validate.measurements.units import bytes_text
 from cl_validate.paths import repo_path
 from cl_validate.report.merge import NESTED, read
 
 #: The suite of target T in cl_validate's reports.
 SUITE_PREFIX = "cl_validate."
-#: The property each runtime transform's attribution is written in (repeated), and the count.
-TRANSFORM = "layout_transforms.transform"
-TRANSFORMS = "layout_transforms.layout_transforms"
 
 
 @dataclass
@@ -65,63 +63,7 @@ class Run:
 
     def transforms(self) -> list[str]:
         """Each runtime transform's attribution (why it is there, from which module)."""
-        return list(self.props.get(TRANSFORM, ()))
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One figure a reviewer compares between runs: where it is in the report, its unit,
-    how it reads, and the change that is noise (both `noise_rel` of the larger value and
-    `noise_abs` must be exceeded; exact counts have none)."""
-
-    name: str  # short id: trend names and `--figure`
-    label: str  # how reports say it
-    prop: str  # ``check.property``
-    unit: str
-    noise_rel: float = 0.0
-    noise_abs: float = 0.0
-
-    def text(self, value: float | None) -> str:
-        if value is None:
-            return "–"
-        if self.unit == "bytes":
-            return bytes_text(int(value))
-        if self.unit == "s":
-            return f"{value:.1f} s"
-        if self.unit == "MB":
-            return f"{value:.0f} MB"
-        if self.unit == "x":
-            return f"{value:.3g}x"
-        if float(value).is_integer():
-            return str(int(value))
-        return f"{value:.3g}"
-
-    def changed(self, before: float, after: float) -> bool:
-        """Whether `before` → `after` is a change and not measurement noise."""
-        delta = abs(after - before)
-        return delta > 0 and delta > self.noise_abs and \
-            delta > self.noise_rel * max(abs(before), abs(after))
-
-
-#: Every figure compared and trended, smaller is better for each. Compile seconds and peak
-#: memory vary from run to run and machine to machine: only a large change is one.
-FIGURES = (
-    Figure("transforms", "runtime transforms", TRANSFORMS, "transforms"),
-    Figure("weight_transforms", "weight transforms", "layout_transforms.weight_transforms",
-           "transforms"),
-    Figure("transform_bytes", "transform bytes", "layout_transform_bytes.transform_bytes",
-           "bytes"),
-    Figure("kernels", "kernels", "kernels.kernels", "kernels"),
-    Figure(FALLBACK_KERNELS, "fallback kernels", f"{FALLBACK_KERNELS}.{FALLBACK_KERNELS}",
-           "kernels"),
-    Figure("numerics_ratio", "numerics (x eager float32's error)",
-           "numerics.float64_ratio", "x", noise_rel=0.1),
-    Figure("max_abs", "max abs error", "numerics.max_abs", "error", noise_rel=0.5),
-    Figure("compile_seconds", "compile time", "compile.compile_seconds", "s",
-           noise_rel=0.25, noise_abs=5.0),
-    Figure("peak_memory", "peak memory", "compile.peak_rss_mb", "MB",
-           noise_rel=0.2, noise_abs=100.0),
-)
+        return list(self.props.get(TRANSFORM_PROP, ()))
 
 
 def target_of(suite: str) -> str:
@@ -187,7 +129,7 @@ def benchmark_entries(runs: Iterable[Run]) -> list[dict[str, Any]]:
     smaller). ``name`` is ``case [target] figure``, stable from run to run."""
     out: list[dict[str, Any]] = []
     for run in runs:
-        for f in FIGURES:
+        for f in tracked_figures():
             value = run.value(f.prop)
             if value is None:
                 continue
@@ -204,8 +146,9 @@ def benchmark_entries(runs: Iterable[Run]) -> list[dict[str, Any]]:
 def _extra(run: Run, f: Figure) -> str:
     where = run.file + (f":{run.lines[f.prop.split('.')[0]]}"
                         if f.prop.split(".")[0] in run.lines else "")
-    if f.name == "transforms" and run.transforms():
-        return f"{where}\n" + "\n".join(run.transforms())
+    detail = run.props.get(f.detail, []) if f.detail else []
+    if detail:
+        return f"{where}\n" + "\n".join(detail)
     return where
 
 

@@ -84,18 +84,15 @@ def failure_kinds() -> str:
 # --------------------------------------------------------------------------------------------
 # case-file keys
 # --------------------------------------------------------------------------------------------
-_VALUE = {"count": "integer count", "bytes": "integer bytes (`1_204_224` allowed)",
-          "fraction": "fraction in (0, 1]"}
-
-
 def budget_table() -> str:
-    """The ``[budget]`` keys, as the checks declare them."""
+    """The ``[budget]`` keys, as the checks declare them (each value as its kind of value
+    describes it)."""
     by_key = {c.budget.name: c for c in checks() if c.budget is not None}
     rows = ["| key | value | judged by | passes when | kept exact by `budget tighten` |",
             "| --- | --- | --- | --- | --- |"]
     for k in budget_keys():
         check = by_key.get(k.name)
-        value = _VALUE[k.value] + (f", default {k.default}" if k.default is not None else "")
+        value = k.kind.doc + (f", default {k.default}" if k.default is not None else "")
         rows.append(f"| `{k.name}` | {value} | "
                     f"{f'`{check.name}`' if check else '–'} | "
                     f"{md_trusted(check.summary) if check else '–'} | "

@@ -1,6 +1,6 @@
 """A case's figures over a series of reports, charted in Markdown GitHub renders: one Mermaid
-``xychart-beta`` per case × target × figure (runtime transforms, their bytes), the reports
-in the order given along the x axis.
+``xychart-beta`` per case × target × figure (by default the figures their checks mark
+charted: runtime transforms, their bytes), the reports in the order given along the x axis.
 
 Names a report, a case file or a model chose are reduced to characters a chart's quoted
 label cannot be broken by before they reach Mermaid, and escaped in the Markdown around the
@@ -14,12 +14,17 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from cl_validate.checks.registry import Figure, tracked_figures
 from cl_validate.report.escape import md_code, md_text
-from cl_validate.report.figures import FIGURES, Figure, Run
+from cl_validate.report.figures import Run
 
-#: What `chart` draws by default: what the runtime transforms cost.
-CHARTED = ("transforms", "transform_bytes")
 _UNSAFE = re.compile(r"[^\w .:/+=\[\]()-]")
+
+
+def charted() -> tuple[str, ...]:
+    """What `trend_markdown` charts by default: the figures their checks mark charted (what
+    the runtime transforms cost)."""
+    return tuple(f.name for f in tracked_figures() if f.charted)
 
 
 def _label(text: str, limit: int = 40) -> str:
@@ -68,16 +73,17 @@ def chart(series: Sequence[tuple[str, Run]], f: Figure) -> str | None:
 
 def trend_markdown(reports: Sequence[tuple[str, Mapping[tuple[str, str], Run]]], *,
                    cases: Sequence[str] = (), targets: Sequence[str] = (),
-                   figures: Sequence[str] = CHARTED) -> str:
+                   figures: Sequence[str] | None = None) -> str:
     """Markdown with a chart per case × target × figure over the reports (label, runs), for
     the runs whose case is in `cases` (name or label; all when empty) and target in
-    `targets` (all when empty)."""
+    `targets` (all when empty); `figures` by name (default: `charted`)."""
+    figures = charted() if figures is None else figures
     keys: dict[tuple[str, str], None] = {}
     for _, runs in reports:
         keys.update(dict.fromkeys(
             k for k in runs if (not cases or k[0] in cases or k[0].split("[")[0] in cases)
             and (not targets or k[1] in targets)))
-    chosen = [f for f in FIGURES if f.name in figures]
+    chosen = [f for f in tracked_figures() if f.name in figures]
     out = [f"## cl_validate: figures over {len(reports)} reports", ""]
     if not keys:
         return "\n".join([*out, "No case × target of these reports matches."]) + "\n"

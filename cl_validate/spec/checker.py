@@ -28,13 +28,6 @@ _OVERRIDE_KEYS = ("budget", "tolerance")
 MAX_INTEGER = 2**31 - 1
 #: The largest seed: what numpy's and torch's seeding both take.
 MAX_SEED = 2**32 - 1
-#: The largest budget by its kind of value, and why: no program comes near it.
-MAX_BUDGET: dict[str, tuple[int, str]] = {
-    "count": (1_000_000, "no program has a million kernels or transforms: write the measured "
-              "count, as cl-validate budget tighten does"),
-    "bytes": (2**50, "no program moves a pebibyte through layout transforms: write the "
-              "measured bytes, as cl-validate budget tighten does"),
-}
 
 
 class Checker:
@@ -136,18 +129,8 @@ class Checker:
         if "reason" in tab:  # written by `budget tighten --allow-increase --reason TEXT`
             out["reason"] = self.string(tab["reason"], (*path, "reason"), "reason")
         for key in keys:
-            if key.name not in tab:
-                continue
-            where = (*path, key.name)
-            if key.value == "fraction":
-                share = self.number(tab[key.name], where, key.name)
-                if not 0 < share <= 1:
-                    raise self.fail(where, f"{key.name} must be a fraction in (0, 1], got "
-                                    f"{share:g}", "0.05 is 5%")
-                out[key.name] = share
-            else:
-                out[key.name] = self.integer(tab[key.name], where, key.name, key.minimum,
-                                             *MAX_BUDGET[key.value])
+            if key.name in tab:  # each kind of value reads its own (`ValueKind.parse`)
+                out[key.name] = key.kind.parse(tab[key.name], self, (*path, key.name), key)
         return out
 
     def io_layout(self, value: Any, path: tuple[str, ...]) -> str:
