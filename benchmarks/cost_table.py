@@ -2,7 +2,9 @@
 
 For every case (static: no numerics, cuda needs no GPU): the program's traffic and the bytes
 its runtime transforms move (llvm), the kernels per dlight rule on cuda and how many were
-left to the generic Fallback, and how long the cuda compile took with the rules noted.
+left to the generic Fallback, and how long the cuda compile took with the rules noted. Each
+case goes through its case session (`cl_validate.session.case_session.CaseSession`, static:
+``budget tighten``'s options), so the programs are the ones ``cl-validate run`` compiles.
 
     python benchmarks/cost_table.py model_cases [-k PATTERN] [--markdown FILE]
 """
@@ -29,12 +31,10 @@ def main() -> None:
     warnings.filterwarnings("ignore")
 
     from cl_validate.analysis.fused_kernels import read_kernel_list
-    from cl_validate.compile.factory import build_model
-    from cl_validate.compile.frontend import export_and_import
-    from cl_validate.compile.program import compile_case
     from cl_validate.measurements.units import bytes_text, share_text
-    from cl_validate.session.inputs import make_inputs, torch_inputs
+    from cl_validate.session.case_session import CaseSession
     from cl_validate.spec import load_cases
+    from cl_validate.spec.options import RunOptions
 
     header = ("case", "traffic", "transform bytes", "share", *(f"cuda {r}" for r in RULES),
               "cuda IR s")
@@ -43,14 +43,13 @@ def main() -> None:
     for case in load_cases(args.paths):
         if args.pattern and args.pattern not in case.name:
             continue
-        front = export_and_import(build_model(case), case, torch_inputs(case, make_inputs(case)))
-        llvm = read_kernel_list(compile_case(front, case, "llvm", build=False), case.max_sizes())
+        session = CaseSession(case, RunOptions(static_only=True))
+        llvm = read_kernel_list(session.compiled("llvm", build=False), case.max_sizes())
         cells = [case.name, bytes_text(llvm.traffic), bytes_text(llvm.transform_bytes),
                  share_text(llvm.share(llvm.transform_bytes))]
         if "cuda" in case.targets:
             t0 = time.perf_counter()
-            cuda = read_kernel_list(compile_case(front, case, "cuda", build=False),
-                                    case.max_sizes())
+            cuda = read_kernel_list(session.compiled("cuda", build=False), case.max_sizes())
             seconds = time.perf_counter() - t0
             counts = cuda.schedule_counts()
             cells += [str(counts.get(r, 0)) for r in RULES] + [f"{seconds:.1f}"]

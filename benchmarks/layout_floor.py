@@ -2,8 +2,10 @@
 
 For every case: transforms and kernels under ``nhwc-plain`` (ConvertLayout alone) and under
 ``nhwc`` (ConvertLayout + cl_validate's cleanup passes), and the compile time of each
-(export/import once per case; the Relax stages and the build per pipeline). Static: no
-numerics run (the test suite and ``cl-validate run`` check those).
+(export + import + the Relax stages + the build). Each pipeline is a variant of the case
+(``dataclasses.replace``) in a case session of its own
+(`cl_validate.session.case_session.CaseSession`), as ``cl-validate run`` compiles a variant.
+No numerics run (the test suite and ``cl-validate run`` check those).
 
     python benchmarks/layout_floor.py model_cases [--target llvm] [--markdown FILE]
 """
@@ -32,10 +34,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
 
     from cl_validate.analysis.fused_kernels import read_kernel_list
-    from cl_validate.compile.factory import build_model
-    from cl_validate.compile.frontend import export_and_import
-    from cl_validate.compile.program import compile_case
-    from cl_validate.session.inputs import make_inputs, torch_inputs
+    from cl_validate.session.case_session import CaseSession
     from cl_validate.spec import load_cases
 
     rows = []
@@ -45,14 +44,13 @@ def main() -> None:
     for case in load_cases(args.paths):
         if args.pattern and args.pattern not in case.name:
             continue
-        tensors = torch_inputs(case, make_inputs(case))
-        front = export_and_import(build_model(case), case, tensors)
         cells: dict[str, tuple[int, int, float]] = {}
         for pipe in PIPELINES:
-            variant = dataclasses.replace(case, pipeline=pipe)
+            session = CaseSession(dataclasses.replace(case, pipeline=pipe))
+            front = session.front  # the model built, PyTorch's outputs, the export
             t0 = time.perf_counter()
             try:
-                compiled = compile_case(front, variant, args.target)
+                compiled = session.compiled(args.target)
             except Exception as exc:  # a pipeline that cannot build this case: say so
                 print(f"  {case.name} [{pipe}]: {exc}")
                 cells[pipe] = (-1, -1, time.perf_counter() - t0)

@@ -2,15 +2,17 @@
 
     python benchmarks/numerics_cost.py model_cases/resnet18.toml [more cases] [--repeat 3]
 
-For each case, in this one process (so a noisy neighbour slows every figure alike), with the
-model built and exported once:
+For each case, in this one process (so a noisy neighbour slows every figure alike), through
+one case session (`cl_validate.session.case_session.CaseSession`: the model built and
+exported once, as ``cl-validate run`` and ``show --bisect`` do):
 
 - the eager float32 reference and the float64 reference, median seconds over --repeat runs,
   and the float64 one as a multiple of the float32 one (what ``reference = "float64"`` adds
   to a run: one such forward per sample);
 - the compile of the case's llvm pipeline and the build of its final program (what every run
-  pays), against a bisection of every stage (``show --bisect``; a failing run stops at the
-  first break, so this is its worst case), and the ratio.
+  pays), against a bisection of every stage (``show --bisect``: `CaseSession.bisect`, its
+  compile without the build done before the clock starts; a failing run stops at the first
+  break, so this is its worst case), and the ratio.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -35,6 +38,13 @@ def median_seconds(fn: object, repeat: int) -> float:
     return statistics.median(times)
 
 
+def float64_forward(session: Any, arrays: Any) -> None:
+    """The session's float64 copy of the model made afresh, and its forward on `arrays`: what
+    a one-sample run with ``reference = "float64"`` pays."""
+    session.__dict__.pop("model64", None)  # the cached copy: made again, as a run makes it
+    session.reference64(arrays)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cases", nargs="+")
@@ -42,32 +52,27 @@ def main() -> None:
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
 
-    from cl_validate.compile.factory import build_model
-    from cl_validate.compile.frontend import export_and_import
-    from cl_validate.compile.program import compile_case
-    from cl_validate.session.execute import float64_model, run_torch, run_torch64
-    from cl_validate.session.first_break import bisect
-    from cl_validate.session.inputs import make_inputs, torch_inputs
+    from cl_validate.session.case_session import CaseSession
     from cl_validate.spec import load_case
+    from cl_validate.spec.options import RunOptions
 
     print(f"{'case':<20} {'f32 ref s':>9} {'f64 ref s':>9} {'f64/f32':>7} "
           f"{'compile+build s':>15} {'bisect s':>8} {'bisect/compile':>14}")
     for path in args.cases:
         case = load_case(path)
-        model = build_model(case)
-        arrays = make_inputs(case)
-        inputs = torch_inputs(case, arrays)
-        f32 = median_seconds(functools.partial(run_torch, model, inputs), args.repeat)
-        f64 = median_seconds(lambda m=model, i=inputs: run_torch64(float64_model(m), i),
-                             args.repeat)  # the copy and the forward, as a one-sample run
-        front = export_and_import(model, case, inputs)
+        session = CaseSession(case, RunOptions(targets=("llvm",)))
+        error = session.prepare()  # the model, PyTorch's outputs, the export
+        if error is not None:
+            raise RuntimeError(error.message)
+        arrays = session.samples[0][1]
+        f32 = median_seconds(functools.partial(session.reference, arrays), args.repeat)
+        f64 = median_seconds(functools.partial(float64_forward, session, arrays), args.repeat)
         t0 = time.perf_counter()
-        compiled = compile_case(front, case, "llvm")
+        session.compiled("llvm")
         compile_s = time.perf_counter() - t0
-        expected = run_torch(model, inputs)
+        session.compiled("llvm", build=False)  # what `show --bisect` bisects (not timed)
         t0 = time.perf_counter()
-        result = bisect(case, "llvm", compiled, front, inputs=arrays, expected=expected,
-                        reference64=run_torch64(float64_model(model), inputs), stop_at_break=False)
+        result = session.bisect("llvm")
         bisect_s = time.perf_counter() - t0
         assert all(r.ran for r in result.stages), result.render()
         print(f"{case.name:<20} {f32:9.3f} {f64:9.3f} {f64 / f32:7.2f} {compile_s:15.1f} "

@@ -1,12 +1,13 @@
 """cl_validate's own cost on top of TVM, for one case: wall time and peak memory.
 
-Runs, alternately and each in a fresh process (so all pay the same imports and cold
-caches), (a) ``cl-validate run CASE --target llvm --no-cache``, (b) the shortest raw TVM script
-that does the same work: torch.export, Relax import, ConvertLayout, bind + fold the weights,
-legalize + fuse + build, one run, compare with PyTorch, and (c) cl_validate's own compile
-stages called directly with none of the harness around them. Prints each run, the median
-wall-time ratios a / b and a / c, and peak RSS. Ratios are taken within one invocation: this
-machine is shared and noisy.
+Runs, alternately and each in a fresh process (so all pay the same imports and cold caches),
+(a) ``cl-validate run CASE --target llvm --no-cache``, (b) the shortest raw TVM script that
+does the same work: torch.export, Relax import, ConvertLayout, bind + fold the weights,
+legalize + fuse + build, one run, compare with PyTorch, and (c) cl_validate's own stages,
+driven by the case session a case process runs (`CaseSession`: the model, its export, the
+case's pipeline and build, one run), with none of the harness around them. Prints each run, the
+median wall-time ratios a / b and a / c, and peak RSS. Ratios are taken within one invocation:
+this machine is shared and noisy.
 
     python benchmarks/overhead.py model_cases/resnet50.toml --repeat 3
 """
@@ -59,30 +60,25 @@ RAW = textwrap.dedent('''
     np.testing.assert_allclose(out, expected, rtol={rtol}, atol={atol})
 ''')
 
-# The same Relax stages as cl_validate (its pipeline functions, called directly) without any
-# of the harness: no worker process, validation, cache key, analysis, attribution or reports.
+# The same stages as cl_validate, through the case session a case process drives (its model,
+# export, pipeline, build and one run on the first sample) without any of the harness: no
+# worker process, validation of the verdicts, cache key, analysis, attribution or reports.
 # cl_validate / this ratio is the toolkit's own cost; cl_validate / RAW also counts what our
 # stages do differently from TVM's defaults (faster weight folding, BatchNorm into the convs).
 STAGES = textwrap.dedent('''
     import sys, warnings
     warnings.filterwarnings("ignore")
-    import numpy as np, torch, tvm
-    from tvm import relax
+    import numpy as np
     sys.path[:0] = [{case_dir!r}, {cwd!r}]
+    from cl_validate.session.case_session import CaseSession
     from cl_validate.spec import load_case
-    from cl_validate.compile.factory import build_model
-    from cl_validate.session.inputs import make_inputs
-    from cl_validate.compile.program import compile_case
-    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.spec.options import RunOptions
     case = load_case({case_path!r})
-    model = build_model(case)
-    x = make_inputs(case)[0]
-    with torch.no_grad():
-        expected = model(torch.from_numpy(x)).numpy()
-    compiled = compile_case(export_and_import(model, case, [torch.from_numpy(x)]), case, "llvm")
-    vm = relax.VirtualMachine(compiled.executable, tvm.cpu())
-    out = vm["main"](tvm.runtime.tensor(x)).numpy()
-    np.testing.assert_allclose(out, expected, rtol={rtol}, atol={atol})
+    session = CaseSession(case, RunOptions(targets=("llvm",), isolate=False))
+    expected = session.expected[0]
+    out = session.run_program("llvm", session.samples[0][1])
+    for o, e in zip(out, expected, strict=True):
+        np.testing.assert_allclose(o, e, rtol={rtol}, atol={atol})
 ''')
 
 

@@ -1,12 +1,14 @@
 """How noisy ``--profile`` is: the same compiled program profiled in several sessions.
 
-For each case: compile once for llvm, then run `cl_validate.session.kernel_timer.profile_program`
-`--sessions` times (each a fresh VirtualMachine: one warm-up run, then `--repeats` timed
-runs, as ``--profile`` does). Prints, per session, the median time of each runtime-transform
-kernel and of all kernels, and the transforms' time share (median and the fastest–slowest
-run); then how far the session medians spread. That spread is what a `transform_time_share`
-budget has to leave room for. Also the wall time ``--profile`` adds to a case (the warm-up
-and timed runs).
+For each case: compile once for llvm through its case session
+(`cl_validate.session.case_session.CaseSession`, as ``cl-validate run`` does), then profile
+it `--sessions` times with `cl_validate.session.kernel_timer.profile_case`, what ``--profile``
+runs (each a fresh VirtualMachine: one warm-up run, then `--repeats` timed runs, the inputs
+at each dynamic dimension's maximum). Prints, per session, the median time of each
+runtime-transform kernel and of all kernels, and the transforms' time share (median and the
+fastest–slowest run); then how far the session medians spread. That spread is what a
+`transform_time_share` budget has to leave room for. Also the wall time ``--profile`` adds to
+a case (the warm-up and timed runs).
 
     python benchmarks/profile_noise.py model_cases/resnet50.toml model_cases/shufflenet_v2.toml
 """
@@ -32,39 +34,37 @@ def main() -> None:
     warnings.filterwarnings("ignore")
 
     from cl_validate.analysis.fused_kernels import read_kernel_list
-    from cl_validate.compile.factory import build_model
-    from cl_validate.compile.frontend import export_and_import
-    from cl_validate.compile.program import compile_case
-    from cl_validate.compile.tvm_targets import device_for
     from cl_validate.measurements.units import share_text, time_text
-    from cl_validate.session.inputs import make_inputs, program_args, torch_inputs
-    from cl_validate.session.kernel_timer import profile_program
+    from cl_validate.session.case_session import CaseSession
+    from cl_validate.session.kernel_timer import profile_case
     from cl_validate.spec import load_case
+    from cl_validate.spec.options import RunOptions
 
+    options = RunOptions(targets=("llvm",), profile=True, profile_repeats=args.repeats)
     for path in args.paths:
         case = load_case(path)
-        arrays = make_inputs(case, case.max_sizes())
-        front = export_and_import(build_model(case), case, torch_inputs(case, arrays))
-        compiled = compile_case(front, case, "llvm")
+        session = CaseSession(case, options)
+        compiled = session.compiled("llvm")  # the model built and exported first
         kernels = read_kernel_list(compiled, case.max_sizes())
-        device = device_for(case.target_def("llvm").device)
-        prog = program_args(case, arrays, device)
         transform_kernels = sorted({t.kernel for t in kernels.runtime_transforms})
         print(f"\n{case.name}: {len(kernels)} kernels, {len(kernels.runtime_transforms)} "
               f"runtime transforms in kernels {transform_kernels}; {args.sessions} sessions "
               f"x (1 warm-up + {args.repeats} timed runs)")
         shares, totals = [], []
-        for session in range(args.sessions):
+        for run in range(args.sessions):
             t0 = time.perf_counter()
-            profile = profile_program(compiled.executable, device, prog, kernels, args.repeats)
+            profile, skip = profile_case(case, compiled, session.front.params, "llvm", kernels,
+                                         options)
             wall = time.perf_counter() - t0
+            if profile is None:
+                raise RuntimeError(skip.reason if skip else "not profiled")
             share = profile.transform_share(kernels)
             total = profile.total()
             assert share is not None and total is not None
             shares.append(share.median)
             totals.append(total.median)
             first = profile.kernel(transform_kernels[0]) if transform_kernels else None
-            print(f"  session {session + 1}: all kernels {total.text()}; transforms "
+            print(f"  session {run + 1}: all kernels {total.text()}; transforms "
                   f"{share.text('share')}"
                   + (f"; kernel {transform_kernels[0]} {first.text()}" if first else "")
                   + f"; --profile wall {wall:.1f} s")

@@ -3,13 +3,16 @@ runtime transforms left, against the floor derived from each model's exported gr
 NCHW and with NHWC input.
 
 The models (`benchmarks/wild_zoo/`) are public architectures written from their papers at
-reduced width and resolution, with random weights. For each: torch.export + Relax import,
-the ``nhwc`` pipeline for llvm, numerics against PyTorch eager at rtol = atol = 1e-3, and the
-runtime transforms of the compiled program. The floor is not the tool's: `graph_floor`
-derives it from the exported graph alone (the boundaries, and the model's own permutes that
-no storage order turns into a view, e.g. window partitions), without any pass or label of
-cl_validate's. A model is at its floor when the program has no more transforms than that.
-With NCHW input the ``nhwc-plain`` count (TVM's ConvertLayout alone) is given too.
+reduced width and resolution, with random weights. Each is a case (a temporary case file whose
+``model`` names its factory) run through its case session
+(`cl_validate.session.case_session.CaseSession`, as ``cl-validate run`` runs it): torch.export
++ Relax import, the ``nhwc`` pipeline for llvm, numerics against PyTorch eager at rtol = atol =
+1e-3, and the runtime transforms of the compiled program. The floor is not the tool's:
+`graph_floor` derives it from the exported graph alone (the boundaries, and the model's own
+permutes that no storage order turns into a view, e.g. window partitions), without any pass or
+label of cl_validate's. A model is at its floor when the program has no more transforms than
+that. With NCHW input the ``nhwc-plain`` count (TVM's ConvertLayout alone) is given too: the
+case's variant with that pipeline, in a session of its own.
 
     python benchmarks/zoo_floor.py [-k NAME] [--markdown FILE]
 """
@@ -22,6 +25,7 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +36,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "model_cases"), str(Path(__file__).parent)
 
 TOLERANCE = 1e-3
 CASE = """
-model = "zoo.forum:conv3x3_s2"  # not used: the model is built here, by name
+model = "{model}"
 [[inputs]]
 name = "x"
 shape = [1, 3, {size}, {size}]
@@ -64,56 +68,61 @@ class Row:
                 and self.nchw[0] <= self.nchw[1] and self.nhwc[0] <= self.nhwc[1])
 
 
+#: The module the temporary case files name their model in: every wild_zoo factory by name.
+MODULE = "_wild_zoo_models"
+
+
+def _model_line(name: str, factory: Callable[[], Any]) -> str:
+    """``module:name`` for a case file's ``model``: `factory` registered under `name`."""
+    module = sys.modules.setdefault(MODULE, types.ModuleType(MODULE))
+    setattr(module, name, factory)
+    return f"{MODULE}:{name}"
+
+
 def measure(name: str, factory: Callable[[], Any], size: int, folder: Path) -> Row:
     """One model with NCHW and with NHWC input (plain pipeline too for NCHW)."""
     import numpy as np  # lazy: the script's start stays light
-    import torch
-    import tvm
 
     from cl_validate.analysis.fused_kernels import read_kernel_list
-    from cl_validate.compile.frontend import export_and_import
-    from cl_validate.compile.program import compile_case
-    from cl_validate.session.execute import run_torch, run_tvm
-    from cl_validate.session.inputs import make_inputs, torch_inputs
+    from cl_validate.session.case_session import CaseSession
+    from cl_validate.session.inputs import torch_inputs
     from cl_validate.spec import load_case
 
     row = Row(name)
     t0 = time.perf_counter()
+    model = _model_line(name, factory)
     for layout in ("NCHW", "NHWC"):
         path = folder / f"{name}_{layout}.toml"
-        path.write_text(CASE.format(size=size, layout=layout, tol=TOLERANCE))
+        path.write_text(CASE.format(model=model, size=size, layout=layout, tol=TOLERANCE))
         case = load_case(path)
-        torch.manual_seed(case.seed)
-        model = factory().eval()
-        arrays = make_inputs(case)
-        tensors = torch_inputs(case, arrays)
-        try:
-            front = export_and_import(model, case, tensors)
-        except Exception as exc:  # a model that does not import is a finding, not a crash
-            row.error = f"import: {exc}".splitlines()[0][:160]
+        session = CaseSession(case)
+        error = session.prepare()  # the model, PyTorch's outputs, torch.export + Relax import
+        if error is not None:  # a model that does not import is a finding, not a crash
+            row.error = f"import: {error.message}".splitlines()[0][:160]
             break
         row.imports = True
         try:
-            compiled = compile_case(front, case, "llvm")
+            compiled = session.compiled("llvm")
         except Exception as exc:
             row.error = f"compile: {exc}".splitlines()[0][:160]
             break
         row.compiles = True
-        ref = run_torch(model, tensors)
-        out = run_tvm(compiled.executable, case, arrays, tvm.cpu())
+        arrays = session.samples[0][1]
+        out = session.run_program("llvm", arrays)
         worst = max(float(np.max(np.abs(o - r) / (TOLERANCE + TOLERANCE * np.abs(r))))
-                    for o, r in zip(out, ref, strict=True))
+                    for o, r in zip(out, session.expected[0], strict=True))
         row.worst = max(worst, row.worst) if row.worst == row.worst else worst
         from graph_floor import floor  # lazy: after sys.path is set
 
+        # The floor from the graph alone: a model of its own, exported by graph_floor.
         counts = (len(read_kernel_list(compiled).runtime_transforms),
-                  floor(factory().eval(), tensors[0],
+                  floor(factory().eval(), torch_inputs(case, arrays)[0],
                         declared_in=(layout,))[0])
         if layout == "NCHW":
             row.nchw = counts
             try:
-                plain = compile_case(front, dataclasses.replace(case, pipeline="nhwc-plain"),
-                                     "llvm", build=False)
+                plain = CaseSession(dataclasses.replace(case, pipeline="nhwc-plain")
+                                    ).compiled("llvm", build=False)
                 row.plain = len(read_kernel_list(plain).runtime_transforms)
             except Exception as exc:
                 row.error = f"plain: {exc}".splitlines()[0][:160]
