@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from junitparser import Failure, JUnitXml
 
-from cl_validate.checks.kernel_baseline import (
+from cl_validate.checks.kernel_list import (
     BaselineKernel,
     baseline_path,
     check_kernel_list,

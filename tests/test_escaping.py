@@ -21,7 +21,7 @@ import pytest
 from cl_validate.checks.verdict import CaseResult, CheckResult, Status
 from cl_validate.errors import ExitCode
 from cl_validate.measurements.attribution import Attribution, Reason
-from cl_validate.measurements.bisection import Bisection, StageRun
+from cl_validate.measurements.bisection import Bisection, StageResult
 from cl_validate.measurements.kernel_list import Kernel, KernelList, StageCount, Transform
 from cl_validate.report.escape import md_code, md_fenced, md_text, printable
 from cl_validate.report.markdown import append_step_summary, render_markdown
@@ -205,7 +205,7 @@ def _hostile_result(tmp_path: Path) -> CaseResult:
                           Kernel(1, "fused_conv2d", ("conv2d",), (), (1, 16, 16, 8))])
     checks = [CheckResult("layout_transforms", Status.FAILED, EVIL, "OverBudget", 12),
               CheckResult("numerics", Status.ERROR, EVIL, "RuntimeError")]
-    bisection = Bisection("llvm", EVIL, (StageRun("import"), StageRun(EVIL, note=EVIL)),
+    bisection = Bisection("llvm", EVIL, (StageResult("import"), StageResult(EVIL, note=EVIL)),
                           stopped=EVIL)
     return CaseResult(spec, "llvm", checks, 1.0, kernels,
                       [StageCount("import", 0, 0), StageCount(EVIL, 1, 0)],

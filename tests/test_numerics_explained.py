@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cl_validate.errors import CaseFileError, ExitCode
-from cl_validate.measurements.bisection import Bisection, StageRun
+from cl_validate.measurements.bisection import Bisection, StageResult
 from cl_validate.measurements.error_stats import compare
 from cl_validate.session.in_process import judge_in_process
 from cl_validate.spec import Tolerance, load_case
@@ -89,11 +89,11 @@ def test_seeds_make_samples_of_their_own(write_case):
 def test_a_bisection_names_the_first_stage_out_and_the_last_one_in():
     tol = Tolerance(1e-4, 1e-4)
 
-    def ran(name: str, err: float) -> StageRun:
+    def ran(name: str, err: float) -> StageResult:
         got = np.array([err], dtype=np.float32)
-        return StageRun(name, (compare(got, np.zeros(1, np.float32), tol),))
+        return StageResult(name, (compare(got, np.zeros(1, np.float32), tol),))
 
-    b = Bisection("llvm", "", (ran("import", 1e-6), StageRun("odd", note="not run: x"),
+    b = Bisection("llvm", "", (ran("import", 1e-6), StageResult("odd", note="not run: x"),
                                ran("cleanup", 2e-6), ran("fold", 0.03), ran("fuse", 0.03)))
     assert b.first_break == "fold"
     assert b.summary() == ("first break after `fold` (max abs 0.03; after `cleanup`: "

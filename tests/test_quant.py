@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cl_validate.checks.compiled import CaseKind
+from cl_validate.checks.compile import CaseKind
 from cl_validate.checks.verdict import Status
 from cl_validate.compile.factory import build_model
 from cl_validate.measurements.measurement import Measurement

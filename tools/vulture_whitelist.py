@@ -34,8 +34,8 @@ _.hostname
 _.timestamp
 
 # Figures fields: reported by reflection (`Figures.properties` walks `dataclasses.fields`)
-_.baseline_kernels  # checks/kernel_baseline.py
-_.kernel_changes  # checks/kernel_baseline.py
+_.baseline_kernels  # checks/kernel_list.py
+_.kernel_changes  # checks/kernel_list.py
 _.layout_sensitive_ops  # checks/layout.py
 
 # used outside cl_validate/: by the tests and the benchmarks

@@ -37,7 +37,7 @@ def nice_ceil(x: float) -> float:
 
 
 @dataclass(frozen=True)
-class Sample:
+class ObservedSample:
     weight_seed: int
     input_seed: int
     output: int
@@ -50,7 +50,7 @@ class Sample:
 
 @dataclass
 class Observed:
-    samples: list[Sample]
+    samples: list[ObservedSample]
     rtol: float
     atol: float
 
@@ -62,7 +62,7 @@ class Observed:
 def observe(pairs: list[tuple[int, int, int, np.ndarray, np.ndarray]]) -> Observed:
     """Statistics of (weight seed, input seed, output, TVM, PyTorch) pairs and the
     rtol/atol split of the worst error (rule in the module docstring)."""
-    samples: list[Sample] = []
+    samples: list[ObservedSample] = []
     kept: list[tuple[np.ndarray, np.ndarray]] = []
     rtol = 0.0
     for w, s, o, actual, expected in pairs:
@@ -73,7 +73,7 @@ def observe(pairs: list[tuple[int, int, int, np.ndarray, np.ndarray]]) -> Observ
         finite = np.isfinite(a) & np.isfinite(e)
         diff, mag = np.abs(a - e)[finite], np.abs(e)[finite]
         rel = np.where(diff == 0, 0.0, diff / np.maximum(mag, np.finfo(np.float64).tiny))
-        samples.append(Sample(w, s, o, float(diff.max(initial=0.0)), float(diff.mean())
+        samples.append(ObservedSample(w, s, o, float(diff.max(initial=0.0)), float(diff.mean())
                               if diff.size else 0.0, float(rel.max(initial=0.0)),
                               float(rel.mean()) if rel.size else 0.0,
                               int((~finite).sum())))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cl_validate.checks.compiled import Compiled
+from cl_validate.checks.compile import CompileCheck
 from cl_validate.checks.registry import Judging, case_check, checks, get
 from cl_validate.checks.verdict import CaseResult, CheckResult
 from cl_validate.errors import ErrorRecord
@@ -29,7 +29,7 @@ def error_checks(error: ErrorRecord, seconds: float = 0.0) -> list[CheckResult]:
     """A case × target that could not be measured: the case's check errors with the reason,
     every other check is skipped as not run."""
     first = case_check()
-    assert isinstance(first, Compiled)
+    assert isinstance(first, CompileCheck)
     return first.errored(error, [c.name for c in checks() if c is not first], seconds)
 
 

@@ -19,7 +19,7 @@ budgets are already exact is not touched. A case file it may not write (read-onl
 on a read-only file system) is left exactly as it was and named in one line with the line of
 its first change and what to do (exit 2); every other file is still tightened, as a case that
 did not compile or an increase refused does not stop the others. ``record`` writes
-``baselines/<case>.<target>.txt`` (see `cl_validate.checks.kernel_baseline`).
+``baselines/<case>.<target>.txt`` (see `cl_validate.checks.kernel_list`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import sys
 from collections.abc import Sequence
 
 from cl_validate.atomic import through_links, write_atomic
-from cl_validate.checks import kernel_baseline as baseline
+from cl_validate.checks import kernel_list as baseline
 from cl_validate.checks.ratchet import BudgetCheck
 from cl_validate.checks.registry import checks
 from cl_validate.checks.verdict import CaseResult

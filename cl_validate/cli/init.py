@@ -35,7 +35,7 @@ from cl_validate.cli.pins import installed
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.paths import display_path
 from cl_validate.spec import load_case
-from cl_validate.spec.budgets import Plan, verify
+from cl_validate.spec.budgets import BudgetPlan, verify
 from cl_validate.spec.options import add_to_argparse
 
 HELP = "write a case file for MODULE:FACTORY with measured budgets"
@@ -141,7 +141,7 @@ def _provenance(target: str) -> str:
     return f"{target}, cl-validate init {day}, {versions}"
 
 
-def budgets_text(results: Sequence[CaseResult], targets: Sequence[str]) -> tuple[str, Plan]:
+def budgets_text(results: Sequence[CaseResult], targets: Sequence[str]) -> tuple[str, BudgetPlan]:
     """The ``[budget]`` table (the first target's figures) and a ``[targets_override.<t>]``
     budget for each other target whose figures differ, one comment per number; and the plan
     that `verify` holds the written file to."""
@@ -150,7 +150,7 @@ def budgets_text(results: Sequence[CaseResult], targets: Sequence[str]) -> tuple
     base = by_target[primary]
     lines = ["", "[budget]"]
     lines += [f"{k} = {_literal(k, v)}  # {_provenance(primary)}" for k, v in base.items()]
-    plan = Plan(results[0].case)
+    plan = BudgetPlan(results[0].case)
     plan.expected[(None, primary)] = dict(base)
     for t in targets[1:]:
         own = {k: v for k, v in by_target[t].items() if base.get(k) != v}

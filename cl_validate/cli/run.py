@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from cl_validate.checks.compiled import CaseKind
+from cl_validate.checks.compile import CaseKind
 from cl_validate.checks.fallback_kernels import schedule_text
 from cl_validate.checks.judge import declaring_line
 from cl_validate.checks.registry import case_check, names
@@ -224,7 +224,7 @@ def _say_unwritten(problems: Sequence[str]) -> None:
 def _unusable(results: Sequence[CaseResult]) -> dict[str, str]:
     """Case name → its one-line error, for cases whose model could not be used in any run
     (the factory, its module, a [layout_overrides] path...: a `CaseFileError` found in the
-    worker)."""
+    case process)."""
     errors: dict[str, dict[str, str]] = {}
     for r in results:
         c = r.check(case_check().name)

@@ -1,6 +1,6 @@
 """``cl-validate show CASE``: a case's stages, transform counts and fused kernel list, or the
 IR after one stage (``--stage``), or what a stage changed (``--diff``). Compiles in this
-process (no worker): it is for a person looking at one case."""
+process (no case process): it is for a person looking at one case."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import difflib
 from dataclasses import replace
 
 from cl_validate.checks.fallback_kernels import schedule_text
+from cl_validate.checks.layout_transform_bytes import transform_costs
 from cl_validate.checks.layout_transforms import NAME as TRANSFORMS
-from cl_validate.checks.transform_bytes import transform_costs
 from cl_validate.cli.common import (
     DEFAULT_PATH,
     add_target,

@@ -1,7 +1,7 @@
 """Resolve a case's ``model = "module:callable"`` into a seeded ``torch.nn.Module``.
 
 This runs the user's code (importing the factory's module, calling it), so it runs in a
-worker process, never in the parent of a run. Every way a factory can be wrong is a
+case process, never in the parent of a run. Every way a factory can be wrong is a
 `CaseFileError` pointing at the case file's ``model`` line (or the ``[layout_overrides]`` or
 ``[[inputs]]`` line it contradicts).
 """

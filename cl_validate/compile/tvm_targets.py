@@ -94,5 +94,5 @@ def device_available(device: str) -> bool:
 
 
 def local_devices() -> dict[str, bool]:
-    """Which device types this machine has (a worker tells the parent, which has no TVM)."""
+    """Which device types this machine has (a case process tells the parent, which has no TVM)."""
     return {d: device_available(d) for d in dict.fromkeys(DEVICES.values())}

@@ -1,6 +1,6 @@
 """Why a runtime layout transform is there: the reasons attribution gives, and the next step.
 
-Plain data, no TVM: an `Attribution` travels inside the kernel list from the worker that
+Plain data, no TVM: an `Attribution` travels inside the kernel list from the case process that
 compiled a case to the parent that judges and reports it.
 """
 

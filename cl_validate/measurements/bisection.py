@@ -1,7 +1,7 @@
 """Which pipeline stage broke the numerics: the IR after each stage, built and run on the
 same inputs, judged by the same rule as the final program.
 
-A worker runs the stages (`cl_validate.session.first_break`) when a case's numerics fail, and
+A case process runs the stages (`cl_validate.session.first_break`) when a case's numerics fail, and
 ``cl-validate show --bisect`` on demand; this module is the plain data it produces and the
 sentence a failure message carries: "first break after `fold_scale_shift` (max abs 0.031;
 after `cleanup`: 2e-06)".
@@ -15,7 +15,7 @@ from cl_validate.measurements.error_stats import ErrorStats
 
 
 @dataclass(frozen=True)
-class StageRun:
+class StageResult:
     """The program after one stage, run: its error per output, or why it could not run."""
 
     stage: str
@@ -44,7 +44,7 @@ class Bisection:
 
     target: str  # where the stages ran
     sample: str  # which inputs ("" for a case's only sample)
-    stages: tuple[StageRun, ...]
+    stages: tuple[StageResult, ...]
     stopped: str = ""  # why the scan ended early ("" when it reached a break or the end)
 
     @property
@@ -53,8 +53,8 @@ class Bisection:
         broken = self._break()
         return broken[0].stage if broken else None
 
-    def _break(self) -> tuple[StageRun, StageRun | None] | None:
-        last_good: StageRun | None = None
+    def _break(self) -> tuple[StageResult, StageResult | None] | None:
+        last_good: StageResult | None = None
         for run in self.stages:
             if not run.ran:
                 continue

@@ -15,7 +15,7 @@ the parent knows without running any of the model's code — the case file's par
 the target's declaration, this machine's devices, cl_validate's source and the versions —
 and leads to a manifest of the files the case read when it was measured
 (`cl_validate.session.file_record`), with their stamps and the full key they gave. When
-every stamped file is as it was, the parent reads the measurement without starting a worker.
+every stamped file is as it was, the parent reads the measurement without starting a case process.
 
 Entries are typed data (`cl_validate.measurements.wire`), never pickles: a cache restored in
 CI may come from another branch, and reading it must not run anything. They are written

@@ -1,7 +1,7 @@
 """The fused kernel list as plain data: its kernels and their transforms, the transform count
 after each pipeline stage, and the layouts of layout-sensitive ops.
 
-A worker reads these off the compiled program (`cl_validate.analysis`) and sends them to the
+A case process reads these off the compiled program (`cl_validate.analysis`) and sends them to the
 parent, which judges and reports them without loading TVM.
 """
 

@@ -2,7 +2,7 @@
 
 A `Measurement` holds no verdict: verdicts are a function of a measurement and the case file
 as it is *now* (`cl_validate.checks.judge`), so a cached measurement re-judged after a budget
-or tolerance edit gives the right answer. Plain data: a worker sends it to the parent, the
+or tolerance edit gives the right answer. Plain data: a case process sends it to the parent, the
 cache stores it.
 """
 
@@ -65,7 +65,7 @@ class Measurement:
     #: each output's quantization step, read off the exported QDQ graph (None: no quantize
     #: before it); what ``[tolerance] steps`` counts the error in
     output_steps: list[OutputStep | None] = field(default_factory=list)
-    #: processes the model's code started and left running (killed by the worker)
+    #: processes the model's code started and left running (killed by the case process)
     stray_processes: list[str] = field(default_factory=list)
     #: why the program was not built (the static checks come from the IR alone)
     build_skipped: str | None = None

@@ -7,7 +7,7 @@ or TVM), a *zygote* (imports torch and TVM once, never runs a model's code, fork
 PyTorch, export it), and a case's *target processes*, which a case process forks for each
 target when the parent grants it a slot (they share its export).
 
-- parent → zygote: `RunCase` (with the case's result pipe and control socket passed alongside
+- parent → zygote: `StartCase` (with the case's result pipe and control socket passed alongside
   as file descriptors), `Stop`;
 - zygote → parent: `Ready` (imports done; which devices exist), `Forked` (a case's process),
   `Exited` (how it ended);
@@ -41,7 +41,7 @@ SYS_PATH_ENV = "CL_VALIDATE_SYS_PATH"
 
 
 @dataclass(frozen=True)
-class RunCase:
+class StartCase:
     """Fork a case process for `case` (job `job` of this run). Passed with it: the case's
     result pipe, its control socket and its log (stdout and stderr), as descriptors."""
 
@@ -140,11 +140,11 @@ class CaseFailed:
 
 FromCase = TargetMeasured | Prepared | ChildExited | CaseDone | CaseFailed
 _TYPES: dict[str, type[Any]] = {t.__name__: t for t in (
-    RunCase, Stop, Ready, Forked, Exited, Grant, TargetMeasured, Prepared, ChildExited,
+    StartCase, Stop, Ready, Forked, Exited, Grant, TargetMeasured, Prepared, ChildExited,
     CaseDone, CaseFailed)}
 
 
-#: The packet that hands a case to the zygote: its `RunCase` is in a file passed beside it
+#: The packet that hands a case to the zygote: its `StartCase` is in a file passed beside it
 #: (`wire.message_file`), after the case's result pipe, control socket and log.
 CASE_PACKET = b"case"
 

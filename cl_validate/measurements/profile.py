@@ -1,6 +1,6 @@
 """What ``--profile`` measured, as plain data: every kernel's time in every run of the program.
 
-A worker runs the compiled program a few times with a timer around every call the Relax VM
+A case process runs the compiled program a few times with a timer around every call the Relax VM
 makes (`cl_validate.session.kernel_timer`) and sends this to the parent, which reports it and judges
 the ``transform_time_share`` budget without loading TVM. Nothing here is estimated: each
 figure is a median of the measured runs, with the fastest and slowest run beside it, because

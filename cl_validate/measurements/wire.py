@@ -1,7 +1,7 @@
 """How measurements and messages travel between processes, and lie in the cache: typed data
 only, in frames of bounded size.
 
-A worker runs a model's code, so what it sends is untrusted: the parent never unpickles it,
+A case process runs a model's code, so what it sends is untrusted: the parent never unpickles it,
 never executes it, and never blocks on it. Every message is a dataclass of known fields
 encoded with msgpack (``msgspec``) and decoded against its declared type — anything else
 (stray bytes a model wrote on the pipe, a truncated frame, a field of the wrong type) is a

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from cl_validate.atomic import write_atomic
 from cl_validate.checks.fallback_kernels import schedule_text
+from cl_validate.checks.layout_transform_bytes import transform_costs
 from cl_validate.checks.registry import Check, checks
-from cl_validate.checks.transform_bytes import transform_costs
 from cl_validate.checks.verdict import CaseResult, CheckResult, Status
 from cl_validate.measurements.bisection import Bisection
 from cl_validate.measurements.kernel_list import Kernel, KernelList, shape_text

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cl_validate import procs
-from cl_validate.checks.compiled import CaseKind
+from cl_validate.checks.compile import CaseKind
 from cl_validate.errors import ErrorRecord, first_line
 from cl_validate.measurements import wire
 from cl_validate.measurements.measurement import Measurement
@@ -45,7 +45,7 @@ from cl_validate.measurements.messages import (
     FromCase,
     Grant,
     Prepared,
-    RunCase,
+    StartCase,
     TargetMeasured,
     decode,
     frame,
@@ -109,7 +109,7 @@ def _summary(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first_line(exc)}".rstrip(": ")
 
 
-def case_main(msg: RunCase, result_fd: int, control_fd: int, log_fd: int,
+def case_main(msg: StartCase, result_fd: int, control_fd: int, log_fd: int,
               close: Sequence[int] = ()) -> None:
     """Run one case in this (just forked) process and exit; never returns."""
     code = 0
@@ -149,7 +149,7 @@ def case_main(msg: RunCase, result_fd: int, control_fd: int, log_fd: int,
         os._exit(code)
 
 
-def _run(msg: RunCase, result_fd: int, control: _Control) -> None:
+def _run(msg: StartCase, result_fd: int, control: _Control) -> None:
     print(f"=== {msg.case.label}", flush=True)
     left_out = [msg.options.cache_dir] if msg.options.cache_dir else []
     left_out.append(str(msg.case.path.resolve().parent / "baselines"))

@@ -28,8 +28,8 @@ import torch
 from cl_validate.analysis.fused_kernels import read_kernel_list
 from cl_validate.analysis.op_layouts import op_layouts
 from cl_validate.analysis.stage_counts import op_level_stage, stage_counts
-from cl_validate.checks.compiled import CaseKind
-from cl_validate.checks.kernel_baseline import load_baseline
+from cl_validate.checks.compile import CaseKind
+from cl_validate.checks.kernel_list import load_baseline
 from cl_validate.checks.numerics import NumericsKind, wants_bisection
 from cl_validate.compile.factory import build_model, check_layout_overrides, weights_digest
 from cl_validate.compile.frontend import Frontend, export_and_import

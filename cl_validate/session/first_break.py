@@ -32,7 +32,7 @@ from cl_validate.compile.program import Compiled
 from cl_validate.compile.stage_program import HOST, build_stage
 from cl_validate.compile.tvm_targets import device_for
 from cl_validate.ir import same_ir, weight_params
-from cl_validate.measurements.bisection import Bisection, StageRun
+from cl_validate.measurements.bisection import Bisection, StageResult
 from cl_validate.measurements.measurement import Sample
 from cl_validate.session.execute import run_tvm
 from cl_validate.spec import CaseSpec
@@ -46,9 +46,9 @@ def bisect(case: CaseSpec, target: str, compiled: Compiled, front: Frontend, *,
     reference as `target`'s final program; stop at the first break (`stop_at_break`) or at
     `deadline` (``time.perf_counter()``)."""
     device = device_for("cpu")
-    runs: list[StageRun] = []
+    runs: list[StageResult] = []
     stopped = ""
-    previous: tuple[Any, StageRun, str] | None = None  # (IR, its run, the stage that ran it)
+    previous: tuple[Any, StageResult, str] | None = None  # (IR, its run, the stage that ran it)
     for stage in compiled.stages:
         if deadline is not None and time.perf_counter() > deadline:
             stopped = (f"out of time after {len(runs)} of {len(compiled.stages)} stages; "
@@ -56,7 +56,7 @@ def bisect(case: CaseSpec, target: str, compiled: Compiled, front: Frontend, *,
             break
         if previous is not None and same_ir(previous[0], stage.mod):
             _, same, ran_as = previous
-            runs.append(StageRun(stage.name, same.stats, same.note or f"same IR as `{ran_as}`"))
+            runs.append(StageResult(stage.name, same.stats, same.note or f"same IR as `{ran_as}`"))
             continue
         run = _run_stage(case, target, stage.name, stage.mod, front, device, inputs,
                          expected, reference64, label)
@@ -69,28 +69,28 @@ def bisect(case: CaseSpec, target: str, compiled: Compiled, front: Frontend, *,
 
 def _run_stage(case: CaseSpec, target: str, name: str, mod: Any, front: Frontend,
                device: Any, inputs: Sequence[np.ndarray], expected: Sequence[np.ndarray],
-               reference64: Sequence[np.ndarray] | None, label: str) -> StageRun:
+               reference64: Sequence[np.ndarray] | None, label: str) -> StageResult:
     t0 = time.perf_counter()
     missing = [p.name for p in weight_params(mod["main"]) if p.name not in front.params]
     if missing:
-        return StageRun(name, note=f"not run: main takes {missing[0]!r}, which is not a "
+        return StageResult(name, note=f"not run: main takes {missing[0]!r}, which is not a "
                         "weight of the model")
     params = [front.params[p.name] for p in weight_params(mod["main"])]
     try:
         executable = build_stage(mod)
     except Exception as exc:
-        return StageRun(name, note=f"not run: its IR does not build for {HOST} "
+        return StageResult(name, note=f"not run: its IR does not build for {HOST} "
                         f"({_reason(exc)})", seconds=time.perf_counter() - t0)
     try:
         actual = run_tvm(executable, case, inputs, device, params)
     except Exception as exc:
-        return StageRun(name, note=f"not run: running it failed ({_reason(exc)})",
+        return StageResult(name, note=f"not run: running it failed ({_reason(exc)})",
                         seconds=time.perf_counter() - t0)
     if len(actual) != len(expected):
-        return StageRun(name, note=f"not run: it returns {len(actual)} outputs, PyTorch "
+        return StageResult(name, note=f"not run: it returns {len(actual)} outputs, PyTorch "
                         f"{len(expected)}", seconds=time.perf_counter() - t0)
     stats = compare_all(case, target, actual, expected, label, reference64, front.output_steps)
-    return StageRun(name, tuple(stats), seconds=time.perf_counter() - t0)
+    return StageResult(name, tuple(stats), seconds=time.perf_counter() - t0)
 
 
 def bisect_failure(case: CaseSpec, target: str, compiled: Compiled, front: Frontend,

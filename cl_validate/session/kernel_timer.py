@@ -24,7 +24,7 @@ from typing import Any
 from tvm import relax
 from tvm.runtime.vm import VMInstrumentReturnKind
 
-from cl_validate.checks.time_share import TimeShareKind
+from cl_validate.checks.transform_time_share import TimeShareKind
 from cl_validate.compile.program import Compiled
 from cl_validate.compile.tvm_targets import device_available, device_for
 from cl_validate.ir import weight_params

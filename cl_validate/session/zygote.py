@@ -4,7 +4,7 @@ then forks a fresh case process for every case (`cl_validate.session.case_proces
 Forking gives each case a process with everything imported and nothing of another case in
 it, in milliseconds: the zygote itself never runs a model's code. It talks to the run's
 parent over a Unix socket (one message per packet; a case's result pipe and control socket arrive
-with its `RunCase` as passed file descriptors), reports each case process it forks and how it
+with its `StartCase` as passed file descriptors), reports each case process it forks and how it
 ended, and ends whatever orphans a dead case process leaves to it (it is a subreaper). When
 the parent goes away, the socket reads end-of-file and the zygote ends every process below
 it and exits.
@@ -33,7 +33,7 @@ from cl_validate.measurements.messages import (
     Exited,
     Forked,
     Ready,
-    RunCase,
+    StartCase,
     Stop,
     decode,
     frame,
@@ -125,8 +125,8 @@ def _serve(sock: socket.socket, wake: int, jobs: dict[int, int]) -> None:
                     data = wire.read_message_file(body)
                 finally:
                     os.close(body)
-            msg = decode(data, (RunCase, Stop))
-            if isinstance(msg, RunCase) and len(fds) != 3:
+            msg = decode(data, (StartCase, Stop))
+            if isinstance(msg, StartCase) and len(fds) != 3:
                 raise wire.WireError(f"a case with {len(fds)} descriptors, not 3")
         except wire.WireError as exc:  # from the parent, so a bug: say it and go on
             print(f"zygote: bad message from the parent: {exc}", file=sys.stderr)

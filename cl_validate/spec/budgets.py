@@ -46,7 +46,7 @@ MeasuredCounts = dict[str | None, dict[str, dict[str, int]]]
 
 
 @dataclass
-class Plan:
+class BudgetPlan:
     """What tighten changes in one case file: table → key → value, and what it refused."""
 
     case: CaseSpec
@@ -73,7 +73,7 @@ def _above(new: int | None, old: int | None) -> bool:
     return new is not None and (old is None or new > old)
 
 
-def _desired(p: Plan, run: CaseSpec, measured: dict[str, dict[str, int]], key: str, *,
+def _desired(p: BudgetPlan, run: CaseSpec, measured: dict[str, dict[str, int]], key: str, *,
              allow_increase: bool, reason: str) -> dict[str, int | None]:
     """Target → the budget `run` should have: the measured count, unless that would raise
     it without ``allow_increase`` (refused: it stays), or nothing was measured."""
@@ -97,11 +97,11 @@ def _desired(p: Plan, run: CaseSpec, measured: dict[str, dict[str, int]], key: s
     return new
 
 
-def plan(case: CaseSpec, runs: MeasuredCounts, *, allow_increase: bool, reason: str) -> Plan:
+def plan(case: CaseSpec, runs: MeasuredCounts, *, allow_increase: bool, reason: str) -> BudgetPlan:
     """Budgets after tightening `case` to the counts measured in `runs` (variant → target →
     key → count; None: the case's own shapes); see the module docstring for where each value
     goes."""
-    p = Plan(case)
+    p = BudgetPlan(case)
     base_new: dict[str, dict[str, int | None]] = {}
     keys = [k.name for k in budget_keys() if k.exact]  # a ceiling (a time) is never written
     for key in keys:
@@ -115,7 +115,7 @@ def plan(case: CaseSpec, runs: MeasuredCounts, *, allow_increase: bool, reason: 
     return p
 
 
-def _plan_case(p: Plan, case: CaseSpec, measured: dict[str, dict[str, int]], key: str, *,
+def _plan_case(p: BudgetPlan, case: CaseSpec, measured: dict[str, dict[str, int]], key: str, *,
                allow_increase: bool, reason: str) -> dict[str, int | None]:
     """[budget] and [targets_override.<t>] for the case's own shapes; its new budgets (for
     the targets the key applies on: the primary is the first of those)."""
@@ -146,7 +146,7 @@ def _plan_case(p: Plan, case: CaseSpec, measured: dict[str, dict[str, int]], key
     return new
 
 
-def _plan_variant(p: Plan, run: CaseSpec, v: Variant, measured: dict[str, dict[str, int]],
+def _plan_variant(p: BudgetPlan, run: CaseSpec, v: Variant, measured: dict[str, dict[str, int]],
                   key: str, inherited: dict[str, int | None], *, allow_increase: bool,
                   reason: str) -> None:
     """A variant's own budget: kept where it declares one, added only where its counts
@@ -182,7 +182,7 @@ def _plan_variant(p: Plan, run: CaseSpec, v: Variant, measured: dict[str, dict[s
         p.expected.setdefault((v.name, t), {})[key] = gets[t]
 
 
-def rewrite(text: str, p: Plan) -> str:
+def rewrite(text: str, p: BudgetPlan) -> str:
     """The case file's text with `p` applied; comments and formatting elsewhere untouched."""
     doc = tomlkit.parse(text)
     for (variant, target), values in p.writes.items():
@@ -192,7 +192,7 @@ def rewrite(text: str, p: Plan) -> str:
     return tidy(text, tomlkit.dumps(doc))
 
 
-def verify(path: Path, data: str | bytes, p: Plan) -> None:
+def verify(path: Path, data: str | bytes, p: BudgetPlan) -> None:
     """A rewrite that would declare other budgets than planned is a bug: the file is left
     alone (internal error, exit 3). `data`: the file's new text, or its bytes as written."""
     runs = {run.variant.name if run.variant else None: run

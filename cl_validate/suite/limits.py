@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from cl_validate import procs
-from cl_validate.checks.compiled import CaseKind
+from cl_validate.checks.compile import CaseKind
 from cl_validate.measurements import wire
 from cl_validate.spec.options import RunOptions
 from cl_validate.suite.lifecycle import CaseOwner, Job

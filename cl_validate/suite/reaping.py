@@ -22,7 +22,7 @@ import sys
 import time
 
 from cl_validate import procs
-from cl_validate.checks.compiled import CaseKind
+from cl_validate.checks.compile import CaseKind
 from cl_validate.suite.lifecycle import CaseOwner, CaseState, Job
 
 #: How long a case process that closed its result pipe may take to end before it is killed.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 
-from cl_validate.checks.compiled import CaseKind
+from cl_validate.checks.compile import CaseKind
 from cl_validate.measurements import wire
 from cl_validate.measurements.messages import (
     CaseDone,

@@ -27,7 +27,7 @@ from contextlib import suppress
 from dataclasses import replace
 
 from cl_validate import procs
-from cl_validate.checks.compiled import CaseKind
+from cl_validate.checks.compile import CaseKind
 from cl_validate.errors import ErrorRecord
 from cl_validate.measurements.measurement import Measurement
 from cl_validate.measurements.messages import (
@@ -35,7 +35,7 @@ from cl_validate.measurements.messages import (
     FileStamp,
     Forked,
     Grant,
-    RunCase,
+    StartCase,
     TargetMeasured,
     frame,
 )
@@ -206,7 +206,7 @@ class RunLoop:
         job = Job(job_id, case, log, Stream(result_r, since=since), control, now,
                   selected_targets(case, self.options), zygote=z.number)
         try:
-            self.zygotes.send_case(z, RunCase(job_id, case, self.options, self.threads),
+            self.zygotes.send_case(z, StartCase(job_id, case, self.options, self.threads),
                                    [result_w, theirs.fileno(), log])
         finally:
             os.close(result_w)

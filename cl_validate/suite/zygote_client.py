@@ -35,7 +35,7 @@ from cl_validate.measurements.messages import (
     Exited,
     Forked,
     Ready,
-    RunCase,
+    StartCase,
     Stop,
     decode,
     frame,
@@ -163,7 +163,7 @@ class ZygoteClient:
                                              hint="check that torch and TVM import")
         return self.devices
 
-    def send_case(self, z: Zygote, run: RunCase, fds: list[int]) -> None:
+    def send_case(self, z: Zygote, run: StartCase, fds: list[int]) -> None:
         """Hand `run` to `z` with `fds` (its result pipe, control socket and log). The case
         travels in a file of its own: a packet holds about 208 kB, a case file (a long
         description, thousands of outputs) may be larger. A zygote that is gone is noticed

@@ -89,7 +89,7 @@ class _Plan:
 
 
 @dataclass
-class Left:
+class LeftInFloat:
     """A convolution or matmul on quantized data that stays in float, and why."""
 
     source: str  # the product's binding name
@@ -162,13 +162,13 @@ def _follow_axis(axis: int, codes: relax.Expr, views: Sequence[relax.Call]) -> i
     return axis
 
 
-def find(func: relax.Function) -> tuple[dict[relax.Var, _Plan], list[Left]]:
+def find(func: relax.Function) -> tuple[dict[relax.Var, _Plan], list[LeftInFloat]]:
     """Every product that becomes integer (by its binding), and every one on quantized data
     that stays in float with the reason."""
     values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
     derived = weight_derived(func)
     plans: dict[relax.Var, _Plan] = {}
-    left: list[Left] = []
+    left: list[LeftInFloat] = []
     for var, value in values.items():
         name = op_name(value)
         if name not in (_CONV, _MATMUL, *_UNLOWERED):
@@ -179,17 +179,17 @@ def find(func: relax.Function) -> tuple[dict[relax.Var, _Plan], list[Left]]:
             continue  # a float product of a float model (or of float data): not quantized
         short = str(name).rsplit(".", 1)[-1]
         if name in _UNLOWERED:
-            left.append(Left(var.name, short, "no integer lowering for it here (conv2d and "
-                             "matmul have one)"))
+            left.append(LeftInFloat(var.name, short, "no integer lowering for it here "
+                                    "(conv2d and matmul have one)"))
             continue
         why = _refusal(value, data, weight, why_data, why_weight, derived)
         if why:
-            left.append(Left(var.name, short, why))
+            left.append(LeftInFloat(var.name, short, why))
             continue
         assert data is not None and weight is not None
         plan = _plan(value, data, weight)
         if isinstance(plan, str):
-            left.append(Left(var.name, short, plan))
+            left.append(LeftInFloat(var.name, short, plan))
             continue
         plans[var] = plan
     return plans, left
@@ -313,4 +313,4 @@ def report(func: relax.Function, sources: dict[str, str]) -> list[str]:
     return [f"{x.op} at {sources.get(x.source, x.source)} left in float: {x.why}" for x in left]
 
 
-__all__ = ["IntegerCompute", "Left", "find", "integer_compute", "report"]
+__all__ = ["IntegerCompute", "LeftInFloat", "find", "integer_compute", "report"]

@@ -138,7 +138,7 @@ def load_baseline(case: CaseSpec, target: str) -> list[BaselineKernel] | None:
 # Comparison
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Change:
+class KernelChange:
     kind: str  # "split" | "merged" | "added" | "removed" | "changed"
     old: tuple[BaselineKernel, ...]
     new: tuple[BaselineKernel, ...]
@@ -166,41 +166,41 @@ def _run_of(ops: tuple[str, ...], seq: Sequence[BaselineKernel], start: int) -> 
     return 0
 
 
-def _classify(old: Sequence[BaselineKernel], new: Sequence[BaselineKernel]) -> list[Change]:
+def _classify(old: Sequence[BaselineKernel], new: Sequence[BaselineKernel]) -> list[KernelChange]:
     """Explain one differing stretch: splits and merges first, then pairwise changes."""
-    changes: list[Change] = []
+    changes: list[KernelChange] = []
     i = j = 0
     while i < len(old) and j < len(new):
         if (k := _run_of(old[i].ops, new, j)):
-            changes.append(Change("split", (old[i],), tuple(new[j:j + k])))
+            changes.append(KernelChange("split", (old[i],), tuple(new[j:j + k])))
             i, j = i + 1, j + k
         elif (k := _run_of(new[j].ops, old, i)):
-            changes.append(Change("merged", tuple(old[i:i + k]), (new[j],)))
+            changes.append(KernelChange("merged", tuple(old[i:i + k]), (new[j],)))
             i, j = i + k, j + 1
         elif old[i].ops == new[j].ops:
-            changes.append(Change("changed", (old[i],), (new[j],)))
+            changes.append(KernelChange("changed", (old[i],), (new[j],)))
             i, j = i + 1, j + 1
         else:
-            changes.append(Change("removed", (old[i],), ()))
-            changes.append(Change("added", (), (new[j],)))
+            changes.append(KernelChange("removed", (old[i],), ()))
+            changes.append(KernelChange("added", (), (new[j],)))
             i, j = i + 1, j + 1
-    changes.extend(Change("removed", (k,), ()) for k in old[i:])
-    changes.extend(Change("added", (), (k,)) for k in new[j:])
+    changes.extend(KernelChange("removed", (k,), ()) for k in old[i:])
+    changes.extend(KernelChange("added", (), (k,)) for k in new[j:])
     return changes
 
 
-def compare(old: Sequence[BaselineKernel], new: Sequence[BaselineKernel]) -> list[Change]:
+def compare(old: Sequence[BaselineKernel], new: Sequence[BaselineKernel]) -> list[KernelChange]:
     """Differences between a baseline and a measured list ([] when they match)."""
     a, b = [k.key() for k in old], [k.key() for k in new]
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    changes: list[Change] = []
+    changes: list[KernelChange] = []
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag != "equal":
             changes.extend(_classify(old[i1:i2], new[j1:j2]))
     return changes
 
 
-def summarize(changes: Sequence[Change]) -> str:
+def summarize(changes: Sequence[KernelChange]) -> str:
     counts: dict[str, int] = {}
     for c in changes:
         counts[c.kind] = counts.get(c.kind, 0) + 1

@@ -51,7 +51,7 @@ class CompileFigures(Figures):
 
 
 @register
-class Compiled(Check):
+class CompileCheck(Check):
     name = NAME
     order = 0
     summary = ('the case was built, exported and compiled (where an error that stops a case is '
