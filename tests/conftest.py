@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import subprocess
+import sys
 import textwrap
 import warnings
 from collections.abc import Callable
@@ -148,6 +150,32 @@ def left_behind(token: str) -> list[str]:
         if f"{TOKEN_ENV}={token}".encode() in env.split(b"\0"):
             out.append(f"{pid}: {cmd.decode(errors='replace')}")
     return out
+
+
+def run_parent(args: list[str], env: dict[str, str] | None = None, timeout: float = 300
+               ) -> subprocess.CompletedProcess[str]:
+    """``cl-validate ARGS`` as a run's parent of its own (`PARENT`), unbuffered, with `env`
+    added to this process's environment."""
+    full = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-c", PARENT, *args], capture_output=True,
+                          text=True, timeout=timeout, env=full)
+
+
+def passed(checks: dict[str, Any]) -> bool:
+    """Every check of one case (`by_case`'s value) passed or was skipped."""
+    return not any(tc.is_failure or tc.is_error for tc in checks.values())
+
+
+def case_error(checks: dict[str, Any]) -> Any:
+    """The error of a case that could not be measured (its compile check's only result)."""
+    (error,) = checks["compile"].result
+    return error
+
+
+def git(repo: Path, *args: str) -> None:
+    """``git ARGS`` in `repo`, with an author for commits; a failure raises."""
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
+                   check=True, capture_output=True)
 
 
 def judge_check(name: str, case: Any, target: str, stale: Any = None, **measured: Any) -> Any:

@@ -10,7 +10,6 @@ and after figures and the new transform's module, and the raise first, with its 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -23,7 +22,7 @@ from cl_validate.report.delta import compare, render
 from cl_validate.report.figures import read_runs
 from cl_validate.spec import load_case
 from cl_validate.spec.raises import loosened
-from tests.conftest import run_cli, tiny_case
+from tests.conftest import git, run_cli, tiny_case
 
 MODEL = '''
 import torch
@@ -64,11 +63,6 @@ def _case(factory: str, transforms: int, **kw: object) -> str:
     return tiny_case(transforms, model=f"pr_model:{factory}", **kw)  # type: ignore[arg-type]
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
-                   check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def pr(tmp_path_factory: pytest.TempPathFactory):
     """The repository after the pull request, with the base's report and the head's."""
@@ -77,9 +71,9 @@ def pr(tmp_path_factory: pytest.TempPathFactory):
     (repo / "cases").mkdir()
     (repo / "cases" / "plain.toml").write_text(_case("plain", 2))
     (repo / "cases" / "shuffled.toml").write_text(_case("shuffled", 2))
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "base")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(repo)
         mp.syspath_prepend(str(repo))

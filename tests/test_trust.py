@@ -23,7 +23,15 @@ from junitparser import JUnitXml
 
 from cl_validate.errors import ExitCode
 from cl_validate.session import sandbox
-from tests.conftest import PARENT, TOKEN_ENV, by_case, left_behind, tiny_case
+from tests.conftest import (
+    TOKEN_ENV,
+    by_case,
+    case_error,
+    left_behind,
+    passed,
+    run_parent,
+    tiny_case,
+)
 
 pytestmark = pytest.mark.compile
 DATA = Path(__file__).parent / "data"
@@ -38,22 +46,6 @@ def _folder(root: Path, cases: dict[str, tuple[str, str]]) -> Path:
     for name, (model, extra) in cases.items():
         (d / f"{name}.toml").write_text(tiny_case(model=model, extra=extra))
     return d
-
-
-def _run(args: list[str], env: dict[str, str] | None = None, timeout: float = 300
-         ) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-c", PARENT, *args], capture_output=True,
-                          text=True, timeout=timeout, env=full)
-
-
-def _error(checks: dict[str, object]) -> object:
-    (error,) = checks["compile"].result  # type: ignore[attr-defined]
-    return error
-
-
-def _passed(checks: dict[str, object]) -> bool:
-    return not any(tc.is_failure or tc.is_error for tc in checks.values())  # type: ignore
 
 
 def _kernel_list(checks: dict[str, object]) -> str:
@@ -90,12 +82,12 @@ def attacked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     detached = f"cl-validate-test-detached-{uuid.uuid4().hex}"
     token = uuid.uuid4().hex
     junit, cache = root / "r.xml", root / "cache"
-    proc = _run(["run", str(folder), "-j", "1", "--junit", str(junit), "--cache-dir",
+    proc = run_parent(["run", str(folder), "-j", "1", "--junit", str(junit), "--cache-dir",
                  str(cache)], {TOKEN_ENV: token, "CL_VALIDATE_TEST_MARKER": str(marker),
                                "CL_VALIDATE_TEST_DETACHED": detached})
     time.sleep(0.5)
     detached_left = [p for p in _pids_with(detached)]
-    reference = _run(["run", str(clean), "--junit", str(root / "clean.xml"), "--no-cache"])
+    reference = run_parent(["run", str(clean), "--junit", str(root / "clean.xml"), "--no-cache"])
     return {"proc": proc, "junit": junit, "marker": marker, "left": left_behind(token),
             "detached": detached_left, "cache": cache, "folder": folder,
             "clean": by_case(JUnitXml.fromfile(str(root / "clean.xml")))["clean"],
@@ -133,7 +125,7 @@ def test_no_case_changes_the_next_ones_measurement(attacked):
     clean = _kernel_list(attacked["clean"])
     assert "fused_conv2d_add_relu" in clean and "sigmoid" not in clean
     for name in INNOCENT:
-        assert _passed(cases[name]), name
+        assert passed(cases[name]), name
         assert _kernel_list(cases[name]) == clean, name
 
 
@@ -141,7 +133,7 @@ def test_state_a_case_changes_stays_in_its_own_case(attacked):
     cases = by_case(JUnitXml.fromfile(str(attacked["junit"])))
     # its own measurement sees its own patch: a SiLU fused into its conv kernels
     assert "sigmoid" in _kernel_list(cases["a_patches_conv"])
-    error = _error(cases["c_breaks_tvm"])
+    error = case_error(cases["c_breaks_tvm"])
     assert error.type == "CompileError" and "failed: TypeError" in error.message
 
 
@@ -149,13 +141,13 @@ def test_the_parent_runs_nothing_a_case_sends(attacked):
     cases = by_case(JUnitXml.fromfile(str(attacked["junit"])))
     assert not Path(attacked["marker"]).exists()  # the planted pickle never ran
     for name in ("d_pickle", "e_garbage"):
-        error = _error(cases[name])
+        error = case_error(cases[name])
         assert error.type == "CorruptResult", (name, error.message)
         assert "not a result" in error.message
-    silent = _error(cases["f_silent"])
+    silent = case_error(cases["f_silent"])
     assert silent.type == "Timeout" and "20 s" in silent.message
     # its output is read through the parent's own descriptor, not by a name it can swap
-    swapped = _error(cases["l_swaps_its_log"])
+    swapped = case_error(cases["l_swaps_its_log"])
     assert swapped.type == "WorkerCrashed", swapped.message
     assert "last words before the swap" in (swapped.text or "")
 
@@ -168,11 +160,11 @@ def test_a_signal_to_the_parent_is_the_senders_error(attacked):
     if not sandbox.available():
         pytest.skip("cases are not confined here: see test_the_parents_own_defence")
     for name in ("g_sigterm", "h_sigint", "i_sighup"):
-        error = _error(cases[name])
+        error = case_error(cases[name])
         assert error.type == "SignalledRun", (name, error.message)
         assert "tried to signal a process outside its case (os.kill(" in error.message
         assert "hostile_state.py:" in error.message and "refused" in error.message
-    assert _passed(cases["j_child_sigterm"])
+    assert passed(cases["j_child_sigterm"])
     assert "interrupted" not in attacked["proc"].stderr
 
 
@@ -191,17 +183,17 @@ def test_the_parents_own_defence(tmp_path):
     folder = _folder(tmp_path, SIGNALLING)
     junit = tmp_path / "r.xml"
     token = uuid.uuid4().hex
-    proc = _run(["run", str(folder), "-j", "1", "--junit", str(junit), "--no-cache"],
+    proc = run_parent(["run", str(folder), "-j", "1", "--junit", str(junit), "--no-cache"],
                 {TOKEN_ENV: token, sandbox.UNCONFINED_ENV: "1"})
     assert proc.returncode == ExitCode.CHECK_FAILED, proc.stdout[-3000:] + proc.stderr
     cases = by_case(JUnitXml.fromfile(str(junit)))
     assert set(cases) == set(SIGNALLING)
     for name, sig in (("g_sigterm", "SIGTERM"), ("h_sigint", "SIGINT"),
                       ("i_sighup", "SIGHUP"), ("j_child_sigterm", "SIGTERM")):
-        error = _error(cases[name])
+        error = case_error(cases[name])
         assert error.type == "SignalledRun", (name, error.message)
         assert f"sent {sig} to the cl-validate process" in error.message
-    assert _passed(cases["l_innocent"]), proc.stdout
+    assert passed(cases["l_innocent"]), proc.stdout
     assert "interrupted" not in proc.stderr
     time.sleep(0.5)
     assert left_behind(token) == []
@@ -225,20 +217,20 @@ def test_the_kernel_keeps_a_case_inside(tmp_path):
     folder = _folder(tmp_path, WALLED)
     junit = tmp_path / "r.xml"
     token = uuid.uuid4().hex
-    proc = _run(["run", str(folder), "-j", "2", "--junit", str(junit), "--no-cache"],
+    proc = run_parent(["run", str(folder), "-j", "2", "--junit", str(junit), "--no-cache"],
                 {TOKEN_ENV: token}, timeout=400)
     assert proc.returncode == ExitCode.CHECK_FAILED, proc.stdout[-3000:] + proc.stderr
     xmlschema.XMLSchema(str(SCHEMA)).validate(str(junit))
     cases = by_case(JUnitXml.fromfile(str(junit)))
     assert set(cases) == set(WALLED)
     for name in ("a_sigkill", "b_sigstop"):
-        error = _error(cases[name])
+        error = case_error(cases[name])
         assert error.type == "SignalledRun", (name, error.message)
-    console = _error(cases["d_console"])  # the parent's fd opened through /proc to write
+    console = case_error(cases["d_console"])  # the parent's fd opened through /proc to write
     assert console.type == "ReachedOut" and "/proc/" in console.message, console.message
     assert "planted" not in proc.stdout + proc.stderr
     for name in ("c_child_signals_and_exits", "e_attacker", "f_victim", "g_innocent"):
-        assert _passed(cases[name]), (name, proc.stdout[-3000:])
+        assert passed(cases[name]), (name, proc.stdout[-3000:])
     assert "interrupted" not in proc.stderr
     time.sleep(0.5)
     assert left_behind(token) == []
@@ -259,7 +251,7 @@ def test_the_cache_holds_only_clean_measurements(attacked):
         shutil.copy(folder / f, only / f)
     shutil.copy(folder / "a_patches_conv_next.toml", only / "a_patches_conv_next.toml")
     junit = only / "r.xml"
-    proc = _run(["run", str(only), "--junit", str(junit), "--cache-dir",
+    proc = run_parent(["run", str(only), "--junit", str(junit), "--cache-dir",
                  str(attacked["cache"])])
     assert proc.returncode == ExitCode.OK, proc.stdout + proc.stderr
     cases = by_case(JUnitXml.fromfile(str(junit)))
@@ -273,12 +265,12 @@ def test_a_case_that_kills_the_zygote_costs_no_other_case(tmp_path):
     folder = _folder(tmp_path, cases)
     junit = tmp_path / "r.xml"
     token = uuid.uuid4().hex
-    proc = _run(["run", str(folder), "-j", "2", "--junit", str(junit), "--no-cache"],
+    proc = run_parent(["run", str(folder), "-j", "2", "--junit", str(junit), "--no-cache"],
                 {TOKEN_ENV: token, sandbox.UNCONFINED_ENV: "1"})
     got = by_case(JUnitXml.fromfile(str(junit)))
     assert set(got) == set(cases), proc.stdout + proc.stderr
     for i in range(4):
-        assert _passed(got[f"b_fine{i}"]), proc.stdout
+        assert passed(got[f"b_fine{i}"]), proc.stdout
     time.sleep(0.5)
     assert left_behind(token) == []
 
@@ -317,15 +309,15 @@ def test_a_warm_run_of_an_unchanged_case_builds_no_model(tmp_path):
     cache = tmp_path / "cache"
     args = ["run", str(folder), "--cache-dir", str(cache)]
     builds = folder / "builds.txt"
-    first = _run(args, env)
+    first = run_parent(args, env)
     assert first.returncode == ExitCode.OK, first.stdout + first.stderr
     assert builds.read_text().count("built") == 1
-    warm = _run(args, env)
+    warm = run_parent(args, env)
     assert warm.returncode == ExitCode.OK, warm.stdout + warm.stderr
     assert "cache: 1 of 1" in warm.stdout
     assert builds.read_text().count("built") == 1  # nothing of the model ran
     (folder / "scale.txt").write_text("1.5\n")  # a data file the factory reads
-    changed = _run(args, env)
+    changed = run_parent(args, env)
     assert changed.returncode == ExitCode.OK, changed.stdout + changed.stderr
     assert builds.read_text().count("built") == 2
     assert "cache:" not in changed.stdout

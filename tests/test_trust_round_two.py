@@ -21,16 +21,18 @@ from junitparser import JUnitXml
 
 from cl_validate.errors import ExitCode
 from cl_validate.session import sandbox
-from tests.conftest import PARENT, TOKEN_ENV, by_case, left_behind, run_cli, tiny_case
+from tests.conftest import (
+    TOKEN_ENV,
+    by_case,
+    case_error,
+    left_behind,
+    passed,
+    run_cli,
+    run_parent,
+    tiny_case,
+)
 
 DATA = Path(__file__).parent / "data"
-
-
-def _run(args: list[str], env: dict[str, str] | None = None, timeout: float = 300
-         ) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-c", PARENT, *args], capture_output=True,
-                          text=True, timeout=timeout, env=full)
 
 
 def _folder(root: Path, cases: dict[str, str]) -> Path:
@@ -41,15 +43,6 @@ def _folder(root: Path, cases: dict[str, str]) -> Path:
     for name, model in cases.items():
         (d / f"{name}.toml").write_text(tiny_case(model=model))
     return d
-
-
-def _passed(checks: dict[str, object]) -> bool:
-    return not any(tc.is_failure or tc.is_error for tc in checks.values())  # type: ignore
-
-
-def _error(checks: dict[str, object]) -> object:
-    (error,) = checks["compile"].result  # type: ignore[attr-defined]
-    return error
 
 
 # --------------------------------------------------------------------------------------------
@@ -75,7 +68,7 @@ def test_1_a_case_cannot_change_the_limits_of_the_run(tmp_path):
     folder = _folder(tmp_path, LIMITS)
     junit, md = tmp_path / "r.xml", tmp_path / "r.md"
     token = uuid.uuid4().hex
-    proc = _run(["run", str(folder), "-j", "1", "--junit", str(junit), "--markdown", str(md),
+    proc = run_parent(["run", str(folder), "-j", "1", "--junit", str(junit), "--markdown", str(md),
                  "--no-cache"], {TOKEN_ENV: token})
     assert proc.returncode == ExitCode.CHECK_FAILED, proc.stdout[-3000:] + proc.stderr
     assert junit.stat().st_size > 0 and md.stat().st_size > 0
@@ -84,11 +77,11 @@ def test_1_a_case_cannot_change_the_limits_of_the_run(tmp_path):
     for name, call in (("a_file_size", "resource.prlimit(run_parent()"),
                        ("c_starves_zygote", "resource.prlimit(os.getppid()"),
                        ("e_slows_parent", "os.setpriority(os.PRIO_PROCESS, parent")):
-        error = _error(cases[name])
+        error = case_error(cases[name])
         assert error.type == "ReachedOut", (name, error.message)
         assert call in error.message, error.message
     for name in ("b_innocent", "d_innocent", "f_own_limits", "g_innocent"):
-        assert _passed(cases[name]), (name, proc.stdout[-3000:])
+        assert passed(cases[name]), (name, proc.stdout[-3000:])
     time.sleep(0.5)
     assert left_behind(token) == []
 
@@ -177,9 +170,9 @@ def test_2_results_count_toward_the_cases_memory_cap(tmp_path):
                           timeout=300, env=full)
     assert proc.returncode == ExitCode.CHECK_FAILED, proc.stdout[-3000:] + proc.stderr
     cases = by_case(JUnitXml.fromfile(str(junit)))
-    error = _error(cases["a_huge"])
+    error = case_error(cases["a_huge"])
     assert error.type == "OutOfMemory" and "results" in error.message, error.message
-    assert _passed(cases["b_innocent"])
+    assert passed(cases["b_innocent"])
     start = int(proc.stdout.split("PARENT-START-MB")[1].split()[0])
     peak = int(proc.stdout.split("PARENT-PEAK-MB")[1].split()[0])
     # what it received, at most the cap, once, and its own work beside it
@@ -232,17 +225,17 @@ def test_4_a_repointed_model_module_link_is_a_cache_miss(tmp_path):
     (folder / "linked.toml").write_text(tiny_case(model="model_link:build"))
     env = {"CL_VALIDATE_TEST_DIR": str(folder)}
     args = ["run", str(folder), "--cache-dir", str(tmp_path / "cache")]
-    first = _run(args, env)
+    first = run_parent(args, env)
     assert first.returncode == ExitCode.OK, first.stdout + first.stderr
-    warm = _run(args, env)
+    warm = run_parent(args, env)
     assert warm.returncode == ExitCode.OK and "cache: 1 of 1" in warm.stdout, warm.stdout
     assert _builds(folder) == 1
     (folder / "model_link.py").unlink()
     (folder / "model_link.py").symlink_to("variant_bad.py")
-    repointed = _run(args, env)
+    repointed = run_parent(args, env)
     assert _builds(folder) == 2, repointed.stdout
     assert repointed.returncode != ExitCode.OK, repointed.stdout + repointed.stderr
-    fresh = _run([*args, "--no-cache"], env)
+    fresh = run_parent([*args, "--no-cache"], env)
     assert fresh.returncode == repointed.returncode, fresh.stdout
 
 
@@ -257,11 +250,11 @@ def test_5_a_file_opened_read_write_is_stamped(tmp_path):
     np.array([1.0], dtype=np.float32).tofile(folder / "scale.f32")
     env = {"CL_VALIDATE_TEST_DIR": str(folder)}
     args = ["run", str(folder), "--cache-dir", str(tmp_path / "cache")]
-    assert _run(args, env).returncode == ExitCode.OK
-    warm = _run(args, env)
+    assert run_parent(args, env).returncode == ExitCode.OK
+    warm = run_parent(args, env)
     assert "cache: 1 of 1" in warm.stdout and _builds(folder) == 1, warm.stdout
     np.array([1.5], dtype=np.float32).tofile(folder / "scale.f32")
-    changed = _run(args, env)
+    changed = run_parent(args, env)
     assert changed.returncode == ExitCode.OK, changed.stdout + changed.stderr
     assert _builds(folder) == 2 and "cache:" not in changed.stdout, changed.stdout
 
@@ -430,7 +423,7 @@ def test_14_a_top_k_head_is_judged_as_the_items_it_selected(tmp_path):
     as_set = cases["as_set"]["numerics"]
     (failure,) = as_set.result
     assert "items in another order" in failure.message, failure.message
-    assert _passed({"numerics": cases["one_other"]["numerics"]}), out[-3000:]
+    assert passed({"numerics": cases["one_other"]["numerics"]}), out[-3000:]
 
 
 def test_14_a_wrong_program_still_fails_as_a_selection(tmp_path):

@@ -23,14 +23,9 @@ from typing import Any
 import pytest
 
 from cl_validate.errors import ExitCode
-from tests.conftest import DATA, run_cli, tiny_case
+from tests.conftest import DATA, git, run_cli, tiny_case
 
 HUGE = "99999999999999999999999"
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
-                   check=True, capture_output=True)
 
 
 def _one_error_line(err: str, where: str) -> str:
@@ -58,18 +53,18 @@ def moved(tmp_path_factory: pytest.TempPathFactory):
     cases.mkdir()
     (cases / "tiny.toml").write_text(tiny_case(2))
     (cases / "first.toml").write_text(tiny_case(2))
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "base")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(repo)
         mp.syspath_prepend(str(repo))
         base = run_cli(["run", "cases", "--no-isolation", "--junit", "base.xml"])
         assert base.code == ExitCode.OK, base.out + base.err
         (cases / "moved").mkdir()
-        _git(repo, "mv", "cases/tiny.toml", "cases/moved/tiny.toml")
+        git(repo, "mv", "cases/tiny.toml", "cases/moved/tiny.toml")
         (cases / "moved" / "tiny.toml").write_text(tiny_case(3))
-        _git(repo, "mv", "cases/first.toml", "cases/second.toml")
+        git(repo, "mv", "cases/first.toml", "cases/second.toml")
         (cases / "second.toml").write_text(tiny_case(4, extra='name = "first"'))
         head = run_cli(["run", "cases", "--no-isolation", "--junit", "head.xml"])
         assert head.code == ExitCode.CHECK_FAILED, head.out + head.err  # budgets now stale

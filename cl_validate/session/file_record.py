@@ -83,16 +83,16 @@ class FileRecorder:
             return  # an fd: opened before
         flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
         text = str(mode or "")
-        only_writes = (flags & os.O_ACCMODE) == os.O_WRONLY or (
-            text and "r" not in text and "+" not in text)
-        creates = bool(flags & (os.O_CREAT | os.O_TRUNC)) or "w" in text or "x" in text
         try:
             name = os.fsdecode(path)
         except (TypeError, ValueError):
             return
-        if only_writes or (creates and (("w" in text or flags & os.O_TRUNC)
-                                        or not os.path.exists(name))):
-            return
+        only_writes = (flags & os.O_ACCMODE) == os.O_WRONLY or (
+            text and "r" not in text and "+" not in text)
+        truncates = "w" in text or bool(flags & os.O_TRUNC)
+        may_create = "x" in text or bool(flags & os.O_CREAT)
+        if only_writes or truncates or (may_create and not os.path.exists(name)):
+            return  # the case's output, not its input
         self._paths.add(name)
 
     def _module_files(self) -> set[str]:

@@ -117,16 +117,20 @@ def _quantized(quantizer: object, qat: bool = False) -> nn.Module:
     return convert_pt2e(prepared)
 
 
-def x86_classifier() -> nn.Module:
-    """torchao's X86InductorQuantizer: uint8 activations, int8 weights per output channel."""
+def _x86_quantizer(qat: bool = False) -> object:
     from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
         X86InductorQuantizer,
         get_default_x86_inductor_quantization_config,
     )
 
     q = X86InductorQuantizer()
-    q.set_global(get_default_x86_inductor_quantization_config())
-    return _quantized(q)
+    q.set_global(get_default_x86_inductor_quantization_config(is_qat=qat))
+    return q
+
+
+def x86_classifier() -> nn.Module:
+    """torchao's X86InductorQuantizer: uint8 activations, int8 weights per output channel."""
+    return _quantized(_x86_quantizer())
 
 
 def arm_classifier() -> nn.Module:
@@ -157,11 +161,4 @@ def xnnpack_classifier() -> nn.Module:
 def qat_classifier() -> nn.Module:
     """A QAT-converted model: the x86 quantizer's QAT config, fake-quantized passes in
     training mode, then converted."""
-    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
-        X86InductorQuantizer,
-        get_default_x86_inductor_quantization_config,
-    )
-
-    q = X86InductorQuantizer()
-    q.set_global(get_default_x86_inductor_quantization_config(is_qat=True))
-    return _quantized(q, qat=True)
+    return _quantized(_x86_quantizer(qat=True), qat=True)

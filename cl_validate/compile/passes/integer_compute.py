@@ -99,7 +99,7 @@ class LeftInFloat:
 
 def _constant(expr: relax.Expr, values: dict[relax.Var, relax.Expr]) -> np.ndarray | None:
     """The value of a constant, or of ``astype`` of one (how zero points are imported)."""
-    while isinstance(expr, relax.Var) and op_name(values.get(expr)) == _ASTYPE:
+    if isinstance(expr, relax.Var) and op_name(values.get(expr)) == _ASTYPE:
         call = values[expr]
         inner = _constant(call.args[0], values)
         return None if inner is None else inner.astype(str(call.attrs.dtype))
