@@ -333,3 +333,37 @@ def test_the_docs_target_examples_are_valid(project):
     assert case.targets == ("llvm", "arm64", "sve")
     assert case.target_def("sve").config["mattr"] == ["+sve"]
     assert case.tolerance_for("sve")[0].rtol == 1e-4
+
+
+def test_a_cuda_target_carries_the_gpus_limits(caplog):
+    """dlight schedules by the target's limits; a target built from ``kind`` and ``arch``
+    alone has none, and TVM warns and guesses for every kernel. Without a GPU here the
+    limits come from TVM's tag of the architecture; a declared limit wins."""
+    import logging
+
+    import tvm
+
+    from cl_validate.compile.devices import DeviceFacts
+    from cl_validate.compile.tvm_targets import cuda_limits, make_target
+
+    cuda = make_target(BUILTIN["cuda"])
+    assert str(cuda.attrs["arch"]) == "sm_90"
+    h100 = tvm.target.Target("nvidia/nvidia-h100")  # TVM's own figures for that architecture
+    for key in ("max_shared_memory_per_block", "max_threads_per_block", "thread_warp_size",
+                "max_num_threads", "registers_per_block"):
+        assert int(cuda.attrs[key]) == int(h100.attrs[key]), key
+    assert "l2_cache_size_bytes" not in cuda.attrs  # a chip's, not an architecture's
+    own = TargetDef("cuda", {"kind": "cuda", "arch": "sm_80", "max_shared_memory_per_block": 1024})
+    assert int(make_target(own).attrs["max_shared_memory_per_block"]) == 1024
+    # a GPU at hand of the target's architecture gives its own figures, L2 included
+    probed = {"arch": "sm_90a", "max_shared_memory_per_block": 49152,
+              "max_threads_per_block": 1024, "l2_cache_size_bytes": 62914560}
+    assert cuda_limits("sm_90", probed)["l2_cache_size_bytes"] == 62914560
+    assert "l2_cache_size_bytes" not in cuda_limits("sm_80", probed)  # another architecture
+    assert DeviceFacts(False).attrs == {}
+    # and dlight no longer guesses
+    from tvm.s_tir.dlight.analysis.common_analysis import get_max_shared_memory_per_block
+
+    with caplog.at_level(logging.WARNING):
+        assert get_max_shared_memory_per_block(cuda) == 49152
+    assert "missing 'max_shared_memory_per_block'" not in caplog.text

@@ -16,28 +16,62 @@ from typing import Any
 import tvm
 from tvm.support.rocm import find_rocm_path
 
+from cl_validate.compile.devices import has_device
+from cl_validate.compile.devices import local_devices as probed_devices
 from cl_validate.errors import CaseFileError
-from cl_validate.spec.targets import DEVICES, TargetDef
+from cl_validate.spec.targets import TargetDef
 
 DEFAULT_CUDA_ARCH = "sm_90"
+#: The limits dlight schedules a cuda kernel by, every NVIDIA GPU since Kepler alike (48 KiB
+#: is the shared memory a block may hold without opting in at launch): what a cuda target
+#: without a GPU and without a TVM tag of its architecture gets.
+_CUDA_LIMITS = {"max_num_threads": 1024, "max_threads_per_block": 1024,
+                "thread_warp_size": 32, "max_shared_memory_per_block": 49152,
+                "registers_per_block": 65536}
 _UNKNOWN_OPTION = re.compile(r"Unknown config option '([^']+)'\. Known options: (.*)")
 
 
 def make_target(tdef: TargetDef) -> tvm.target.Target:
-    """The TVM target of a declaration. cuda without an ``arch`` gets the local GPU's, else a
-    fixed default (so a machine without a GPU compiles for a known one)."""
+    """The TVM target of a declaration. A cuda target without an ``arch`` gets the local
+    GPU's, else a fixed default (so a machine without a GPU compiles for a known one); the
+    limits it does not declare come from the GPU when its architecture is this machine's,
+    else from TVM's tag of that architecture (`cuda_limits`). The device's answer is the
+    probe's (`cl_validate.compile.devices`): asking here would spoil every fork after."""
     config = dict(tdef.config)
-    if tdef.kind == "cuda" and "arch" not in config:
-        config["arch"] = DEFAULT_CUDA_ARCH
-        dev = tvm.cuda(0)
-        if dev.exist:
-            config["arch"] = "sm_" + dev.compute_version.replace(".", "")
+    if tdef.kind == "cuda":
+        gpu = probed_devices().get("cuda")
+        here = dict(gpu.attrs) if gpu is not None and gpu.exist else {}
+        config.setdefault("arch", _plain_arch(str(here.get("arch", DEFAULT_CUDA_ARCH))))
+        for key, value in cuda_limits(str(config["arch"]), here).items():
+            config.setdefault(key, value)
     try:
         if tdef.host is None:
             return tvm.target.Target(config)
         return tvm.target.Target(config, host=dict(tdef.host))
     except Exception as exc:  # TVM's ValueError/TVMError: one line says what it refused
         raise _refused(tdef, exc) from None
+
+
+def _plain_arch(arch: str) -> str:
+    """``sm_90a`` → ``sm_90``: the arch-specific suffix asks for instructions that only that
+    exact chip has; code for the family runs on it too."""
+    return arch[:-1] if arch.startswith("sm_") and arch.endswith("a") else arch
+
+
+def cuda_limits(arch: str, device: dict[str, Any]) -> dict[str, int]:
+    """The scheduling limits of a cuda target for `arch`: the local GPU's (`device`, its
+    probed attributes, its L2 size too) when it is of that architecture, else those of TVM's
+    first tag for that architecture, else the limits every NVIDIA GPU shares. (A chip's L2
+    size is the chip's, not its architecture's: only a GPU at hand gives it.)"""
+    if device and _plain_arch(str(device.get("arch", ""))) == _plain_arch(arch):
+        return {k: int(v) for k, v in device.items()
+                if k in _CUDA_LIMITS or k == "l2_cache_size_bytes"}
+    for _, tag in sorted(tvm.target.list_tags().items()):
+        attrs = tag.attrs
+        if tag.kind.name == "cuda" and _plain_arch(str(attrs.get("arch", ""))) == \
+                _plain_arch(arch):
+            return {k: int(attrs[k]) if k in attrs else v for k, v in _CUDA_LIMITS.items()}
+    return dict(_CUDA_LIMITS)
 
 
 def _refused(tdef: TargetDef, exc: Exception) -> CaseFileError:
@@ -90,9 +124,10 @@ def device_for(device: str) -> Any:
 
 
 def device_available(device: str) -> bool:
-    return bool(device_for(device).exist)
+    """Whether this machine has a device of type `device` (the probe's answer)."""
+    return has_device(device)
 
 
 def local_devices() -> dict[str, bool]:
-    """Which device types this machine has (a case process tells the parent, which has no TVM)."""
-    return {d: device_available(d) for d in dict.fromkeys(DEVICES.values())}
+    """Which device types this machine has (the zygote tells the parent, which has no TVM)."""
+    return {d: f.exist for d, f in probed_devices().items()}

@@ -79,14 +79,19 @@ def main(fd: int) -> None:
     if path:  # the parent's import path, as a process it spawned would have it
         sys.path[:] = json.loads(path)
     # lazy: torch, TVM and the session, with the parent's import path in place
+    from cl_validate.compile.devices import Probe
     from cl_validate.compile.tvm_targets import local_devices
     from cl_validate.session import case_process  # noqa: F401 - imports torch, TVM, the session
 
+    # Never ask a device runtime here: a CUDA context does not survive the forks below. The
+    # probe asks in its own process, during the warm-up; every case process inherits its answer.
+    probe = Probe()
     t0 = time.perf_counter()
     try:
         _warm_up()
     except Exception as exc:  # the cases pay the warm-up themselves; say why here
         print(f"zygote: warm-up failed ({type(exc).__name__}: {exc})", file=sys.stderr)
+    probe.answer()
     print(f"zygote: warm in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     _send(sock, Ready(local_devices()))
     wake_r, wake_w = os.pipe()

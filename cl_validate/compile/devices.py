@@ -1,0 +1,142 @@
+"""Which devices this machine has, asked in a process of its own.
+
+A GPU runtime does not survive ``fork()``: once a process has asked CUDA anything (TVM's
+``Device.exist`` included), every process forked from it fails its first CUDA call with
+``cudaErrorInitializationError``. The zygote forks every case process and each case process
+forks its target processes, so neither may ever touch a device runtime. The question "which
+devices are here, and what are their limits" is asked once, by a short-lived probe
+(``python -m cl_validate.compile.devices``, a fresh interpreter started with fork+exec), and
+its answer is plain data the run keeps: the zygote asks it before its first fork and every
+process forked after inherits it. Only a target process, a leaf that forks nothing, opens a
+device to run a program on it.
+
+Every device type TVM has a target kind for is probed, not cuda alone; a GPU's answer
+carries the limits TVM's ``Target.from_device`` reads from it (shared memory per block,
+threads, warp size, architecture), so a cuda target schedules for the GPU at hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cl_validate.spec.targets import DEVICES
+
+#: How long the probe may take: creating a CUDA context on a large GPU can take seconds.
+PROBE_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What the probe learnt of one device type (plain data)."""
+
+    exist: bool
+    #: the device's name as its driver says it (``NVIDIA H200``), where it has one
+    name: str = ""
+    #: TVM target attributes read from the device (``arch``, ``max_shared_memory_per_block``,
+    #: ``max_threads_per_block``, ``thread_warp_size``...), for GPU kinds
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+#: The answer of this process's probe, once asked (inherited by every process forked after).
+_known: dict[str, DeviceFacts] | None = None
+
+
+class Probe:
+    """A probe running in its own process: start it early (`start`), take its answer later
+    (`answer`), so the wait overlaps other work (the zygote's warm-up)."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", __name__], stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+    def answer(self) -> dict[str, DeviceFacts]:
+        """The probe's answer; a probe that fails or hangs leaves only the CPU (and says why
+        on stderr): a run without its GPU is reported as such, never a crashed run."""
+        global _known
+        try:
+            out, err = self._proc.communicate(timeout=PROBE_TIMEOUT_S)
+            facts = decode(out.decode()) if self._proc.returncode == 0 else None
+            why = err.decode(errors="replace").strip().splitlines()[-1:] or ["no answer"]
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.communicate()
+            facts, why = None, [f"no answer in {PROBE_TIMEOUT_S:.0f} s"]
+        except ValueError as exc:
+            facts, why = None, [f"unreadable answer ({exc})"]
+        if facts is None:
+            print(f"cl-validate: the device probe failed ({why[0]}); only the CPU is used",
+                  file=sys.stderr)
+            facts = {d: DeviceFacts(d == "cpu") for d in device_types()}
+        _known = facts
+        return facts
+
+
+def device_types() -> list[str]:
+    """Every device type a target kind runs on (``cpu``, ``cuda``, ``rocm``...)."""
+    return list(dict.fromkeys(DEVICES.values()))
+
+
+def local_devices() -> dict[str, DeviceFacts]:
+    """This machine's devices: the answer this process (or the one it was forked from) already
+    has, else a probe's, asked now."""
+    return _known if _known is not None else Probe().answer()
+
+
+def has_device(device: str) -> bool:
+    facts = local_devices().get(device)
+    return facts is not None and facts.exist
+
+
+def decode(text: str) -> dict[str, DeviceFacts]:
+    raw = json.loads(text)
+    if not isinstance(raw, dict):
+        raise ValueError("not an object")
+    return {str(k): DeviceFacts(bool(v["exist"]), str(v.get("name", "")),
+                                dict(v.get("attrs", {}))) for k, v in raw.items()}
+
+
+def encode(facts: Mapping[str, DeviceFacts]) -> str:
+    return json.dumps({k: {"exist": f.exist, "name": f.name, "attrs": f.attrs}
+                       for k, f in facts.items()})
+
+
+def _probe_here() -> dict[str, DeviceFacts]:
+    """Ask TVM about every device type (in the probe's own process only)."""
+    import tvm  # lazy: the probe process alone touches a device runtime
+
+    out: dict[str, DeviceFacts] = {}
+    for kind in device_types():
+        try:
+            dev = tvm.device(kind, 0)
+            exist = bool(dev.exist)
+        except Exception:  # a runtime TVM was built without: no such device here
+            exist = False
+        if not exist or kind == "cpu":
+            out[kind] = DeviceFacts(exist)
+            continue
+        attrs: dict[str, Any] = {}
+        try:
+            target = tvm.target.Target.from_device(dev)
+            attrs = {str(k): (v if isinstance(v, int) else str(v))
+                     for k, v in target.attrs.items() if isinstance(v, int | str)}
+        except Exception:  # no detector for this kind: the device runs, with default limits
+            pass
+        name = ""
+        try:
+            name = str(dev.device_name or "")
+        except Exception:
+            pass
+        out[kind] = DeviceFacts(True, name, attrs)
+    return out
+
+
+if __name__ == "__main__":
+    sys.stdout.write(encode(_probe_here()))
