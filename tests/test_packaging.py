@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cl_validate.cli import pins
 from cl_validate.errors import ExitCode
+from cl_validate.measurements import sources
 from tests.conftest import run_cli
 
 if sys.version_info >= (3, 11):
@@ -30,11 +30,11 @@ def _name(requirement: str) -> str:
 
 def test_the_pinned_extra_installs_exactly_the_shipped_pins():
     extra = PYPROJECT["project"]["optional-dependencies"]["pinned"]
-    assert sorted(extra) == sorted(f"{k}=={v}" for k, v in pins.pins().items())
+    assert sorted(extra) == sorted(f"{k}=={v}" for k, v in sources.pins().items())
 
 
 def test_every_runtime_dependency_is_pinned_and_constraints_txt_does_not_pin_twice():
-    shipped = {_name(k) for k in pins.pins()}
+    shipped = {_name(k) for k in sources.pins()}
     deps = {_name(d) for d in PYPROJECT["project"]["dependencies"] if "python_version" not in d}
     assert deps <= shipped, f"not pinned in cl_validate/pins.txt: {sorted(deps - shipped)}"
     lines = (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines()
@@ -81,19 +81,49 @@ def test_version_names_tvm_and_torch_without_importing_them(capsys):
 def test_pins_prints_the_constraints_file_and_check_compares_with_what_is_installed(
         monkeypatch):
     code, out = run_cli(["pins"]).both()
-    assert code == ExitCode.OK and out == pins.text()
+    assert code == ExitCode.OK and out == sources.pin_text()
     assert re.search(r"^apache-tvm==\S+$", out, flags=re.M)
     code, out = run_cli(["pins", "--check"]).both()
     # this environment is installed from constraints.txt, so from the pins
     assert code == ExitCode.OK, out
-    assert out.count("ok      ") == len(pins.pins())
-    moved = pins.text().replace("numpy==", "numpy==0.0.1+", 1)
-    monkeypatch.setattr(pins, "text", lambda: moved)
+    assert out.count("ok      ") == len(sources.pins())
+    moved = sources.pin_text().replace("numpy==", "numpy==0.0.1+", 1)
+    monkeypatch.setattr(sources, "pin_text", lambda: moved)
     code, out = run_cli(["pins", "--check"]).both()
     assert code == ExitCode.CHECK_FAILED
     assert "DIFFERS numpy==0.0.1+" in out and "1 version(s) differ" in out
 
 
 def test_a_local_version_label_matches_its_pin():
-    assert pins.matches("2.13.0+cpu", "2.13.0") and pins.matches("2.13.0", "2.13.0")
-    assert not pins.matches("2.13.1", "2.13.0") and not pins.matches("2.13.0", "2.13.0+cpu")
+    match = sources.pin_matches
+    assert match("2.13.0+cpu", "2.13.0") and match("2.13.0", "2.13.0")
+    assert not match("2.13.1", "2.13.0") and not match("2.13.0", "2.13.0+cpu")
+
+
+@pytest.mark.compile
+def test_a_run_off_the_pins_says_so_once_in_every_report(monkeypatch, write_case, tmp_path):
+    """A GPU machine's torch is rarely the pinned one: its counts may move for that reason
+    alone, and the run says so in the console, the JUnit properties and the Markdown."""
+    from junitparser import JUnitXml
+
+    from tests.conftest import tiny_case
+
+    case = write_case(tiny_case())
+    junit, md = tmp_path / "r.xml", tmp_path / "r.md"
+    args = ["run", str(case), "--junit", str(junit), "--markdown", str(md)]
+    code, out = run_cli(args).both()
+    assert code == ExitCode.OK and "not the pinned versions" not in out  # installed as pinned
+    props = {p.name: p.value for p in next(iter(JUnitXml.fromfile(str(junit)))).properties()}
+    assert props["version.torch"] == sources.installed("torch") and "off_pins" not in props
+
+    moved = sources.pin_text().replace("torch==", "torch==1.0.0+", 1)
+    monkeypatch.setattr(sources, "pin_text", lambda: moved)
+    code, out = run_cli(args).both()
+    assert code == ExitCode.OK, out
+    have = sources.installed("torch")
+    assert out.count("not the pinned versions") == 1
+    assert f"torch {have} (pinned 1.0.0+" in out and "budgets recorded under the pins" in out
+    suite = next(iter(JUnitXml.fromfile(str(junit))))
+    props = {p.name: p.value for p in suite.properties()}
+    assert props["off_pins"].startswith(f"torch {have} (pinned 1.0.0+")
+    assert "not the pinned versions: torch" in md.read_text()

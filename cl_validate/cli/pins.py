@@ -16,42 +16,11 @@ before the gate, so that a moved budget is not blamed on the model). The ``pinne
 from __future__ import annotations
 
 import argparse
-from importlib.metadata import PackageNotFoundError, version
-from importlib.resources import files
 
 from cl_validate.errors import ExitCode
+from cl_validate.measurements.sources import installed, pin_matches, pin_text, pins
 
 HELP = "print the TVM/torch/... versions this release was tested with (a pip constraints file)"
-
-
-def text() -> str:
-    """The pins file shipped with the package, as written."""
-    return (files("cl_validate") / "pins.txt").read_text(encoding="utf-8")
-
-
-def pins() -> dict[str, str]:
-    """Distribution name → exact version, from `text` (``name==version`` lines)."""
-    out = {}
-    for raw in text().splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if line:
-            name, sep, ver = line.partition("==")
-            if not sep:
-                raise ValueError(f"cl_validate/pins.txt: not name==version: {raw!r}")
-            out[name.strip()] = ver.strip()
-    return out
-
-
-def installed(name: str) -> str | None:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
-
-
-def matches(have: str, pinned: str) -> bool:
-    """PEP 440 ``==`` without a local label in the pin: ``2.13.0+cpu`` satisfies ``2.13.0``."""
-    return have == pinned or have.split("+", 1)[0] == pinned
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -62,12 +31,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> ExitCode:
     if not args.check:
-        print(text(), end="")
+        print(pin_text(), end="")
         return ExitCode.OK
     bad = 0
     for name, pinned in pins().items():
         have = installed(name)
-        ok = have is not None and matches(have, pinned)
+        ok = have is not None and pin_matches(have, pinned)
         bad += not ok
         print(f"{'ok' if ok else 'DIFFERS':<8}{name}=={pinned}  (installed: {have or 'absent'})")
     if bad:

@@ -28,6 +28,7 @@ from cl_validate.cli.common import (
 )
 from cl_validate.errors import ExitCode, UsageError
 from cl_validate.measurements.kinds import SkipKind
+from cl_validate.measurements.sources import off_pins, off_pins_line
 from cl_validate.paths import display_path
 from cl_validate.report.annotations import emit_annotations
 from cl_validate.report.console import one_line, progress_line, summary_table
@@ -102,6 +103,9 @@ def _run(cases: Sequence[CaseSpec], options: RunOptions, reports: RunReports) ->
     each result arrives, and — whatever ends the run — last (`_finish`)."""
     total = sum(len(selected_targets(c, options)) for c in cases)
     results: list[CaseResult] = []
+    off = off_pins_line(off_pins())
+    if off:  # once, before the first result: every count below was measured under these
+        print(f"cl-validate: warning: {off}", flush=True)
 
     def pending(done: Sequence[CaseResult]) -> list[CaseResult]:
         return _in_order(cases, options, [*done, *_not_run(cases, options, done, UNFINISHED)])

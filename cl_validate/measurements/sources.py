@@ -12,6 +12,7 @@ import ast
 import functools
 import hashlib
 import importlib.metadata
+import importlib.resources
 import importlib.util
 import os
 import platform
@@ -147,6 +148,62 @@ def versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             out[dist] = "absent"
     return out
+
+
+#: The pinned distributions a measurement's counts depend on: another version may import,
+#: fuse or schedule differently (`off_pins`).
+COUNTED_PINS = ("apache-tvm", "apache-tvm-ffi", "torch")
+
+
+def pin_text() -> str:
+    """The pins file shipped with the package (``cl_validate/pins.txt``), as written."""
+    return (importlib.resources.files("cl_validate") / "pins.txt").read_text(encoding="utf-8")
+
+
+def pins() -> dict[str, str]:
+    """Distribution name → exact version, from `pin_text` (``name==version`` lines)."""
+    out = {}
+    for raw in pin_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            name, sep, ver = line.partition("==")
+            if not sep:
+                raise ValueError(f"cl_validate/pins.txt: not name==version: {raw!r}")
+            out[name.strip()] = ver.strip()
+    return out
+
+
+def installed(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def pin_matches(have: str, pinned: str) -> bool:
+    """PEP 440 ``==`` without a local label in the pin: ``2.13.0+cpu`` satisfies ``2.13.0``."""
+    return have == pinned or have.split("+", 1)[0] == pinned
+
+
+def off_pins() -> list[str]:
+    """``torch 2.11.0+cu130 (pinned 2.13.0)`` for each distribution of `COUNTED_PINS` whose
+    installed version is not the pinned one: budgets were recorded under the pins, so this
+    run's counts may differ for that reason alone."""
+    pinned = pins()
+    out = []
+    for name in COUNTED_PINS:
+        have = installed(name)
+        if name in pinned and (have is None or not pin_matches(have, pinned[name])):
+            out.append(f"{name} {have or 'absent'} (pinned {pinned[name]})")
+    return out
+
+
+def off_pins_line(differ: list[str]) -> str:
+    """One line saying that this run is not under the pins, or "" when it is."""
+    if not differ:
+        return ""
+    return ("not the pinned versions: " + ", ".join(differ) + "; counts may not match "
+            "budgets recorded under the pins (cl-validate pins --check)")
 
 
 def stamp(path: str) -> FileStamp | None:

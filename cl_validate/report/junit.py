@@ -4,7 +4,8 @@
 ``classname`` is the case name, ``file``/``line`` point at the case file line that declares
 what failed (GitHub's JUnit publishers annotate that line), ``failure@message`` is one line a
 reviewer understands alone, and the body carries the kernel list and error figures. Measured
-values also go into <properties> as extras (publishers ignore them).
+values also go into <properties> as extras (publishers ignore them); each <testsuite>'s
+properties name the TVM and torch versions, and `off_pins` the ones that differ from the pins.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from junitparser import TestCase as _TestCase
 
 from cl_validate.atomic import write_atomic
 from cl_validate.checks.verdict import CaseResult, Status, check_id
+from cl_validate.measurements.sources import COUNTED_PINS, installed, off_pins
 from cl_validate.paths import repo_path
 from cl_validate.report.escape import xml_safe
 
@@ -86,12 +88,18 @@ def build_junit(results: Iterable[CaseResult]) -> JUnitXml:
     for r in results:
         cases.setdefault(r.target, []).extend(_testcase(r, i) for i in range(len(r.checks)))
     host = socket.gethostname()
+    run_properties = [(f"version.{d}", installed(d) or "absent") for d in COUNTED_PINS]
+    differ = off_pins()
+    if differ:  # publishers ignore properties: the console and Markdown say it too
+        run_properties.append(("off_pins", "; ".join(differ)))
     stamp = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     xml = JUnitXml("cl_validate")
     for target, testcases in cases.items():
         suite = TestSuite(f"cl_validate.{target}")
         suite.hostname = host
         suite.timestamp = stamp
+        for name, value in run_properties:  # before the testcases, as the schema orders them
+            suite.add_property(name, value)
         # At once: junitparser's add_testcase recounts the suite on every call, which made
         # a report of 100 case x target runs take 9 s to build (and a run rewrites its
         # report as each result arrives).

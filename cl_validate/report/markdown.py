@@ -27,6 +27,7 @@ from cl_validate.checks.registry import Check, checks
 from cl_validate.checks.verdict import CaseResult, CheckResult, Status
 from cl_validate.measurements.bisection import Bisection
 from cl_validate.measurements.kernel_list import Kernel, KernelList, shape_text
+from cl_validate.measurements.sources import off_pins, off_pins_line
 from cl_validate.measurements.units import bytes_text, share_text
 from cl_validate.paths import MARKDOWN_MARKER, repo_path
 from cl_validate.report.escape import md_code, md_fenced, md_text, mermaid_text
@@ -179,7 +180,8 @@ def _heading(results: Sequence[CaseResult]) -> list[str]:
     return [f"## cl_validate: {verdict}", "",
             f"**{n[Status.PASSED]}** passed · **{n[Status.FAILED]}** failed · "
             f"**{n[Status.ERROR]}** errors · **{n[Status.SKIPPED]}** skipped checks  ",
-            "✅ passed · ❌ failed · ⚠️ error · ⏭️ skipped; budgets read *measured / budget*"]
+            "✅ passed · ❌ failed · ⚠️ error · ⏭️ skipped; budgets read *measured / budget*",
+            *(["", f"> ⚠️ {md_text(line)}"] if (line := off_pins_line(off_pins())) else [])]
 
 
 def _table(results: Sequence[CaseResult], target: str) -> list[str]:
