@@ -1,19 +1,23 @@
-"""The attention kernel against the decomposed form it replaced, on llvm, at ViT-S/16's size
-(224 px: 197 tokens, 6 heads of 64).
+"""cl_validate's attention against the decomposed form it replaced and TVM's own lowering, on
+llvm (ViT-S/16's size: 197 tokens, 6 heads of 64) or on a GPU (``--target cuda``: 197, 1024
+and 4096 tokens, 6, 8 and 16 heads of 64), with PyTorch's SDPA on the same GPU.
 
-Three programs of one attention, BSHD in and out, timed with TVM's time evaluator (median of
-repeats) in one process, so their ratios are comparable on a noisy machine:
+Per shape, the programs of one attention, BSHD in and out, timed with TVM's time evaluator
+(median of repeats) in one process, so their ratios are comparable on a noisy machine:
 
-- ``kernel``: Relax's ``nn.attention`` lowered by cl_validate (`cl_validate.compile.attention`);
+- ``ours``: Relax's ``nn.attention`` lowered by cl_validate (`cl_validate.compile.attention`:
+  one kernel on a CPU; on a GPU the two products and the softmax, scheduled by dlight);
 - ``tvm``: the same op lowered by TVM 0.27's own legalization (transposes inside the kernel);
 - ``decomposed``: what a model's SDPA became before (torch.export's decomposition): a
-  transpose of q, k and v to BHSD, matmul, scale, softmax, matmul, a transpose back.
+  transpose of q, k and v to BHSD, matmul, scale, softmax, matmul, a transpose back;
+- ``torch``: (cuda only) ``F.scaled_dot_product_attention`` in float32 on the same GPU,
+  timed with CUDA events (median), BHSD views of the same BSHD tensors.
 
-Then a whole ViT-S/16 encoder block (LayerNorm, attention, MLP) compiled through the case
-pipeline both ways: with SDPA kept (today) and with it decomposed by torch.export's default
-table (before), timed the same way.
+Each program's output is compared with the decomposed one's (max abs difference printed).
+On llvm, a whole ViT-S/16 encoder block (LayerNorm, attention, MLP) is also compiled through
+the case pipeline both ways: with SDPA kept (today) and decomposed (before).
 
-    python benchmarks/attention_kernel.py [--repeat N]
+    python benchmarks/attention_kernel.py [--target llvm|cuda] [--repeat N]
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SHAPE = (1, 197, 6, 64)  # ViT-S/16 at 224: the class token and 14 x 14 patches
+GPU_SHAPES = (SHAPE, (1, 1024, 8, 64), (1, 4096, 16, 64))
 
 
-def _op_module(decomposed: bool) -> object:
+def _op_module(shape: tuple[int, ...], decomposed: bool) -> object:
     from tvm import relax
 
     bb = relax.BlockBuilder()
-    q, k, v = (relax.Var(n, relax.TensorType(SHAPE, "float32")) for n in "qkv")
+    q, k, v = (relax.Var(n, relax.TensorType(shape, "float32")) for n in "qkv")
     with bb.function("main", [q, k, v]):
         with bb.dataflow():
             if decomposed:
@@ -40,7 +45,7 @@ def _op_module(decomposed: bool) -> object:
                 kt = bb.emit(relax.op.permute_dims(k, [0, 2, 3, 1]))
                 vh = bb.emit(relax.op.permute_dims(v, [0, 2, 1, 3]))
                 s = bb.emit(relax.op.multiply(relax.op.matmul(qh, kt),
-                                              relax.const(SHAPE[3] ** -0.5, "float32")))
+                                              relax.const(shape[3] ** -0.5, "float32")))
                 p = bb.emit(relax.op.nn.softmax(s, axis=3))
                 out = bb.emit(relax.op.permute_dims(relax.op.matmul(p, vh), [0, 2, 1, 3]))
             else:
@@ -50,35 +55,67 @@ def _op_module(decomposed: bool) -> object:
     return bb.get()
 
 
-def _time(run: Callable[[], object], args: list[object], repeat: int) -> float:
-    import tvm
-
-    timer = run.time_evaluator("main", tvm.cpu(), number=3, repeat=repeat)  # type: ignore[attr-defined]
+def _time(run: Callable[[], object], args: list[object], repeat: int, dev: object) -> float:
+    timer = run.time_evaluator("main", dev, number=3, repeat=repeat)  # type: ignore[attr-defined]
     return float(timer(*args).median) * 1e3
 
 
-def op_times(repeat: int) -> dict[str, float]:
+def op_times(shape: tuple[int, ...], target_kind: str, repeat: int
+             ) -> dict[str, tuple[float, float]]:
+    """name → (median ms, max abs difference from the decomposed form's output)."""
     import numpy as np
     import tvm
     from tvm import relax
 
     from cl_validate.compile.attention import attention_legalizations
+    from cl_validate.compile.tvm_targets import make_target
+    from cl_validate.spec.targets import BUILTIN
 
-    target = tvm.target.Target({"kind": "llvm"})
+    target = make_target(BUILTIN[target_kind])
+    dev = tvm.device(BUILTIN[target_kind].device, 0)
     rng = np.random.default_rng(0)
-    args = [tvm.runtime.tensor(rng.standard_normal(SHAPE).astype("float32")) for _ in "qkv"]
-    out = {}
-    for name, decomposed, ours in (("kernel", False, True), ("tvm", False, False),
-                                   ("decomposed", True, False)):
-        mod = _op_module(decomposed)
-        with target:
-            mod = relax.transform.LegalizeOps(
-                customize_legalize_map=attention_legalizations() if ours else None)(mod)
-        mod = relax.transform.FuseTIR()(relax.transform.FuseOps()(
-            relax.transform.AnnotateTIROpPattern()(mod)))
-        vm = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())
-        out[name] = _time(vm, args, repeat)
+    host = [rng.standard_normal(shape).astype("float32") for _ in "qkv"]
+    args = [tvm.runtime.tensor(x, dev) for x in host]
+    out: dict[str, tuple[float, float]] = {}
+    results: dict[str, np.ndarray] = {}
+    for name, decomposed, ours in (("decomposed", True, False), ("ours", False, True),
+                                   ("tvm", False, False)):
+        mod = _op_module(shape, decomposed)
+        if ours:
+            with target:
+                mod = relax.transform.LegalizeOps(
+                    customize_legalize_map=attention_legalizations())(mod)
+        try:
+            vm = relax.VirtualMachine(tvm.compile(mod, target=target), dev)
+        except Exception as exc:  # TVM's own lowering does not build everywhere
+            print(f"  {name}: does not build ({type(exc).__name__})", file=sys.stderr)
+            continue
+        results[name] = vm["main"](*args).numpy()
+        diff = float(np.abs(results[name] - results["decomposed"]).max())
+        out[name] = (_time(vm, args, repeat, dev), diff)
+    if target_kind == "cuda":
+        out["torch"] = _torch_sdpa(host, repeat, results["decomposed"])
     return out
+
+
+def _torch_sdpa(host: list[object], repeat: int, want: object) -> tuple[float, float]:
+    """PyTorch's SDPA, float32, on the GPU (BHSD views of the BSHD tensors)."""
+    import numpy as np
+    import torch
+
+    q, k, v = (torch.from_numpy(x).cuda().transpose(1, 2) for x in host)  # type: ignore[arg-type]
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    got = sdpa(q, k, v).transpose(1, 2).cpu().numpy()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(3):
+            sdpa(q, k, v)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 3)
+    return float(np.median(times)), float(np.abs(got - want).max())
 
 
 def block_times(repeat: int) -> dict[str, float]:
@@ -130,22 +167,28 @@ def block_times(repeat: int) -> dict[str, float]:
             vm = tvm.relax.VirtualMachine(compiled.executable, tvm.cpu())
             x = np.random.default_rng(0).standard_normal((1, 197, 384)).astype("float32")
             params = [tvm.runtime.tensor(x), *session.unbound_params(compiled)]
-            out[name] = _time(vm, params, repeat)
+            out[name] = _time(vm, params, repeat, tvm.cpu())
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", choices=("llvm", "cuda"), default="llvm")
     ap.add_argument("--repeat", type=int, default=10)
     args = ap.parse_args()
-    ops = op_times(args.repeat)
-    print(f"one attention {SHAPE} (BSHD), llvm, median of {args.repeat} x 3 runs:")
-    for name, ms in ops.items():
-        print(f"  {name:<11} {ms:8.2f} ms   {ms / ops['decomposed']:.2f}x the decomposed form")
-    blocks = block_times(args.repeat)
-    print("ViT-S/16 block (LayerNorm, attention, MLP) through the nhwc pipeline:")
-    for name, ms in blocks.items():
-        print(f"  {name:<16} {ms:8.2f} ms   {ms / blocks['sdpa decomposed']:.2f}x")
+    for shape in GPU_SHAPES if args.target == "cuda" else (SHAPE,):
+        ops = op_times(shape, args.target, args.repeat)
+        base = ops["decomposed"][0]
+        print(f"one attention {shape} (BSHD), {args.target}, median of {args.repeat} x 3 runs:")
+        for name, (ms, diff) in ops.items():
+            torch = f"   {ms / ops['torch'][0]:.2f}x PyTorch" if "torch" in ops else ""
+            print(f"  {name:<11} {ms:8.3f} ms   {ms / base:.2f}x the decomposed form{torch}"
+                  f"   max abs diff {diff:.1e}", flush=True)
+    if args.target == "llvm":
+        blocks = block_times(args.repeat)
+        print("ViT-S/16 block (LayerNorm, attention, MLP) through the nhwc pipeline:")
+        for name, ms in blocks.items():
+            print(f"  {name:<16} {ms:8.2f} ms   {ms / blocks['sdpa decomposed']:.2f}x")
 
 
 if __name__ == "__main__":

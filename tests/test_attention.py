@@ -17,8 +17,10 @@ from tvm.script import relax as R
 from cl_validate.compile.attention import ATTENTION_ATTR, attention_legalizations, attention_te
 from cl_validate.compile.passes.raise_attention import RaiseAttention, find
 from cl_validate.compile.schedule import schedule_gpu
+from cl_validate.compile.tvm_targets import make_target
 from cl_validate.ir import SCHEDULE_ATTR, bindings, op_name, origin_parts
 from cl_validate.measurements.attribution import Reason
+from cl_validate.spec.targets import BUILTIN
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,7 +211,8 @@ def _reference(q, k, v, bias, scale, causal) -> np.ndarray:
     if bias is not None:
         s = s + bias
     if causal:
-        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+        below = s.shape[-1] - s.shape[-2] if causal == "BottomRight" else 0
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool), k=below), s, -np.inf)
     m = s.max(-1, keepdims=True)
     w = np.where(np.isneginf(m), 0.0, np.exp(s - np.where(np.isneginf(m), 0, m)))
     total = w.sum(-1, keepdims=True)
@@ -217,11 +220,10 @@ def _reference(q, k, v, bias, scale, causal) -> np.ndarray:
         0, 2, 1, 3)
 
 
-@pytest.mark.parametrize("pad_to", [1, 32], ids=["cpu", "gpu-padding"])
 @pytest.mark.parametrize("case", ["plain", "bias", "causal", "masked-row"])
-def test_the_attention_kernel_computes_attention(case, pad_to):
-    """The kernel (as legalized for llvm, and with the GPU's key/channel padding) against a
-    float64 reference: bias broadcast, causal mask, a row masked entirely gives zeros."""
+def test_the_attention_kernel_computes_attention(case):
+    """The kernel (as legalized for llvm) against a float64 reference: bias broadcast, causal
+    mask, a row masked entirely gives zeros."""
     rng = np.random.default_rng(1)
     q = rng.standard_normal((2, 7, 3, 8)).astype("float32")
     k = rng.standard_normal((2, 5, 3, 8)).astype("float32")
@@ -237,7 +239,7 @@ def test_the_attention_kernel_computes_attention(case, pad_to):
     tq, tk, tv = (tvm.te.placeholder(x.shape, "float32", n) for x, n in
                   ((q, "q"), (k, "k"), (v, "v")))
     tb = tvm.te.placeholder(bias.shape, "float32", "b") if bias is not None else None
-    out = attention_te(tq, tk, tv, tb, scale, causal, pad_to)
+    out = attention_te(tq, tk, tv, tb, scale, causal)
     func = tvm.te.create_prim_func([tq, tk, tv, *([tb] if tb is not None else []), out])
     lib = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target({"kind": "llvm"}))
     res = tvm.runtime.tensor(np.zeros([int(d) for d in out.shape], "float32"))
@@ -249,30 +251,63 @@ def test_the_attention_kernel_computes_attention(case, pad_to):
         assert not res.numpy()[1, 2, 0].any()
 
 
-def test_the_kernel_is_one_primfunc_and_cuda_schedules_it_with_the_attention_rule():
-    """Legalized: one PrimFunc (tagged), no transpose kernel; on cuda our Attention rule
-    schedules it (dlight would leave it to Fallback) and it builds. A row whose scores do not
-    fit a block's shared memory is left to the next rule, never built wrong."""
-    mod = _attention_module((1, 197, 6, 64), (1, 197, 6, 64), (1, 197, 6, 64))
-    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
-    with target:
+def test_on_a_cpu_one_kernel_on_a_gpu_two_products_and_a_softmax_that_dlight_schedules():
+    """llvm: one PrimFunc (tagged), no transpose kernel. cuda: the two products and the softmax
+    between them, each scheduled by dlight's own rules (Matmul, GeneralReduction, Matmul: K
+    and V read in tiles every query row of a block shares), reading BSHD in place, and it
+    builds; the same at a length whose rows no block's shared memory holds."""
+    for shape in ((1, 197, 6, 64), (1, 8192, 1, 16)):
+        mod = _attention_module(shape, shape, shape)
+        with tvm.target.Target({"kind": "llvm"}):
+            legal = relax.transform.LegalizeOps(
+                customize_legalize_map=attention_legalizations())(mod)
+        funcs = {gv.name_hint: f for gv, f in legal.functions_items()
+                 if isinstance(f, tvm.tirx.PrimFunc)}
+        assert list(funcs) == ["attention"] and funcs["attention"].attrs[ATTENTION_ATTR] == \
+            "kernel"
+
+        target = make_target(BUILTIN["cuda"])
+        with target:
+            legal = relax.transform.LegalizeOps(
+                customize_legalize_map=attention_legalizations())(mod)
+        fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(legal))
+        parts = {gv.name_hint: f for gv, f in fused.functions_items()
+                 if isinstance(f, tvm.tirx.PrimFunc)}
+        assert sorted(parts) == ["attention_output", "attention_scores", "attention_softmax"]
+        scheduled = schedule_gpu(fused, target)
+        rules = {name: str(scheduled[name].attrs[SCHEDULE_ATTR]) for name in parts}
+        assert rules == {"attention_scores": "Matmul", "attention_softmax": "GeneralReduction",
+                         "attention_output": "Matmul"}
+        if shape[1] < 1000:
+            tvm.compile(scheduled, target=target)
+
+
+@pytest.mark.parametrize("heads", [(4, 4), (4, 1)], ids=["multi-head", "multi-query"])
+@pytest.mark.parametrize("causal", [None, "TopLeft", "BottomRight"])
+@pytest.mark.parametrize("bias_shape", [None, (1, 1, 5, 7), (2, 4, 5, 7), (2, 1, 1, 7)])
+def test_the_gpu_parts_compute_what_the_cpu_kernel_does(heads, causal, bias_shape):
+    """The GPU's three kernels, built unscheduled for llvm, against the float64 reference, for
+    one K/V head shared by every query head (multi-query) as well as one per head."""
+    rng = np.random.default_rng(2)
+    hq, hkv = heads
+    q = rng.standard_normal((2, 5, hq, 8)).astype("float32")
+    k = rng.standard_normal((2, 7, hkv, 8)).astype("float32")
+    v = rng.standard_normal((2, 7, hkv, 6)).astype("float32")
+    bias = None if bias_shape is None else rng.standard_normal(bias_shape).astype("float32")
+    mod = _attention_module(q.shape, k.shape, v.shape, bias=bias_shape, scale=0.4,
+                            causal=causal)
+    with tvm.target.Target({"kind": "cuda", "arch": "sm_90"}):  # legalized as for a GPU
         legal = relax.transform.LegalizeOps(customize_legalize_map=attention_legalizations())(
             mod)
-    funcs = {gv.name_hint: f for gv, f in legal.functions_items()
-             if isinstance(f, tvm.tirx.PrimFunc)}
-    assert list(funcs) == ["attention"] and ATTENTION_ATTR in funcs["attention"].attrs
-    fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(legal))
-    scheduled = schedule_gpu(fused, target)
-    assert scheduled["attention"].attrs[SCHEDULE_ATTR] == "Attention"
-    tvm.compile(scheduled, target=target)
-
-    long = _attention_module((1, 8, 1, 16), (1, 8192, 1, 16), (1, 8192, 1, 16))
-    with target:
-        legal = relax.transform.LegalizeOps(customize_legalize_map=attention_legalizations())(
-            long)
-    scheduled = schedule_gpu(relax.transform.FuseTIR()(relax.transform.FuseOps()(legal)),
-                             target)
-    assert scheduled["attention"].attrs[SCHEDULE_ATTR] != "Attention"
+    assert len([f for _, f in legal.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]) \
+        == 3
+    llvm = tvm.target.Target({"kind": "llvm"})
+    vm = relax.VirtualMachine(tvm.compile(legal, target=llvm), tvm.cpu())
+    inputs = [q, k, v, *([bias] if bias is not None else [])]
+    got = vm["main"](*map(tvm.runtime.tensor, inputs)).numpy()
+    kk, vv = (np.repeat(x, hq // hkv, axis=2) for x in (k, v))
+    want = _reference(q, kk, vv, bias, 0.4, causal)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 # --------------------------------------------------------------------------------------------
