@@ -19,10 +19,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import tvm
-from tvm import tirx
+from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 
-from cl_validate.compile.attention import AttentionRule
 from cl_validate.ir import SCHEDULE_ATTR
 
 #: The rule a PrimFunc gets when no rule returned a schedule: it is left unscheduled, and
@@ -32,10 +31,9 @@ NO_RULE = "none"
 
 def default_gpu_rules() -> list[Any]:
     """The rules, in the order TVM 0.27's cuda backend applies them
-    (``tvm.relax.backend.cuda.pipeline.legalize_passes``), after cl_validate's rule for its
-    attention kernel (`cl_validate.compile.attention.AttentionRule`: no rule of TVM's takes
-    it), which schedules nothing else."""
-    return [AttentionRule(), dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+    (``tvm.relax.backend.cuda.pipeline.legalize_passes``). The attention kernels are theirs
+    too (`cl_validate.compile.attention`: two products and a softmax)."""
+    return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
             dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
 
 
@@ -49,9 +47,68 @@ class _Observed(dl.ScheduleRule):  # type: ignore[misc]
 
     def apply(self, func: Any, target: Any, tunable: bool) -> Any:
         space = self.rule.apply(func, target, tunable)
+        if isinstance(space, s_tir.Schedule) and unwritten(space.mod["main"]) is not None:
+            return None  # a schedule that cannot write its whole output: the next rule's turn
         if space is not None:
             self.seen.append((func, self.name))
         return space
+
+
+def unwritten(func: tirx.PrimFunc) -> str | None:
+    """An output buffer of a scheduled `func` that its blocks cannot write whole, as "NAME:
+    at most W of N elements", or None.
+
+    dlight's reduction rules bind a fused kernel's epilogue to the reduction's spatial loops;
+    when the epilogue's output is larger than the reduction's (a pad after a pool), the
+    extra elements are never written and the kernel leaves whatever the memory held there
+    (seen on an H200: ResNet-D's ceil-mode average pool fused with the next ``F.pad``). A
+    block writes at most its loops' iterations times its write region per output, so fewer
+    than the buffer holds is certainly wrong (the converse is not checked)."""
+    allocated: set[Any] = set()
+    written: dict[Any, int] = {}
+
+    def visit(stmt: Any, iterations: int) -> bool:  # False: a symbolic extent, no verdict
+        if isinstance(stmt, tirx.For):
+            if not isinstance(stmt.extent, tirx.IntImm):
+                return False
+            return visit(stmt.body, iterations * int(stmt.extent))
+        if isinstance(stmt, tirx.SeqStmt):
+            return all(visit(s, iterations) for s in stmt.seq)
+        if isinstance(stmt, s_tir.SBlockRealize):
+            block = stmt.block
+            for buf in block.alloc_buffers:
+                allocated.add(buf.data)
+            for region in block.writes:
+                size = 1
+                for r in region.region:
+                    if not isinstance(r.extent, tirx.IntImm):
+                        return False
+                    size *= int(r.extent)
+                key = _buffer_of(region)
+                written[key] = written.get(key, 0) + iterations * size
+            return visit(block.body, iterations)
+        if isinstance(stmt, tirx.IfThenElse):
+            return visit(stmt.then_case, iterations) and (
+                stmt.else_case is None or visit(stmt.else_case, iterations))
+        if isinstance(stmt, tirx.AllocBuffer):
+            allocated.add(stmt.buffer.data)
+        body = getattr(stmt, "body", None)
+        return visit(body, iterations) if isinstance(body, tirx.Stmt) else True
+
+    if not visit(func.body, 1):
+        return None
+    for buf, count in written.items():
+        if buf.data in allocated:
+            continue
+        shape = [int(d) for d in buf.shape if isinstance(d, tirx.IntImm)]
+        if len(shape) != len(buf.shape):
+            continue
+        total = 1
+        for d in shape:
+            total *= d
+        if count < total:
+            return f"{buf.name}: at most {count} of {total} elements"
+    return None
 
 
 def schedule_gpu(mod: tvm.IRModule, target: Any, rules: Sequence[Any] | None = None
@@ -78,3 +135,13 @@ def _scheduled(func: Any) -> bool:
     attrs = func.attrs
     return attrs is not None and "tirx.is_scheduled" in attrs and bool(
         attrs["tirx.is_scheduled"])
+
+
+def _buffer_of(region: Any) -> Any:
+    """The buffer a block's write region is of (``BufferRegion.buffer``; in TVM 0.27 a
+    ``TensorRegion`` whose source is a load of the buffer)."""
+    buf = getattr(region, "buffer", None)
+    if buf is not None:
+        return buf
+    source = region.source
+    return getattr(source, "buffer", source)

@@ -46,6 +46,9 @@ class Bisection:
     sample: str  # which inputs ("" for a case's only sample)
     stages: tuple[StageResult, ...]
     stopped: str = ""  # why the scan ended early ("" when it reached a break or the end)
+    #: when every stage held on the CPU: the target's kernels that compute wrong on its
+    #: device, one line each, worst first (`cl_validate.session.kernel_check`)
+    kernels: tuple[str, ...] = ()
 
     @property
     def first_break(self) -> str | None:
@@ -78,9 +81,12 @@ class Bisection:
         ran = [r for r in self.stages if r.ran]
         if not ran:
             return f"no stage's IR could be run on {self.target} to find the break"
+        where = (f"the break is in {self.kernels[0]}" + (
+            f" (and {len(self.kernels) - 1} more kernels)" if len(self.kernels) > 1 else "")
+            if self.kernels else "the break is in building the final program (fusion, "
+            "scheduling or code generation)")
         return (f"every stage's IR is within tolerance when built unfused and run on "
-                f"{self.target}: the break is in building the final program (fusion, "
-                "scheduling or code generation)")
+                f"{self.target}: {where}")
 
     def render(self) -> str:
         """The table for a report body: every stage, its figure, where it broke."""
@@ -100,4 +106,5 @@ class Bisection:
             lines.append(f"  {run.stage:<{width}}  {figure:<{fig_width}}  {verdict:<6}  {took}")
         if self.stopped:
             lines.append(f"  (stopped: {self.stopped})")
+        lines += [f"  {k}" for k in self.kernels]
         return "\n".join(lines)

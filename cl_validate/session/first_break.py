@@ -35,6 +35,7 @@ from cl_validate.ir import same_ir, weight_params
 from cl_validate.measurements.bisection import Bisection, StageResult
 from cl_validate.measurements.measurement import Sample
 from cl_validate.session.execute import run_tvm
+from cl_validate.session.kernel_check import wrong_kernels
 from cl_validate.spec import CaseSpec
 
 
@@ -64,7 +65,16 @@ def bisect(case: CaseSpec, target: str, compiled: Compiled, front: Frontend, *,
         previous = (stage.mod, run, stage.name)
         if stop_at_break and run.ran and not run.ok:
             break
-    return Bisection(HOST, label, tuple(runs), stopped)
+    kernels: tuple[str, ...] = ()
+    tdef = case.target_def(target)
+    if not stopped and tdef.device != "cpu" and runs and all(r.ok for r in runs if r.ran):
+        # every stage holds here: which of the target's own kernels is wrong on its device
+        try:
+            kernels = tuple(k.text(target) for k in wrong_kernels(
+                compiled, device_for(tdef.device), deadline=deadline))
+        except Exception as exc:  # the stage table stands without it
+            kernels = (f"(the kernel-by-kernel check failed: {_reason(exc)})",)
+    return Bisection(HOST, label, tuple(runs), stopped, kernels)
 
 
 def _run_stage(case: CaseSpec, target: str, name: str, mod: Any, front: Frontend,

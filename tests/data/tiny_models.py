@@ -530,3 +530,24 @@ class TopKHead(nn.Module):
 
 def topk_head() -> nn.Module:
     return TopKHead()
+
+
+class PadAfterPool(nn.Module):
+    """A ceil-mode average pool whose output is padded (ResNet-D's shortcut, then an
+    Inception-style ``F.pad`` before a max pool): FuseOps makes the pool and the pad one
+    kernel whose output is larger than the pool's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.down = nn.AvgPool2d(2, 2, ceil_mode=True, count_include_pad=False)
+        self.head = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.pad(self.down(torch.relu(self.conv(x))), (0, 1, 0, 1))
+        return self.head(F.max_pool2d(x, 3, 2, ceil_mode=True))
+
+
+def pad_after_pool() -> nn.Module:
+    torch.manual_seed(0)
+    return PadAfterPool().eval()
