@@ -42,6 +42,12 @@ from cl_validate.spec.casefile import load_text_as_case
 
 #: The largest control packet (a case's message comes in a file beside it).
 _MAX_PACKET = 1 << 16
+#: Set before torch and TVM load here, so that neither touches the CUDA driver in a process
+#: that forks: torch's ``cuda.is_available()`` asks the driver (``cudaGetDeviceCount``) and
+#: marks every later fork bad unless it may ask NVML instead; tvm-ffi's optional torch
+#: extension asks it on import. (Seen on an H200: every case "Cannot re-initialize CUDA in
+#: forked subprocess".) A target process, which forks nothing, opens the GPU as usual.
+FORK_SAFE_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TVM_FFI_DISABLE_TORCH_C_DLPACK": "1"}
 
 
 def _send(sock: socket.socket, msg: object) -> None:
@@ -75,6 +81,7 @@ def main(fd: int) -> None:
     warnings.filterwarnings("ignore")
     procs.become_subreaper()
     sock = socket.socket(fileno=fd)
+    os.environ.update(FORK_SAFE_ENV)
     path = os.environ.pop(SYS_PATH_ENV, None)
     if path:  # the parent's import path, as a process it spawned would have it
         sys.path[:] = json.loads(path)

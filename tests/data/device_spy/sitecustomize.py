@@ -6,7 +6,8 @@ start-up). It writes to the file named by CL_VALIDATE_TEST_DEVICE_SPY:
 - ``query PID PPID DEVICE_TYPE WHAT`` whenever TVM's runtime is asked about a device or
   allocates on one: ``Device._GetDeviceAttr`` (``exist``, ``compute_version``,
   ``Target.from_device``...), the FFI's ``GetDeviceAttr`` itself, and tensors made on a
-  device other than the CPU.
+  device other than the CPU; and whenever torch asks the CUDA driver (``is_available``
+  without NVML) or opens a context (``torch.cuda._lazy_init``).
 
 The test then knows which process asked: the parent, the zygote, a case process (forked by
 the zygote), a target process, or the device probe.
@@ -76,8 +77,26 @@ def _patch_tensor(module: object) -> None:
         setattr(module, name, spied)
 
 
+def _patch_torch_cuda(module: object) -> None:
+    """torch: ``is_available`` asks the CUDA driver (and poisons every later fork) unless
+    PYTORCH_NVML_BASED_CUDA_CHECK=1 lets it ask NVML; ``_lazy_init`` opens a context."""
+    available, lazy_init = module.is_available, module._lazy_init  # type: ignore[attr-defined]
+
+    def spied_available():  # type: ignore[no-untyped-def]
+        if os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK") != "1":
+            _note(2, "torch.cuda.is_available (asking the driver)")
+        return available()
+
+    def spied_init():  # type: ignore[no-untyped-def]
+        _note(2, "torch.cuda._lazy_init")
+        return lazy_init()
+
+    module.is_available = spied_available  # type: ignore[attr-defined]
+    module._lazy_init = spied_init  # type: ignore[attr-defined]
+
+
 _PATCHES = {"tvm.runtime.device": _patch_device, "tvm.runtime._ffi_api": _patch_ffi,
-            "tvm.runtime": _patch_tensor}
+            "tvm.runtime": _patch_tensor, "torch.cuda": _patch_torch_cuda}
 
 
 class _Finder(importlib.abc.MetaPathFinder):
