@@ -29,6 +29,39 @@ from cl_validate.spec.targets import DEVICES
 
 #: How long the probe may take: creating a CUDA context on a large GPU can take seconds.
 PROBE_TIMEOUT_S = 120.0
+#: The variables that say which GPUs a process's runtimes may open.
+VISIBLE_ENVS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+#: Where `hide_gpus` keeps the values it replaced, for `show_gpus`.
+_SAVED_ENV = "CL_VALIDATE_VISIBLE_DEVICES"
+
+
+def hide_gpus() -> dict[str, str]:
+    """Hide every GPU from this process and all it forks, and return the environment as it
+    was (for the probe, which must see them).
+
+    Not asking is not enough: torch's export opens a CUDA context whenever it sees a GPU
+    (``preserve_rng_state`` saves the CUDA RNG state; seen with torch 2.11 on an H200), and
+    model code may do anything. A process that sees no GPU cannot spoil a fork. A target
+    process shows them again (`show_gpus`) before it opens its device."""
+    before = dict(os.environ)
+    if _SAVED_ENV not in os.environ:
+        os.environ[_SAVED_ENV] = json.dumps({k: os.environ.get(k) for k in VISIBLE_ENVS})
+        for key in VISIBLE_ENVS:
+            os.environ[key] = ""
+    return before
+
+
+def show_gpus() -> None:
+    """Undo `hide_gpus` in a process that will open a device and forks nothing after (a
+    target process): the CUDA driver reads the variables when the process first opens it."""
+    saved = os.environ.pop(_SAVED_ENV, None)
+    if saved is None:
+        return
+    for key, value in json.loads(saved).items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @dataclass(frozen=True)
@@ -51,8 +84,9 @@ class Probe:
     """A probe running in its own process: start it early (`start`), take its answer later
     (`answer`), so the wait overlaps other work (the zygote's warm-up)."""
 
-    def __init__(self) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        env = {**(os.environ if env is None else env),
+               "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
         self._proc = subprocess.Popen(
             [sys.executable, "-m", __name__], stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

@@ -85,6 +85,8 @@ def _patch_torch_cuda(module: object) -> None:
     def spied_available():  # type: ignore[no-untyped-def]
         if os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK") != "1":
             _note(2, "torch.cuda.is_available (asking the driver)")
+        elif os.environ.get("CUDA_VISIBLE_DEVICES") != "":
+            _note(2, "torch.cuda.is_available (GPUs visible: torch's export would open one)")
         return available()
 
     def spied_init():  # type: ignore[no-untyped-def]
