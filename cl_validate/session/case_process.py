@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cl_validate import procs
-from cl_validate.compile.devices import show_gpus
 from cl_validate.checks.compile import CaseKind
+from cl_validate.compile.devices import show_gpus
 from cl_validate.errors import ErrorRecord, first_line
 from cl_validate.measurements import wire
 from cl_validate.measurements.measurement import Measurement
