@@ -100,7 +100,10 @@ def compile_case(front: Frontend, case: CaseSpec, target_name: str, *,
         lower = tvm.transform.Sequential(
             lowering.dataflow_lower_passes(target) + lowering.finalize_passes(target))
         try:
-            compiled.executable = tvm.compile(mod, target=target, relax_pipeline=lower)
+            # under the target: TVM's nvcc callback takes the arch from the current target,
+            # else asks the GPU, which a process that forks must not (and cannot) see
+            with target:
+                compiled.executable = tvm.compile(mod, target=target, relax_pipeline=lower)
         except Exception as exc:
             raise CompileStageError("build", exc) from exc
     return compiled

@@ -91,8 +91,9 @@ def _buffers(func: tirx.PrimFunc, rng: np.random.Generator) -> list[np.ndarray] 
 
 def _run(func: tirx.PrimFunc, target: Any, device: Any, buffers: list[np.ndarray]
          ) -> list[np.ndarray]:
-    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
-                      target=target)
+    with target:  # the arch from the target, not from the device (`compile_case`)
+        lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
+                          target=target)
     args = [tvm.runtime.tensor(b, device) for b in buffers]
     lib["main"](*args)
     return [a.numpy() for a in args]
