@@ -29,39 +29,40 @@ from cl_validate.spec.targets import DEVICES
 
 #: How long the probe may take: creating a CUDA context on a large GPU can take seconds.
 PROBE_TIMEOUT_S = 120.0
-#: The variables that say which GPUs a process's runtimes may open.
-VISIBLE_ENVS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
-#: Where `hide_gpus` keeps the values it replaced, for `show_gpus`.
-_SAVED_ENV = "CL_VALIDATE_VISIBLE_DEVICES"
+#: Where `keep_torch_off_gpus` keeps torch's own ``is_available``.
+_REAL_AVAILABLE = "_cl_validate_real_is_available"
 
 
-def hide_gpus() -> dict[str, str]:
-    """Hide every GPU from this process and all it forks, and return the environment as it
-    was (for the probe, which must see them).
+def keep_torch_off_gpus() -> None:
+    """Make torch in this process (and all it forks) answer that it has no GPU.
 
-    Not asking is not enough: torch's export opens a CUDA context whenever it sees a GPU
-    (``preserve_rng_state`` saves the CUDA RNG state; seen with torch 2.11 on an H200), and
-    model code may do anything. A process that sees no GPU cannot spoil a fork. A target
-    process shows them again (`show_gpus`) before it opens its device."""
-    before = dict(os.environ)
-    if _SAVED_ENV not in os.environ:
-        os.environ[_SAVED_ENV] = json.dumps({k: os.environ.get(k) for k in VISIBLE_ENVS})
-        for key in VISIBLE_ENVS:
-            os.environ[key] = ""
-    return before
+    Not asking is not enough: torch's export opens a CUDA context whenever
+    ``torch.cuda.is_available()`` says yes (``preserve_rng_state`` saves the CUDA RNG state;
+    seen with torch 2.11 on an H200), and from then on every process forked from this one
+    fails "Cannot re-initialize CUDA in forked subprocess". Models are exported and run by
+    PyTorch on the CPU here, so torch needs no GPU in a process that forks. The GPU itself
+    stays visible to the CUDA libraries (CUDA_VISIBLE_DEVICES may be read when the driver
+    loads, so a fork could not show a hidden GPU again). A target process, which forks
+    nothing, gives torch its answer back (`let_torch_see_gpus`)."""
+    import torch  # lazy: called where torch is about to load anyway
+
+    cuda = torch.cuda
+    if not hasattr(cuda, _REAL_AVAILABLE):
+        setattr(cuda, _REAL_AVAILABLE, cuda.is_available)
+        cuda.is_available = _no_gpu
 
 
-def show_gpus() -> None:
-    """Undo `hide_gpus` in a process that will open a device and forks nothing after (a
-    target process): the CUDA driver reads the variables when the process first opens it."""
-    saved = os.environ.pop(_SAVED_ENV, None)
-    if saved is None:
-        return
-    for key, value in json.loads(saved).items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+def let_torch_see_gpus() -> None:
+    """Undo `keep_torch_off_gpus` (in a target process)."""
+    torch = sys.modules.get("torch")
+    real = getattr(torch.cuda, _REAL_AVAILABLE, None) if torch is not None else None
+    if real is not None:
+        torch.cuda.is_available = real  # type: ignore[union-attr]
+        delattr(torch.cuda, _REAL_AVAILABLE)  # type: ignore[union-attr]
+
+
+def _no_gpu() -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,8 @@ class Probe:
     """A probe running in its own process: start it early (`start`), take its answer later
     (`answer`), so the wait overlaps other work (the zygote's warm-up)."""
 
-    def __init__(self, env: dict[str, str] | None = None) -> None:
-        env = {**(os.environ if env is None else env),
-               "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
+    def __init__(self) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
         self._proc = subprocess.Popen(
             [sys.executable, "-m", __name__], stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

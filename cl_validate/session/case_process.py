@@ -35,7 +35,7 @@ from pathlib import Path
 
 from cl_validate import procs
 from cl_validate.checks.compile import CaseKind
-from cl_validate.compile.devices import show_gpus
+from cl_validate.compile.devices import let_torch_see_gpus
 from cl_validate.errors import ErrorRecord, first_line
 from cl_validate.measurements import wire
 from cl_validate.measurements.measurement import Measurement
@@ -236,7 +236,7 @@ def _target_main(session: CaseSession, target: str, key: str | None, fd: int,
     """A target process: measure `target`, report it on `fd`, exit; never returns."""
     code = 0
     try:
-        show_gpus()  # a leaf: the one process of the case that may open a GPU
+        let_torch_see_gpus()  # a leaf: the one process of the case that may open a GPU
         for f in close:  # the case process's pipes and socket: not this target's
             with contextlib.suppress(OSError):
                 os.close(f)

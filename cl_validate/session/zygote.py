@@ -46,8 +46,8 @@ _MAX_PACKET = 1 << 16
 #: that forks: torch's ``cuda.is_available()`` asks the driver (``cudaGetDeviceCount``) and
 #: marks every later fork bad unless it may ask NVML instead; tvm-ffi's optional torch
 #: extension asks it on import. (Seen on an H200: every case "Cannot re-initialize CUDA in
-#: forked subprocess".) The GPUs themselves are hidden too (`hide_gpus`); a target process,
-#: which forks nothing, shows them again and opens its device as usual.
+#: forked subprocess".) torch is told it has no GPU (`keep_torch_off_gpus`); a target
+#: process, which forks nothing, gives torch its answer back and opens its device as usual.
 FORK_SAFE_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TVM_FFI_DISABLE_TORCH_C_DLPACK": "1"}
 
 
@@ -84,10 +84,10 @@ def main(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     os.environ.update(FORK_SAFE_ENV)
     path = os.environ.pop(SYS_PATH_ENV, None)
-    # lazy: nothing of torch or TVM before the GPUs are hidden
-    from cl_validate.compile.devices import hide_gpus
+    # lazy: torch loads here, and answers that it has no GPU from the start
+    from cl_validate.compile.devices import keep_torch_off_gpus
 
-    visible = hide_gpus()
+    keep_torch_off_gpus()
     if path:  # the parent's import path, as a process it spawned would have it
         sys.path[:] = json.loads(path)
     # lazy: torch, TVM and the session, with the parent's import path in place
@@ -97,7 +97,7 @@ def main(fd: int) -> None:
 
     # Never ask a device runtime here: a CUDA context does not survive the forks below. The
     # probe asks in its own process, during the warm-up; every case process inherits its answer.
-    probe = Probe(visible)
+    probe = Probe()
     t0 = time.perf_counter()
     try:
         _warm_up()

@@ -85,8 +85,8 @@ def _patch_torch_cuda(module: object) -> None:
     def spied_available():  # type: ignore[no-untyped-def]
         if os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK") != "1":
             _note(2, "torch.cuda.is_available (asking the driver)")
-        elif os.environ.get("CUDA_VISIBLE_DEVICES") != "":
-            _note(2, "torch.cuda.is_available (GPUs visible: torch's export would open one)")
+        else:  # torch acts on the answer: its export opens a context when it is yes
+            _note(2, "torch.cuda.is_available (torch's export opens a GPU it is told of)")
         return available()
 
     def spied_init():  # type: ignore[no-untyped-def]
