@@ -184,7 +184,8 @@ def _sdpa(node: Any, importer: Any) -> Any:
     cleanup passes cancel against a model's own head split), a 3-D ``(N, L, E)`` gets a unit
     head axis (a reshape). Unlike TVM's converter this one keeps ``scale`` (TVM's drops it),
     takes a boolean mask (``True`` takes part, as in PyTorch) as an additive one, broadcasts
-    a mask of fewer axes, and repeats K/V heads for grouped-query attention."""
+    a mask of fewer axes, repeats K/V heads for grouped-query attention and broadcasts a K/V
+    batch of one (a K/V head of one stays one: the attention kernel broadcasts it)."""
     args = list(importer.retrieve_args(node))
     kwargs = {k: importer._retrieve_args(v) for k, v in node.kwargs.items()}
 
@@ -215,6 +216,10 @@ def _sdpa(node: Any, importer: Any) -> Any:
         return bb.emit(relax.op.permute_dims(x4, [0, 2, 1, 3]))
 
     q4, k4, v4 = bshd(q, qs), bshd(k, ks), bshd(v, vs)
+    # PyTorch broadcasts a K/V batch of one; Relax's attention wants the query's batch
+    q_batch = (_static_dims(q4) or [1])[0]
+    k4, v4 = ((x if (dims := _static_dims(x) or [q_batch])[0] == q_batch else
+               bb.emit(relax.op.broadcast_to(x, [q_batch, *dims[1:]]))) for x in (k4, v4))
     heads, kv_heads = (qs[-3], ks[-3]) if len(qs) >= 4 else (1, 1)
     if gqa and kv_heads != heads:
         k4 = bb.emit(relax.op.repeat(k4, heads // kv_heads, axis=2))
