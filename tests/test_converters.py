@@ -79,3 +79,30 @@ def test_amax_amin_and_a_view_head_with_channels_last_input(write_case):
     (result,) = judge_in_process([case], RunOptions(isolate=False))
     for check in ("compile", "layout_transforms", "numerics"):
         assert result.check(check).status is Status.PASSED, result.check(check).message
+
+
+def test_an_integer_clamp_with_one_bound_compiles_and_computes_it():
+    """TVM's converter makes ``x.clamp(max=k)`` on integers ``R.clip(x, -inf, k)``, whose
+    legalization fails ("Cannot convert infinity to BigInt", docs/upstream/int-clamp.md)."""
+    import numpy as np
+    import torch
+    import tvm
+    from torch import nn
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+
+    class Clamped(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            i = (x * 10).long()
+            return i.clamp(max=5) + 1, i.clamp(min=3), i.clamp(2, 7), (x * 3).clamp(max=1.5)
+
+    x = torch.rand(16)
+    ep = torch.export.export(Clamped(), (x,))
+    mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy()))
+    for g, w in zip(got, Clamped()(x), strict=True):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())

@@ -25,10 +25,16 @@ converter ("cannot broadcast index shapes"). It is exactly a ``take`` along the 
 flattened into one: the index tensors combine into one flat index (constants fold it away),
 the data is viewed with those axes merged (a free reshape), and the result viewed back to
 ``pre + broadcast(index shapes) + post`` — no transpose, so the layout passes can carry it.
+
+``clamp`` of an integer tensor with one bound (``rel_pos.clamp(max=k)``: SAM's decomposed
+relative positions) is ``R.clip(x, -inf, k)`` in TVM's converter, whose legalization then fails
+("Cannot convert infinity to BigInt"); here it is the bounds it has, as integer
+``maximum`` / ``minimum`` (docs/upstream/int-clamp.md is the upstream report).
 """
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -250,6 +256,30 @@ def _sdpa(node: Any, importer: Any) -> Any:
     return bb.emit(relax.op.reshape(back, [*lead, *(_static_dims(back) or [])[1:]]))
 
 
+def _clamp(node: Any, importer: Any) -> Any:
+    """``x.clamp(min, max)`` on an integer tensor with one bound missing: TVM's converter puts
+    ``-inf`` / ``inf`` in ``R.clip`` and the legalization then fails ("Cannot convert
+    infinity to BigInt"; docs/upstream/int-clamp.md). Here an integer clamp is the bounds it
+    has, as ``maximum`` / ``minimum`` with constants of its dtype; a float one, or one with a
+    tensor bound, is TVM's."""
+    args = list(importer.retrieve_args(node))
+    x = args[0]
+    lo = args[1] if len(args) > 1 else node.kwargs.get("min")
+    hi = args[2] if len(args) > 2 else node.kwargs.get("max")
+    dtype = str(getattr(x.ty, "dtype", ""))
+    bounds = [b for b in (lo, hi) if b is not None]
+    if not dtype.startswith(("int", "uint")) or not all(
+            isinstance(b, int | float) for b in bounds):
+        return importer._clamp(node)
+    bb = importer.block_builder
+    out = x
+    if lo is not None:
+        out = bb.emit(relax.op.maximum(out, relax.const(math.ceil(lo), dtype)))
+    if hi is not None:
+        out = bb.emit(relax.op.minimum(out, relax.const(math.floor(hi), dtype)))
+    return out
+
+
 def _grid_sample(node: Any, importer: Any) -> Any:
     """``F.grid_sample(data, grid)``: Relax's ``image.grid_sample`` takes the grid as
     ``(N, 2, H_out, W_out)`` (its shape inference and TOPI's kernel both read it so), PyTorch
@@ -288,4 +318,5 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "index.Tensor": _index_adjacent,
         "scaled_dot_product_attention.default": _sdpa,
         "grid_sampler_2d.default": _grid_sample,
+        "clamp.default": _clamp,
     }
