@@ -462,3 +462,42 @@ def test_a_permute_the_importer_inserted_is_not_called_the_models_own(tmp_path):
     assert not any(t.attribution.reason is Reason.OWN_PERMUTE
                    for t in kernels.runtime_transforms), kernels.render()
     assert "inserted to convert scaled_dot_product_attention" in inserted[0].describe()
+
+
+class _PerHeadScale(nn.Module):
+    """SwinV2's cosine attention (q and k normalized, the scores scaled per head by a learnt
+    ``logit_scale.exp()``), XCiT's per-head temperature as a divisor, or one float."""
+
+    def __init__(self, scale: str) -> None:
+        super().__init__()
+        self.scale = scale
+        self.embed = nn.Conv2d(3, 16, 4, 4)
+        self.qkv, self.proj = nn.Linear(16, 48), nn.Linear(16, 16)
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.rand(2, 1, 1) + 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.embed(x).flatten(2).transpose(1, 2)
+        b, n, c = t.shape
+        q, k, v = self.qkv(t).reshape(b, n, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        attn = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+        per_head = torch.clamp(self.logit_scale, max=4.6).exp()
+        if self.scale == "multiply":
+            attn = attn * per_head
+        elif self.scale == "divide":
+            attn = attn / per_head
+        else:
+            attn = attn * 7.0
+        out = (attn.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c)
+        return self.proj(out)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("scale", ["multiply", "divide"])
+def test_a_per_head_score_scale_is_folded_into_q(scale, tmp_path):
+    """A (heads, 1, 1) factor of the scores is q's: the attention is raised as with one float,
+    and has that one's transforms exactly (before: the raise declined, and the transposes of
+    q, k and v stayed in every layer)."""
+    kernels = _compile(_PerHeadScale(scale), 16, tmp_path)
+    floor = _compile(_PerHeadScale("float"), 16, tmp_path)
+    assert sum(k.name.startswith("attention") for k in kernels.kernels) == 1, kernels.render()
+    assert len(kernels.runtime_transforms) == len(floor.runtime_transforms), kernels.render()

@@ -72,6 +72,9 @@ class _Match:
     #: one head: the model transposed them from (L, N, E), which this form reads as it is
     heads3: bool = False
     consumed: tuple[relax.Var, ...] = ()  # the softmax it raises (not reported as left)
+    #: a per-head factor of the scores (SwinV2's ``logit_scale.exp()``, XCiT's temperature:
+    #: shape (..., H, 1, 1)), folded into q: (q·kᵀ)·c = (q·c)·kᵀ; and whether it divides
+    q_factor: tuple[relax.Expr, bool] | None = None
 
 
 @dataclass
@@ -165,11 +168,31 @@ def _probabilities(g: _Graph, p: relax.Expr) -> relax.Expr | None:
 _SCALING = ("relax.multiply", "relax.divide")
 
 
-def _scores(g: _Graph, s: relax.Expr) -> tuple[relax.Expr, relax.Expr, float,
-                                                relax.Expr | None] | None:
-    """``(A, B, scale, bias)`` with ``s = matmul(A, B) · scale + bias`` (through views); A's
-    own scalar factor (``(q * scale) @ kᵀ``) taken out into the scale."""
+_Scores = tuple[relax.Expr, relax.Expr, float, "relax.Expr | None",
+                "tuple[relax.Expr, bool] | None"]
+
+
+def _per_head(c: relax.Expr, scores: tuple[int, ...] | None) -> bool:
+    """`c` scales the scores by head (or batch) alone: its last two axes are one and it
+    broadcasts into the scores without growing them."""
+    cs = known_shape(c)
+    if cs is None or scores is None or len(cs) < 2 or cs[-2:] != (1, 1):
+        return False
+    ty = tensor_type(c)
+    if ty is None or not str(ty.dtype).startswith(("float", "bfloat")):
+        return False
+    try:
+        return tuple(np.broadcast_shapes(cs, scores)) == tuple(scores)
+    except ValueError:
+        return False
+
+
+def _scores(g: _Graph, s: relax.Expr) -> _Scores | None:
+    """``(A, B, scale, bias, q_factor)`` with ``s = matmul(A, B) · scale · q_factor + bias``
+    (through views); A's own scalar factor (``(q * scale) @ kᵀ``) taken out into the scale,
+    a per-head factor of the scores (`_per_head`) kept to be folded into q."""
     scale = 1.0
+    q_factor: tuple[relax.Expr, bool] | None = None
     terms: list[relax.Expr] = []  # the additive biases and masks, outermost first
     while True:
         shape = known_shape(s)
@@ -197,12 +220,19 @@ def _scores(g: _Graph, s: relax.Expr) -> tuple[relax.Expr, relax.Expr, float,
         bias = term if bias is None else relax.op.add(bias, term)
     if op_name(value) in _SCALING:
         x, c = value.args  # type: ignore[union-attr]
-        if _scalar(c) is None and op_name(value) == "relax.multiply":
+        divides = op_name(value) == "relax.divide"
+        if _scalar(c) is None and not divides and (
+                _scalar(x) is not None or _per_head(x, known_shape(s))):
             x, c = c, x
         factor = _scalar(c)
-        if factor is None or factor == 0.0 or not _only_reader(g, x):
+        if not _only_reader(g, x):
             return None
-        scale = factor if op_name(value) == "relax.multiply" else 1.0 / factor
+        if factor is None and _per_head(c, known_shape(s)):
+            q_factor = (c, divides)
+        elif factor is None or factor == 0.0:
+            return None
+        else:
+            scale = 1.0 / factor if divides else factor
         s = _peel(g, x)
         value = g.value(s)
     if op_name(value) != _MATMUL:
@@ -219,7 +249,9 @@ def _scores(g: _Graph, s: relax.Expr) -> tuple[relax.Expr, relax.Expr, float,
             a = _peel(g, x)
     if any(isinstance(x, relax.Var) and known_shape(x) is None for x in terms):
         return None
-    return a, b, scale, bias
+    if q_factor is not None and not _per_head(q_factor[0], known_shape(a)):
+        return None  # it scales what q alone cannot carry (q broadcast by the matmul)
+    return a, b, scale, bias, q_factor
 
 
 def _leads_to_scores(g: _Graph, e: relax.Expr) -> bool:
@@ -276,7 +308,7 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> _Match | None:
     found = _scores(g, p)
     if found is None:  # what stands between the matmul and the softmax: `_between` says
         return None
-    a, b, scale, bias = found
+    a, b, scale, bias, q_factor = found
     qs, ks, vs = known_shape(a), known_shape(b), known_shape(v)
     if qs is None or ks is None or vs is None or not (len(qs) == len(ks) == len(vs) >= 2):
         g.left.append(Left(m2.name, "q, k and v of unknown or different ranks"))
@@ -287,7 +319,7 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> _Match | None:
     heads3 = len(qs) == 3 and any(
         _seq_major(g.value(x)) for x in (a, b if k is None else k, v))
     return _Match(a, b, v, bias, scale, transposed, heads3,
-                  (softmax,) if isinstance(softmax, relax.Var) else ())
+                  (softmax,) if isinstance(softmax, relax.Var) else (), q_factor)
 
 
 def _seq_major(value: relax.Expr | None) -> bool:
@@ -320,7 +352,11 @@ def _swap(e: relax.Expr, emit: Emit) -> relax.Expr:
 
 
 def _raised(m: _Match, out_shape: Sequence[int], emit: Emit) -> relax.Expr:
-    q, k = _bshd(m.q, emit, m.heads3), _bshd(_swap(m.kt, emit), emit, m.heads3)
+    q = m.q
+    if m.q_factor is not None:  # per head: folded into q, before the heads move
+        c, divides = m.q_factor
+        q = emit((relax.op.divide if divides else relax.op.multiply)(q, c))
+    q, k = _bshd(q, emit, m.heads3), _bshd(_swap(m.kt, emit), emit, m.heads3)
     v = _bshd(_swap(m.v, emit) if m.transposed_out else m.v, emit, m.heads3)
     bias = m.bias
     if bias is not None:  # broadcastable to (batch, heads, L, S), as the scores were
@@ -363,9 +399,11 @@ class _Raise(PyExprMutator):  # type: ignore[misc]
         if m is None:
             super().visit_var_binding_(binding)
             return
+        factor = None if m.q_factor is None else (self.visit_expr(m.q_factor[0]),
+                                                  m.q_factor[1])
         m = _Match(self.visit_expr(m.q), self.visit_expr(m.kt), self.visit_expr(m.v),
                    None if m.bias is None else self.visit_expr(m.bias), m.scale,
-                   m.transposed_out, m.heads3)
+                   m.transposed_out, m.heads3, q_factor=factor)
         new = self.builder_.normalize(_raised(m, known_shape(binding.var) or (),
                                               self.builder_.emit))
         self.builder_.emit_normalized(relax.VarBinding(binding.var, new))
