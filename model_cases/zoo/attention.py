@@ -3,7 +3,10 @@ embed, packed qkv split into heads by ``permute(2, 0, 3, 1, 4)``, fused
 ``F.scaled_dot_product_attention`` in one block and the eager ``softmax(q kᵀ) v`` in the
 other, a class-token head) and a Swin-style stage (window partition, attention with a
 relative position bias, shifted windows with their mask, window reverse, patch merging, and
-a block whose window covers the whole map).
+a block whose window covers the whole map), and a ViT whose attentions take the variants
+deployed models write: SwinV2's cosine attention scaled per head by a learnt
+``logit_scale.exp()``, and mobile multi-query attention (MobileNetV4: every query head reads
+one shared K/V head, broadcast by SDPA).
 
 The floor of each, derived from the model, not from what the tool labels: the ViT's is its
 NCHW input (attention reads the heads where the projections put them); the Swin stage's is
@@ -74,6 +77,50 @@ class ViT(nn.Module):
         t = self.patch_embed(x).flatten(2).transpose(1, 2)
         t = torch.cat((self.cls_token.expand(t.shape[0], -1, -1), t), 1) + self.pos_embed
         return self.head(self.norm(self.blocks(t))[:, 0])
+
+
+class CosineAttention(Attention):
+    """SwinV2: q and k normalized, the scores scaled per head by ``logit_scale.exp()``
+    (clamped), a (heads, 1, 1) parameter."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__(dim, heads, fused=False)
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones(heads, 1, 1)))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, self.head_dim).permute(
+            2, 0, 3, 1, 4).unbind(0)
+        s = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+        s = s * torch.clamp(self.logit_scale, max=4.6052).exp()
+        return self.proj((s.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class MultiQueryAttention(nn.Module):
+    """Mobile multi-query attention (MobileNetV4): per-head queries, one K/V head that every
+    query head reads (SDPA broadcasts it)."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.q, self.kv = nn.Linear(dim, dim), nn.Linear(dim, 2 * (dim // heads))
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q = self.q(x).reshape(b, n, self.heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).reshape(b, n, 2, 1, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        a = F.scaled_dot_product_attention(q, k, v)
+        return self.proj(a.transpose(1, 2).reshape(b, n, c))
+
+
+class VariantViT(ViT):
+    """The ViT with a cosine per-head-scale attention and a multi-query one."""
+
+    def __init__(self, size: int, patch: int, dim: int, heads: int) -> None:
+        super().__init__(size, patch, dim, heads)
+        self.blocks[0].attn = CosineAttention(dim, heads)
+        self.blocks[1].attn = MultiQueryAttention(dim, heads)
 
 
 def _partition(x: torch.Tensor, ws: int) -> torch.Tensor:
@@ -148,3 +195,8 @@ def vit(size: int = 32, patch: int = 8, dim: int = 32, heads: int = 4) -> nn.Mod
 
 def swin(size: int = 32, dim: int = 16, ws: int = 4) -> nn.Module:
     return finalize(Swin(size, dim, ws))
+
+
+def attention_variants(size: int = 32, patch: int = 8, dim: int = 32, heads: int = 4
+                       ) -> nn.Module:
+    return finalize(VariantViT(size, patch, dim, heads))
