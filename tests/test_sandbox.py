@@ -115,3 +115,32 @@ def test_a_stopped_process_is_continued():
     finally:
         p.kill()
         p.wait()
+
+
+_I386_GETPID = "b8140000 00cd80c3"  # mov eax, 20 (i386 getpid); int 0x80; ret
+_X32_GETPID = "b8270000 400f05c3"  # mov eax, 0x40000027 (x32 getpid); syscall; ret
+_RUN_CODE = (
+    "import ctypes, mmap\n"
+    "def run(hexcode):\n"
+    "    buf = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | "
+    "mmap.PROT_EXEC)\n"
+    "    buf.write(bytes.fromhex(hexcode))\n"
+    "    fn = ctypes.CFUNCTYPE(ctypes.c_long)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))\n"
+    "    return ctypes.c_int32(fn()).value\n")
+
+
+@walled
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="i386 and x32 calls are x86-64's")
+def test_calls_through_another_abi_are_refused_whole():
+    """A 64-bit process can make i386 calls (``int 0x80``) and x32 ones: the same kernel
+    functions under other numbers, so an i386 ``prlimit64`` (340) on the parent passed a
+    filter that compared x86-64 numbers only. Every such call is refused (EPERM)."""
+    plain = subprocess.run([sys.executable, "-c", _RUN_CODE + "import os\n"
+                            f"print(run('{_I386_GETPID}') == os.getpid())"],
+                           capture_output=True, text=True, timeout=60)
+    if plain.stdout.strip() != "True":
+        pytest.skip("this kernel runs no i386 calls (IA32 emulation off): nothing to refuse")
+    proc = _in_confined_child(_RUN_CODE + f"print(run('{_I386_GETPID}'), "
+                              f"run('{_X32_GETPID}'), os.getpid() > 0)\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(-errno.EPERM), str(-errno.EPERM), "True"]

@@ -16,7 +16,9 @@ Two more walls go up with it, so a case cannot change the run from outside its p
   priority, CPU affinity, scheduling or I/O priority — ``prlimit64`` with a pid and a new
   limit, ``setpriority``/``ioprio_set`` on another process, a process group or a user,
   ``sched_setaffinity``/``sched_setparam``/``sched_setscheduler``/``sched_setattr`` with a
-  pid — while a case may still set its own and read anyone's;
+  pid — while a case may still set its own and read anyone's; and every call made through
+  another ABI (i386's ``int 0x80`` from a 64-bit process, x32's numbers), which would reach
+  the same kernel functions under numbers the filter does not compare;
 - Landlock refuses writing files under ``/proc`` (``/proc/PID/oom_score_adj`` of the parent,
   say); writing anywhere else is as before.
 
@@ -154,6 +156,9 @@ def _allow_writes_but_proc(libc: ctypes.CDLL, ruleset: int) -> str | None:
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _RET_ALLOW, _RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
 _LD_ABS, _JEQ, _RET = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET
+_JGE = 0x35  # BPF_JMP|BPF_JGE|BPF_K
+#: x86-64's x32 ABI: the same calls under other numbers, this bit set (``__X32_SYSCALL_BIT``)
+_X32_BIT = 0x40000000
 #: (audit arch, {call: number}) of each architecture the filter knows
 _SYSCALLS = {
     "x86_64": (0xC000003E, {"prlimit64": 302, "setpriority": 141, "sched_setaffinity": 203,
@@ -197,9 +202,14 @@ def filter_program(arch: str, pid: int) -> list[tuple[int, int, int, int]] | Non
         emit(_JEQ, 0, ok, None)
         emit(_JEQ, pid, ok, bad)
 
+    # Another ABI's calls are other numbers for the same kernel functions: a 64-bit process
+    # can make i386 calls (``int 0x80``, IA32 emulation is on by default on x86-64 Linux)
+    # or x32 ones (the number's x32 bit). A case has no use for either: refused whole.
     emit(_LD_ABS, 4)  # arch
-    emit(_JEQ, audit, None, "allow")
+    emit(_JEQ, audit, None, "deny")
     emit(_LD_ABS, 0)  # nr
+    if arch == "x86_64":
+        emit(_JGE, _X32_BIT, "deny", None)
     emit(_JEQ, nr["prlimit64"], "prlimit", None)
     emit(_JEQ, nr["setpriority"], "setpriority", None)
     emit(_JEQ, nr["ioprio_set"], "ioprio", None)
