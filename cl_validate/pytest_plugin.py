@@ -44,6 +44,7 @@ from cl_validate.checks.registry import names
 from cl_validate.checks.verdict import CaseResult, CheckResult, Status, check_id
 from cl_validate.errors import UsageError
 from cl_validate.paths import read_regular
+from cl_validate.report.escape import log_text, one_line
 from cl_validate.spec import CaseSpec, load_case, tomllib
 from cl_validate.spec.lines import toml_text
 from cl_validate.spec.options import (
@@ -229,7 +230,7 @@ class CheckItem(pytest.Item):
             raise CheckFailed(_text(c))
         if c.status is Status.SKIPPED:
             # Reported at the case file's line, not at this line of the plugin.
-            raise pytest.skip.Exception(c.message, _use_item_location=True)
+            raise pytest.skip.Exception(one_line(c.message), _use_item_location=True)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> Any:
@@ -247,4 +248,7 @@ class CheckItem(pytest.Item):
 
 
 def _text(c: CheckResult) -> str:
-    return c.message + (f"\n\n{c.body}" if c.body else "")
+    """What pytest prints of a failed check, escaped as the CLI escapes it (a model's text is
+    in it: an output's name, an exception): the message one line, the body line by line, no
+    line a workflow command."""
+    return one_line(c.message) + (f"\n\n{log_text(c.body)}" if c.body else "")

@@ -5,6 +5,7 @@ own ``--junitxml`` and with pytest-xdist ``-n 2``."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -212,3 +213,23 @@ def test_an_unknown_cl_target_is_a_usage_error_not_an_empty_session(tmp_path):
     proc = _pytest(project, "model_cases", "--cl-target", "lvm", "--collect-only", "-q")
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
     assert "--cl-target: unknown target 'lvm' (hint: did you mean 'llvm'?)" in proc.stderr
+
+
+@pytest.mark.compile
+def test_a_models_text_is_printed_escaped_as_the_cli_prints_it(tmp_path):
+    """A dict output's key and a factory's exception carry escape sequences, a bidi override,
+    ``\\r`` and a line that is a GitHub workflow command: pytest's report shows them escaped,
+    and no line of it is a workflow command (before: raw, so `::error file=...` annotated a
+    file of the reviewer's choosing)."""
+    cases = tmp_path / "model_cases"
+    cases.mkdir()
+    for f in ("tiny_models.py", "hostile_models.py"):
+        shutil.copy(DATA / f, cases / f)
+    (cases / "key.toml").write_text(tiny_case(model="hostile_models:evil_output_key"))
+    (cases / "esc.toml").write_text(tiny_case(model="hostile_models:raises_escapes"))
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "d"\nversion = "0"\n')
+    proc = _pytest(tmp_path, "model_cases", "-rfEs")
+    out = proc.stdout + proc.stderr
+    assert "numerics output \\x1b[2J" in out and "raised RuntimeError: \\x1b[2J" in out, out
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", out), repr(out)
+    assert not [ln for ln in out.splitlines() if ln.lstrip().startswith("::")], out

@@ -50,6 +50,17 @@ def printable(text: str) -> str:
     return INVISIBLE.sub(_visible, text)
 
 
+_COMMAND_LINE = re.compile(r"^([ \t]*)::", re.MULTILINE)
+
+
+def log_text(text: str) -> str:
+    """`text` for a CI log line by line: `printable`, and a line that would start with ``::``
+    (a GitHub workflow command: ``::error file=...``) has its first colon written ``\x3a``.
+    For text that keeps its lines (a failure's body under pytest); one-line fields use
+    `one_line`, whose escaped newlines start no line."""
+    return _COMMAND_LINE.sub(lambda m: m.group(1) + "\\x3a:", printable(text))
+
+
 def one_line(text: str) -> str:
     """`text` as one line: `printable`, with newlines and tabs escaped too (a line of a
     table or a one-line message must not become two)."""

@@ -172,3 +172,19 @@ def escapes_in_module_names() -> nn.Module:
     """A submodule named with an escape sequence and a bidi override: kernel attributions
     name modules."""
     return _Named()
+
+
+class _EvilKey(nn.Module):
+    """A dict output whose key is `ESCAPES` (a workflow command on a line of its own) and
+    whose values are NaN: its numerics fail, naming the output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {ESCAPES: self.conv(x) * float("nan")}
+
+
+def evil_output_key() -> nn.Module:
+    return _EvilKey().eval()
