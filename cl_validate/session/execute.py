@@ -34,12 +34,14 @@ def flatten_outputs(out: Any) -> list[Any]:
 
 
 def _to_numpy(t: Any) -> np.ndarray:
+    """A copy: an output may be a view of the model's own memory (a buffer it returns, a
+    cache) that its next forward overwrites."""
     if hasattr(t, "detach"):
         t = t.detach()
         if str(t.dtype) == "torch.bfloat16":
             t = t.float()
-        return np.asarray(t.cpu().numpy())
-    return np.asarray(t.numpy())
+        return np.array(t.cpu().numpy(), copy=True)
+    return np.array(t.numpy(), copy=True)
 
 
 def run_torch(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:

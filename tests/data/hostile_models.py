@@ -188,3 +188,21 @@ class _EvilKey(nn.Module):
 
 def evil_output_key() -> nn.Module:
     return _EvilKey().eval()
+
+
+class _ReturnsItsBuffer(nn.Module):
+    """Writes each forward's result into a buffer of its own and returns the buffer (a
+    cache, a running state): the output a caller keeps is overwritten by the next forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.register_buffer("state", torch.zeros(1, 4, 16, 16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.state.copy_(torch.relu(self.conv(x)))
+        return self.state
+
+
+def returns_its_buffer() -> nn.Module:
+    return _ReturnsItsBuffer().eval()

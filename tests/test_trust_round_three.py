@@ -1,0 +1,26 @@
+"""Trust, round three (#43): a model breaks only its own case, and its verdict is true.
+
+Each test reproduces one probe of the round and failed before its fix."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from cl_validate.errors import ExitCode
+from tests.conftest import DATA, run_cli, tiny_case
+
+
+@pytest.mark.compile
+def test_an_output_that_is_the_models_own_buffer_is_kept_as_it_was(tmp_path):
+    """The model writes each result into a buffer and returns the buffer: PyTorch's outputs
+    were kept as views, so the next draw's forward overwrote the first's expected values and
+    numerics failed ("first break after import") though eager and export agree."""
+    for f in ("tiny_models.py", "hostile_models.py"):
+        shutil.copy(DATA / f, tmp_path / f)
+    case = tmp_path / "buf.toml"
+    case.write_text(tiny_case(model="hostile_models:returns_its_buffer", extra="seeds = 3"))
+    code, out = run_cli(["run", str(case)]).both()
+    assert code == ExitCode.OK, out
+    assert "numerics=ok" in out
