@@ -118,6 +118,11 @@ KEY_EDITS = {
     "output layout": ("atol = 1e-5\n", 'atol = 1e-5\n\n[[outputs]]\nlayout = "NHWC"\n'),
     "pipeline": (TARGETS, TARGETS + 'pipeline = "nhwc-plain"\n'),
     "seed": (TARGETS, TARGETS + "seed = 1\n"),
+    # keys a later issue added, which the key's allow-list forgot (#43.2): a restored cache
+    # answered a case that turned integer compute off, or its calibration on, with a PASS
+    "integer_compute": (TARGETS, TARGETS + "integer_compute = false\n"),
+    "weights": (TARGETS, TARGETS + 'weights = "calibrated"\n'),
+    "seeds": (TARGETS, TARGETS + "seeds = 2\n"),
 }
 
 JUDGE_ONLY_EDITS = {
@@ -139,6 +144,33 @@ def test_key_changes_with_every_measurement_input(what, tmp_path, tiny_imported)
     edited = _load(tmp_path, _edit(BASE, *KEY_EDITS[what]), "b.toml")
     assert _key(base) == _key(_load(tmp_path, BASE, "again.toml"))  # stable
     assert _key(edited) != _key(base)
+
+
+@pytest.mark.parametrize("what", list(KEY_EDITS))
+def test_the_parents_direct_key_changes_with_every_measurement_input(what, tmp_path):
+    """The key the parent looks a case up by, before any of the model's code runs."""
+    from cl_validate.measurements.cache import direct_key
+    from cl_validate.spec.options import RunOptions
+
+    base = _load(tmp_path, BASE, "a.toml")
+    edited = _load(tmp_path, _edit(BASE, *KEY_EDITS[what]), "b.toml")
+    options = RunOptions()
+    assert direct_key(base, "llvm", options) == direct_key(
+        _load(tmp_path, BASE, "again.toml"), "llvm", options)
+    assert direct_key(edited, "llvm", options) != direct_key(base, "llvm", options)
+
+
+def test_every_case_field_is_in_the_key_or_declared_judged(tmp_path):
+    """The key is the whole parsed case but what is declared judged: a field a later change
+    adds to the case file is measured-on unless someone says otherwise."""
+    import dataclasses
+
+    from cl_validate.measurements.cache import JUDGED, _case_parts
+
+    case = _load(tmp_path, BASE)
+    fields = {f.name for f in dataclasses.fields(case)}
+    assert JUDGED <= fields  # no stale names
+    assert set(_case_parts(case)) == (fields - JUDGED) | {"format"}
 
 
 @pytest.mark.parametrize("what", list(JUDGE_ONLY_EDITS))

@@ -5,9 +5,11 @@ stored under a key that hashes everything that can change it: the case's model, 
 layouts, pipeline and seed; the source of the model's package (and of the local modules it
 imports), of a user pipeline and of cl_validate itself; the weights and buffers; the target
 and whether numerics ran there; the TVM, tvm-ffi, torch, numpy and Python versions.
-Budgets, tolerances and how many [[outputs]] a case declares are *not* in the key: verdicts
+The case's part of the key is the whole parsed case file but what is judged (`JUDGED`):
+budgets, tolerances and how many [[outputs]] a case declares are *not* in the key: verdicts
 are re-judged from the measurement and the case file as it is now, so editing them never
-needs a recompile and can never be answered from a stale verdict.
+needs a recompile and can never be answered from a stale verdict. A new case-file key is in
+the key unless declared judged: it cannot be forgotten.
 
 That key needs the weights, so it is computed where the model is built, in a case process.
 An unchanged case must not need one: its *direct key* (as ccache's direct mode) hashes what
@@ -26,6 +28,7 @@ directory; a corrupt or unreadable entry is treated as a miss.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import hashlib
 import json
@@ -56,7 +59,7 @@ def key(case: CaseSpec, target: str, weights: str, numerics: bool, target_desc: 
         # a float64 reference run is measured only where a tolerance asks for it
         "float64": case.needs_float64(target) and numerics,
         "model_source": module_source(case.model.partition(":")[0]),
-        "weights": weights,
+        "weights_digest": weights,  # the values; the case's `weights` kind is in its parts
         "cl_validate": own_source(),
         "versions": versions(),
         "target": target,
@@ -67,23 +70,42 @@ def key(case: CaseSpec, target: str, weights: str, numerics: bool, target_desc: 
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+#: The case-file fields that do not change a measurement: verdicts are judged from the
+#: measurement and the case file as it is now (budgets, tolerances, the numerics rule for
+#: insensitive inputs), or they say where and how long to run (targets, limits), or where
+#: things stand in the file. Every other field is in the key (`_case_parts`): a new case-file
+#: key is in it unless it is declared here.
+JUDGED = frozenset({"name", "path", "description", "targets", "budget", "tolerance",
+                    "overrides", "lines", "timeout", "max_memory_mb", "variants",
+                    "target_defs", "input_sensitivity", "output_names"})
+#: The same for the fields of what a case holds ([[inputs]], the variant it runs...).
+_JUDGED_NESTED = frozenset({"line", "budget", "tolerance", "overrides"})
+
+
 def _case_parts(case: CaseSpec) -> dict[str, object]:
-    """What the case file says that changes a measurement."""
-    return {
-        "format": FORMAT,
-        "model": case.model,
-        "inputs": [[i.name, list(i.shape), i.dtype, i.layout, i.range] for i in case.inputs],
-        # Layouts change the exported program; an [[outputs]] table that only sets a
-        # tolerance does not (how many are declared is judged against the measurement).
-        "outputs": _output_layouts(case),
-        "layout": {k: list(v) for k, v in sorted(case.layout.items())},
-        "layout_overrides": {k: list(v) for k, v in sorted(case.layout_overrides.items())},
-        "pipeline": case.pipeline,
-        "seed": case.seed,
-        "seeds": case.seeds,  # more input draws: more samples
-        # a symbolic dimension's range changes the exported program, its sizes the numerics
-        "dynamic": {n: [d.min, d.max, list(d.values)] for n, d in sorted(case.dynamic.items())},
-    }
+    """What the case file says that changes a measurement: the whole parsed case but
+    `JUDGED`. Of [[outputs]], the layouts only: one that sets a tolerance (or a selection)
+    is judged against the measurement."""
+    parts: dict[str, object] = {"format": FORMAT}
+    for f in dataclasses.fields(case):
+        if f.name not in JUDGED:
+            value = getattr(case, f.name)
+            parts[f.name] = _output_layouts(case) if f.name == "outputs" else _plain(value)
+    return parts
+
+
+def _plain(value: object) -> object:
+    """`value` as JSON data, dataclasses by their fields but `_JUDGED_NESTED`."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if f.name not in _JUDGED_NESTED}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
 
 
 def direct_key(case: CaseSpec, target: str, options: RunOptions) -> str:
