@@ -212,3 +212,24 @@ def test_a_base_report_from_before_the_figures_existed_adds_no_noise(pr):
     (d,) = compare(base, head)
     assert d.case == "shuffled" and not d.added and not d.removed
     assert {c.figure.name for c in d.changes} >= {"transforms", "transform_bytes"}
+
+
+def test_every_key_that_can_loosen_a_verdict_is_listed(write_case):
+    """(#43.4) Not only budgets and rtol/atol: a larger ``steps``, an output compared as a set
+    (``selection``, which let a random output pass), numerics that only warn on inputs they
+    cannot tell apart, and other weights."""
+    def case(steps: int, extra: str = "", outputs: str = "") -> str:
+        text = tiny_case(2, extra=extra).replace("rtol = 0.0001\natol = 0.0001",
+                                                 f"steps = {steps}")
+        return text + outputs
+
+    base = load_case(write_case(case(1), "a.toml"))
+    head = load_case(write_case(case(3, 'input_sensitivity = "warn"\nweights = "calibrated"',
+                                     "\n[[outputs]]\nselection = { axis = 1, differing = 4 }\n"),
+                                "a.toml"))
+    found = {(x.what, x.before, x.after) for x in loosened(base, head)}
+    assert found == {("tolerance steps", "1", "3"),
+                     ("tolerance selection", "element by element", "as a set, differing 4"),
+                     ("input_sensitivity", "fail", "warn"),
+                     ("weights", "as-built", "calibrated")}, found
+    assert {x.what for x in loosened(head, base)} == {"weights"}  # no direction: listed

@@ -33,7 +33,7 @@ from cl_validate.paths import display_path, repo_path
 from cl_validate.spec.budget_keys import budget_keys
 from cl_validate.spec.config import load_config
 from cl_validate.spec.lines import toml_text, tomllib
-from cl_validate.spec.model import CaseSpec
+from cl_validate.spec.model import CaseSpec, Tolerance
 from cl_validate.spec.validate import load_case
 
 #: A base file larger than this is not read to learn its case's name (no case file is).
@@ -292,7 +292,8 @@ def loosened(base: CaseSpec, head: CaseSpec) -> list[Loosened]:
         for target in run.targets:
             if target not in was.targets:
                 continue
-            for item in _budgets(was, run, target, file) + _tolerances(was, run, target, file):
+            for item in (_budgets(was, run, target, file) + _tolerances(was, run, target, file)
+                         + _case_keys(was, run, target, file)):
                 key = (item.case, item.line, item.what, item.before, item.after)
                 entry = found.setdefault(key, (item, []))
                 entry[1].append(target)
@@ -318,24 +319,61 @@ def _budgets(base: CaseSpec, head: CaseSpec, target: str, file: str) -> list[Loo
     return out
 
 
-_KEYS = {False: ("rtol", "atol"), True: ("multiplier", "floor")}
+def _in_use(tol: Tolerance) -> tuple[str, ...]:
+    """The figures of `tol` its rule reads: ``steps`` alone for a quantized output; else the
+    float64 rule's ``multiplier`` and ``floor``, or the float32 rule's ``rtol`` and ``atol``
+    (every other numeric field of `Tolerance` is unused, and so cannot loosen anything)."""
+    if tol.steps is not None:
+        return ("steps",)
+    return ("multiplier", "floor") if tol.float64 else ("rtol", "atol")
+
+
+def _rule(tol: Tolerance) -> str:
+    return "steps" if tol.steps is not None else f"{tol.reference} reference"
 
 
 def _tolerances(base: CaseSpec, head: CaseSpec, target: str, file: str) -> list[Loosened]:
+    """Every tolerance figure that grew, a changed rule (reference, or steps on or off), and
+    an output compared as a set (``selection``) or with more items allowed to differ."""
     out = []
     for i in range(max(1, len(head.outputs))):
         (was, _), (now, line) = base.tolerance_for(target, i), head.tolerance_for(target, i)
         what = f"tolerance {{}}{f' (output {i})' if len(head.outputs) > 1 else ''}"
-        if was.reference != now.reference:
-            out.append(Loosened(file, line, head.label, (target,), what.format("reference"),
-                                was.reference, now.reference))
+        if _rule(was) != _rule(now):
+            key = "reference" if was.reference != now.reference else "steps"
+            out.append(Loosened(file, _key_line(head, line, key), head.label, (target,),
+                                what.format(key), _rule(was), _rule(now)))
             continue
-        for key in _KEYS[now.float64]:
+        for key in _in_use(now):
             a, b = getattr(was, key), getattr(now, key)
             if b > a:
                 out.append(Loosened(file, _key_line(head, line, key), head.label, (target,),
                                     what.format(key), f"{a:g}", f"{b:g}"))
+        sel_was, sel_now = _selection(base, i), _selection(head, i)
+        if sel_now is not None and (sel_was is None or sel_now[1] > sel_was[1]):
+            spec = head.declared_output(i)
+            out.append(Loosened(
+                file, spec.line if spec is not None else line, head.label, (target,),
+                what.format("selection"),
+                "element by element" if sel_was is None else f"differing {sel_was[1]}",
+                f"as a set, differing {sel_now[1]}"))
     return out
+
+
+def _selection(case: CaseSpec, output: int) -> tuple[int, int] | None:
+    spec = case.declared_output(output)
+    return spec.selection if spec is not None else None
+
+
+def _case_keys(base: CaseSpec, head: CaseSpec, target: str, file: str) -> list[Loosened]:
+    """Case-level keys that decide whether numerics can fail at all: ``input_sensitivity``
+    moved off ``fail`` (numerics that cannot tell a wrong kernel then pass), and any change
+    of ``weights`` (other weights can make a failing case's error vanish; no direction)."""
+    changed = [key for key, looser in (
+        ("input_sensitivity", base.input_sensitivity == "fail" != head.input_sensitivity),
+        ("weights", base.weights != head.weights)) if looser]
+    return [Loosened(file, head.line_of(key) or 1, head.label, (target,), key,
+                     str(getattr(base, key)), str(getattr(head, key))) for key in changed]
 
 
 def _key_line(case: CaseSpec, table: int | None, key: str) -> int | None:
