@@ -118,14 +118,14 @@ def device_types() -> list[str]:
     return list(dict.fromkeys(DEVICES.values()))
 
 
-def local_devices() -> dict[str, DeviceFacts]:
+def device_facts() -> dict[str, DeviceFacts]:
     """This machine's devices: the answer this process (or the one it was forked from) already
     has, else a probe's, asked now."""
     return _known if _known is not None else Probe().answer()
 
 
 def has_device(device: str) -> bool:
-    facts = local_devices().get(device)
+    facts = device_facts().get(device)
     return facts is not None and facts.exist
 
 

@@ -16,8 +16,7 @@ from typing import Any
 import tvm
 from tvm.support.rocm import find_rocm_path
 
-from cl_validate.compile.devices import has_device
-from cl_validate.compile.devices import local_devices as probed_devices
+from cl_validate.compile.devices import device_facts, has_device
 from cl_validate.errors import CaseFileError
 from cl_validate.spec.targets import TargetDef
 
@@ -39,7 +38,7 @@ def make_target(tdef: TargetDef) -> tvm.target.Target:
     probe's (`cl_validate.compile.devices`): asking here would spoil every fork after."""
     config = dict(tdef.config)
     if tdef.kind == "cuda":
-        gpu = probed_devices().get("cuda")
+        gpu = device_facts().get("cuda")
         here = dict(gpu.attrs) if gpu is not None and gpu.exist else {}
         config.setdefault("arch", _plain_arch(str(here.get("arch", DEFAULT_CUDA_ARCH))))
         for key, value in cuda_limits(str(config["arch"]), here).items():
@@ -130,4 +129,4 @@ def device_available(device: str) -> bool:
 
 def local_devices() -> dict[str, bool]:
     """Which device types this machine has (the zygote tells the parent, which has no TVM)."""
-    return {d: f.exist for d, f in probed_devices().items()}
+    return {d: f.exist for d, f in device_facts().items()}
