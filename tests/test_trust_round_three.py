@@ -24,3 +24,22 @@ def test_an_output_that_is_the_models_own_buffer_is_kept_as_it_was(tmp_path):
     code, out = run_cli(["run", str(case)]).both()
     assert code == ExitCode.OK, out
     assert "numerics=ok" in out
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("factory, says", [
+    ("float8_output", "import failed: NotImplementedError: input_type torch.float8_e4m3fn"),
+    ("deeply_nested_output", "the model's forward returned a list nested deeper than Python "
+                             "can walk"),
+])
+def test_an_output_numpy_cannot_hold_is_named_for_what_failed(factory, says, tmp_path):
+    """A float8 output and a 3000-deep nested one were "PyTorch forward failed", though the
+    forward ran: the float8 one is now read through float32 (exact) and its case fails where
+    it does (TVM's import), the nested one names its nesting."""
+    for f in ("tiny_models.py", "hostile_models.py"):
+        shutil.copy(DATA / f, tmp_path / f)
+    case = tmp_path / "c.toml"
+    case.write_text(tiny_case(model=f"hostile_models:{factory}"))
+    code, out = run_cli(["run", str(case)]).both()
+    assert code == ExitCode.USAGE_ERROR or code == ExitCode.CHECK_FAILED, out
+    assert says in out and "PyTorch forward failed" not in out, out

@@ -33,8 +33,12 @@ class OutputTypeError(TypeError):
 
 def named_outputs(out: Any) -> list[tuple[str, torch.Tensor]]:
     """The tensors of `out`, in ``torch.export``'s order, each with its path."""
-    _register_containers(out, set())
-    leaves, _ = pytree.tree_flatten_with_path(out)
+    try:
+        _register_containers(out, set())
+        leaves, _ = pytree.tree_flatten_with_path(out)
+    except RecursionError:
+        raise OutputTypeError(f"the model's forward returned {_type_name(out)} nested deeper "
+                              f"than Python can walk: {_ALLOWED}") from None
     named = []
     for path, leaf in leaves:
         name = ".".join(_key_text(k) for k in path)

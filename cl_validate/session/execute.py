@@ -33,13 +33,19 @@ def flatten_outputs(out: Any) -> list[Any]:
     return [out]
 
 
+#: The float dtypes numpy holds as they are.
+_NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
+
+
 def _to_numpy(t: Any) -> np.ndarray:
     """A copy: an output may be a view of the model's own memory (a buffer it returns, a
     cache) that its next forward overwrites."""
     if hasattr(t, "detach"):
         t = t.detach()
-        if str(t.dtype) == "torch.bfloat16":
-            t = t.float()
+        if t.dtype.is_floating_point and t.dtype not in _NUMPY_FLOATS:
+            t = t.float()  # bfloat16, the float8s: exact in float32, which numpy holds
+        elif t.dtype == torch.complex32:
+            t = t.to(torch.complex64)
         return np.array(t.cpu().numpy(), copy=True)
     return np.array(t.numpy(), copy=True)
 

@@ -206,3 +206,34 @@ class _ReturnsItsBuffer(nn.Module):
 
 def returns_its_buffer() -> nn.Module:
     return _ReturnsItsBuffer().eval()
+
+
+class _Float8Out(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.conv(x)
+        return y, y.to(torch.float8_e4m3fn)
+
+
+def float8_output() -> nn.Module:
+    """A float8 output (numpy has no float8): PyTorch's forward ran; reading it did not."""
+    return _Float8Out().eval()
+
+
+class _Deep(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> object:
+        out: object = self.conv(x)
+        for _ in range(3000):
+            out = [out]
+        return out
+
+
+def deeply_nested_output() -> nn.Module:
+    return _Deep().eval()
