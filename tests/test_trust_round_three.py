@@ -43,3 +43,15 @@ def test_an_output_numpy_cannot_hold_is_named_for_what_failed(factory, says, tmp
     code, out = run_cli(["run", str(case)]).both()
     assert code == ExitCode.USAGE_ERROR or code == ExitCode.CHECK_FAILED, out
     assert says in out and "PyTorch forward failed" not in out, out
+
+
+def test_an_empty_selection_matches_trivially():
+    """A top-k that selected nothing (k = 0, or a batch of none) was an internal error."""
+    import numpy as np
+
+    from cl_validate.measurements.selection import match_items
+
+    for shape in ((1, 0, 4), (0, 5, 4)):
+        empty = np.zeros(shape, np.float32)
+        got = match_items(empty, empty, axis=1, atol=1e-5, rtol=1e-5, differing=0)
+        assert got.actual.shape == shape and (got.reordered, got.differing) == (0, 0)

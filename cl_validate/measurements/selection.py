@@ -32,7 +32,8 @@ def match_items(actual: np.ndarray, expected: np.ndarray, axis: int, atol: float
     `differing` items per selection that match none within ``atol + rtol·|expected|`` are
     taken as PyTorch's (counted in `Matched.differing`); more than that, and they are left as
     the nearest pairing has them, so the comparison reports their error."""
-    if actual.shape != expected.shape or actual.ndim == 0 or axis >= actual.ndim:
+    if actual.shape != expected.shape or actual.ndim == 0 or axis >= actual.ndim or \
+            actual.size == 0:  # nothing selected (an empty top-k): nothing to match
         return Matched(actual, 0, 0)
     a = np.moveaxis(actual, axis, 0)
     e = np.moveaxis(expected, axis, 0)
