@@ -55,3 +55,22 @@ def test_an_empty_selection_matches_trivially():
         empty = np.zeros(shape, np.float32)
         got = match_items(empty, empty, axis=1, atol=1e-5, rtol=1e-5, differing=0)
         assert got.actual.shape == shape and (got.reordered, got.differing) == (0, 0)
+
+
+@pytest.mark.parametrize("extra, says", [
+    ("description" + ".a" * 30000 + ' = "x"', "a key of 30001 dotted parts"),
+    ("[" + "a" * 120000 + "]\nx = 1", "a table header of 1 dotted parts and 120001 characters"),
+])
+def test_a_case_file_key_that_would_make_the_parse_blow_up_is_one_line(extra, says, tmp_path):
+    """(#43.3) 60 kB of dotted key parts made the TOML parse quadratic (MemoryError under
+    3 GB, 22 GB unbounded) and a 120 kB table header took 20 s, in the run's parent: now one
+    line at the key, before any parser runs."""
+    import time
+
+    case = tmp_path / "c.toml"
+    case.write_text(tiny_case() + extra + "\n")
+    t0 = time.perf_counter()
+    code, out = run_cli(["run", str(case)]).both()
+    assert time.perf_counter() - t0 < 10
+    assert code == ExitCode.USAGE_ERROR and f"c.toml:17: {says}" in out, out
+    assert out.count("\n") <= 2

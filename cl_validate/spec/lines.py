@@ -75,13 +75,22 @@ def _wide(encoding: str, display: str) -> CaseFileError:
                          "\"Save with encoding\" → UTF-8)")
 
 
+#: The longest key or table header read: a case file's are a few dozen characters, and TOML
+#: parsers take time that grows faster than the length (a 120 kB header took 20 s).
+MAX_KEY_CHARS = 1024
+
+
 def _check_nesting(text: str, display: str) -> None:
     """Arrays and inline tables nested deeper than `MAX_NESTING` (tomllib parses them
-    recursively: 600 levels end in a RecursionError), reported at the line that goes too
-    deep."""
+    recursively: 600 levels end in a RecursionError), dotted keys or table headers of more
+    than `MAX_NESTING` parts (a 60 kB ``description.a.a…`` made the parse quadratic: 22 GB)
+    and keys longer than `MAX_KEY_CHARS`, reported at the line, before any parser runs."""
     depth = 0
     for no, raw in enumerate(text.splitlines(), start=1):
-        for ch in re.sub(r'"[^"]*"|\'[^\']*\'', "", raw).split("#", 1)[0]:
+        bare = re.sub(r'"[^"]*"|\'[^\']*\'', "", raw).split("#", 1)[0]
+        if depth == 0:
+            _check_key(raw, bare, no, display)
+        for ch in bare:
             if ch in "[{":
                 depth += 1
                 if depth > MAX_NESTING:
@@ -91,6 +100,23 @@ def _check_nesting(text: str, display: str) -> None:
                                         "flatten it")
             elif ch in "]}":
                 depth -= 1
+
+
+def _check_key(raw: str, bare: str, no: int, display: str) -> None:
+    """The key or header of one line: at most `MAX_NESTING` parts, `MAX_KEY_CHARS` long."""
+    stripped = bare.lstrip()
+    if stripped.startswith("["):
+        key, raw_key = stripped.split("]", 1)[0], raw.lstrip().split("]", 1)[0]
+    elif "=" in bare:
+        key, raw_key = bare.split("=", 1)[0], raw.split("=", 1)[0]
+    else:
+        return
+    if key.count(".") >= MAX_NESTING or len(raw_key) > MAX_KEY_CHARS:
+        what = "table header" if stripped.startswith("[") else "key"
+        raise CaseFileError(f"a {what} of {key.count('.') + 1} dotted parts and "
+                            f"{len(raw_key.strip())} characters", file=display, line=no,
+                            hint=f"a case file's keys have a few parts: at most {MAX_NESTING} "
+                            f"parts and {MAX_KEY_CHARS} characters are read")
 
 
 def _split_key(dotted: str) -> list[str]:
