@@ -106,3 +106,37 @@ def test_an_integer_clamp_with_one_bound_compiles_and_computes_it():
     got = vm["main"](tvm.runtime.tensor(x.numpy()))
     for g, w in zip(got, Clamped()(x), strict=True):
         np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+def test_a_failed_stage_names_the_op_and_the_models_source():
+    """TVM's own converter's ``R.clip(int64, -inf, 5)`` fails legalization with "Cannot
+    convert infinity to BigInt" and no op or line: the culprit search runs each call through
+    the failed stage alone and names the one that fails, with the import's source for it."""
+    import math
+
+    import pytest
+    import tvm
+    from tvm import relax
+
+    from cl_validate.compile.culprit import culprit
+    from cl_validate.errors import CompileStageError
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4,), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.relu(x))
+            i = bb.emit(relax.op.astype(y, "int64"))
+            c = bb.emit(relax.op.clip(i, -math.inf, 5))
+            out = bb.emit_output(relax.op.add(c, relax.const(1, "int64")))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    legalize = relax.transform.LegalizeOps()
+    with pytest.raises(Exception) as info:
+        legalize(mod)
+    where = culprit(legalize, mod, {c.name: "pos (RelPos) at model.py:42"}, info.value)
+    assert where == f"relax.clip (binding {c.name}, from pos (RelPos) at model.py:42)"
+    message = str(CompileStageError("legalize", info.value, at=where))
+    assert message.startswith("legalize failed: ") and message.endswith(f"at {where}")
+    assert "BigInt" in message
+    assert culprit(legalize, tvm.IRModule({}), {}, info.value) is None

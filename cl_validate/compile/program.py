@@ -10,6 +10,7 @@ from typing import Any
 import tvm
 
 from cl_validate.compile.context import PipelineContext
+from cl_validate.compile.culprit import culprit
 from cl_validate.compile.frontend import Frontend
 from cl_validate.compile.legalize import import_layouts, unlowered_ops
 from cl_validate.compile.passes._util import collect_notes
@@ -125,7 +126,8 @@ def _run_stages(compiled: Compiled, front: Frontend, factory: PipelineFactory,
             with collect_notes() as notes:
                 mod = stage.run(mod)
         except Exception as exc:
-            raise CompileStageError(stage.name, exc) from exc
+            where = culprit(stage.run, mod, front.sources, exc)
+            raise CompileStageError(stage.name, exc, at=where) from exc
         compiled.stages.append(StageIR(stage.name, mod, time.perf_counter() - t0))
         compiled.capped += [f"{stage.name}: {n}" for n in notes]
     return mod
