@@ -27,8 +27,9 @@ BUDGET_S = 20.0
 def culprit(run: Callable[[tvm.IRModule], tvm.IRModule], mod: tvm.IRModule,
             sources: dict[str, str], error: BaseException) -> str | None:
     """``relax.clip (binding lv2, from blocks.0.attn at model.py:42)`` for the first call of
-    `mod`'s ``main`` that `run` (the failed stage) fails on alone with the same kind of
-    error as `error`; None when none does (or the search runs out of time)."""
+    `mod`'s ``main`` that `run` (the failed stage) fails on alone with the same error as
+    `error` (its type and what it says); None when none does (or the search runs out of
+    time)."""
     deadline = time.perf_counter() + BUDGET_S
     main = mod["main"] if "main" in [g.name_hint for g in mod.get_global_vars()] else None
     if not isinstance(main, relax.Function):
@@ -45,11 +46,17 @@ def culprit(run: Callable[[tvm.IRModule], tvm.IRModule], mod: tvm.IRModule,
         try:
             run(alone)
         except Exception as exc:  # the stage's own failure, on this call alone
-            if type(exc) is type(error):
+            if type(exc) is type(error) and _what(exc) == _what(error):
                 source = sources.get(b.var.name)
                 where = f"binding {b.var.name}" + (f", from {source}" if source else "")
                 return f"{name} ({where})"
     return None
+
+
+def _what(exc: BaseException) -> str:
+    """What an error says, without the backtrace TVM's errors carry (its last line)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and "File " not in ln]
+    return lines[-1] if lines else ""
 
 
 def _alone(call: relax.Call) -> tvm.IRModule | None:
