@@ -92,6 +92,37 @@ def _dequantize(node: Any, importer: Any, per_channel: bool) -> Any:
         out_dtype=out_dtype))
 
 
+def _choose_qparams(node: Any, importer: Any) -> Any:
+    """``choose_qparams.tensor(x, qmin, qmax, eps, dtype)``: dynamic quantization's per-tensor
+    affine scale and zero point of `x`, computed at run time as PyTorch does
+    (``determine_qparams``): the range widened to hold 0, ``scale = max((hi - lo) / (qmax -
+    qmin), eps)``, ``zero_point = clamp(qmin - round(lo / scale), qmin, qmax)``, each of shape
+    (1,), the scale in float32."""
+    args = importer.retrieve_args(node)
+    x, qmin, qmax, eps = args[0], int(args[1]), int(args[2]), float(args[3])
+    bb = importer.block_builder
+    f32 = "float32"
+    zero = relax.const(0.0, f32)
+    lo = bb.emit(relax.op.minimum(relax.op.min(x), zero))
+    hi = bb.emit(relax.op.maximum(relax.op.max(x), zero))
+    scale = bb.emit(relax.op.maximum(
+        relax.op.divide(relax.op.subtract(hi, lo), relax.const(float(qmax - qmin), f32)),
+        relax.const(eps, f32)))
+    # round half to even, as torch.round: TVM's round goes half away from zero
+    ratio = bb.emit(relax.op.divide(lo, scale))
+    nearest = bb.emit(relax.op.round(ratio))
+    tie = bb.emit(relax.op.equal(relax.op.abs(relax.op.subtract(ratio, relax.op.trunc(ratio))),
+                                 relax.const(0.5, f32)))
+    odd = bb.emit(relax.op.not_equal(relax.op.floor_mod(nearest, relax.const(2.0, f32)),
+                                     zero))
+    even = bb.emit(relax.op.where(relax.op.logical_and(tie, odd), relax.op.subtract(
+        nearest, relax.op.sign(ratio)), nearest))
+    zp = bb.emit(relax.op.clip(relax.op.subtract(relax.const(float(qmin), f32), even),
+                               qmin, qmax))
+    return bb.emit(relax.Tuple([relax.op.reshape(scale, [1]),
+                                relax.op.reshape(relax.op.astype(zp, "int32"), [1])]))
+
+
 def _scalar_operands(lhs: Any, rhs: Any) -> tuple[Any, Any]:
     """A Python number next to a tensor becomes a constant of the dtype PyTorch computes in."""
     if isinstance(lhs, relax.Expr) and isinstance(rhs, relax.Expr):
@@ -309,6 +340,10 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "dequantize_per_tensor.default": lambda n, imp: _dequantize(n, imp, False),
         "quantize_per_channel.default": lambda n, imp: _quantize(n, imp, True),
         "dequantize_per_channel.default": lambda n, imp: _dequantize(n, imp, True),
+        # dynamic quantization: the scale and zero point are tensors computed at run time
+        "choose_qparams.tensor": _choose_qparams,
+        "quantize_per_tensor.tensor": lambda n, imp: _quantize(n, imp, False),
+        "dequantize_per_tensor.tensor": lambda n, imp: _dequantize(n, imp, False),
         "div.Tensor_mode": _divide_rounded,
         "amax.default": lambda n, imp: _reduce_extreme(n, imp, relax.op.max),
         "amin.default": lambda n, imp: _reduce_extreme(n, imp, relax.op.min),

@@ -162,3 +162,16 @@ def qat_classifier() -> nn.Module:
     """A QAT-converted model: the x86 quantizer's QAT config, fake-quantized passes in
     training mode, then converted."""
     return _quantized(_x86_quantizer(qat=True), qat=True)
+
+
+def dynamic_classifier() -> nn.Module:
+    """Dynamic quantization (``is_dynamic=True``): each Linear's activation scale and zero
+    point are computed at run time (``choose_qparams.tensor``) from the batch it gets."""
+    from torchao.testing.pt2e._xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    q = XNNPACKQuantizer()
+    q.set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
+    return _quantized(q)
