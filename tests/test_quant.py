@@ -325,3 +325,35 @@ def test_choose_qparams_is_pytorchs_to_the_bit():
         want_scale, want_zp = Choose()(x)
         np.testing.assert_array_equal(scale.numpy(), want_scale.float().numpy())
         np.testing.assert_array_equal(zp.numpy(), want_zp.numpy().astype(np.int32))
+
+
+def test_the_steps_rule_fails_a_program_with_its_quantization_removed(monkeypatch):
+    """(#44.5) Under the X86 and Arm quantizers the last Linear's output is not quantized
+    again; its step was the Linear's input step, so the float model itself (every quantize
+    dropped) came within a fraction of a step of the quantized one and passed ``steps = 1``.
+    That output's grid is the accumulator's, activation step x weight step: the float model is
+    now many steps off, as a program that lost its quantization should be."""
+    import copy
+    from pathlib import Path
+
+    import torch
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "data"))
+    import quant_models
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from cl_validate.compile.quant_steps import output_steps
+
+    torch.manual_seed(0)
+    model = quant_models.Classifier().eval()
+    x = torch.randn(quant_models.SHAPE)
+    prepared = prepare_pt2e(torch.export.export(copy.deepcopy(model), (x,)).module(),
+                            quant_models._x86_quantizer())
+    with torch.no_grad():
+        for _ in range(3):
+            prepared(torch.randn(quant_models.SHAPE))
+        quantized = convert_pt2e(prepared)
+        want, dropped = quantized(x), model(x)
+    (step,) = output_steps(torch.export.export(quantized, (x,)).run_decompositions())
+    assert step is not None and not step.on_grid and step.after[0] == "addmm", step
+    assert float((dropped - want).abs().max()) / step.scale > 10, step.describe()

@@ -7,7 +7,11 @@ from the model's input, not a weight's) gives the step. Ops that keep a value on
 any other op leaves it off the grid, and the step is then that of the nearest activation
 dequantize feeding it (the largest where several are equally near): the last quantize before
 the output, its scale propagated. An average or an add of values off by a step each is off by
-at most a step each. An output with no dequantize behind it has no step (a float model).
+at most a step each. A product (a Linear or a conv) that nothing quantizes again (the last
+Linear under the X86 and Arm quantizers) is on the grid of its accumulator instead, the
+activation's step times the weight's: counted in the activation's step alone, a program that
+dropped every quantize came within half a step and passed `steps = 1`. An output with no
+dequantize behind it has no step (a float model).
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ _ON_GRID = frozenset({
     "cat", "concat", "_to_copy", "to",
 })
 _DEQUANTIZE = ("dequantize_per_tensor", "dequantize_per_channel")
+#: products whose output is the sum of code products: when nothing quantizes it, its grid is
+#: the activation's step times the weight's (the int32 accumulator's unit), not the
+#: activation's alone
+_PRODUCTS = frozenset({"addmm", "mm", "bmm", "matmul", "linear", "conv1d", "conv2d", "conv3d",
+                       "convolution", "conv_transpose1d", "conv_transpose2d",
+                       "conv_transpose3d"})
 
 
 def _op(node: torch.fx.Node) -> str:
@@ -68,6 +78,24 @@ def _scale(ep: torch.export.ExportedProgram, node: torch.fx.Node) -> float | Non
     return float(scale) if isinstance(scale, (int, float)) else None
 
 
+def _weight_scale(ep: torch.export.ExportedProgram, product: torch.fx.Node,
+                  derived: set[torch.fx.Node]) -> float | None:
+    """The step of `product`'s quantized weight (per channel: its largest), found back from
+    its operands through views to a dequantize of a constant; None when it has none."""
+    todo = [a for a in product.all_input_nodes if a not in derived]
+    seen: set[torch.fx.Node] = set()
+    while todo:
+        n = todo.pop()
+        if n in seen or n.op != "call_function":
+            continue
+        seen.add(n)
+        if _op(n) in _DEQUANTIZE:
+            return _scale(ep, n)
+        if _op(n) in _ON_GRID:
+            todo.extend(a for a in n.all_input_nodes if a not in derived)
+    return None
+
+
 def _step(ep: torch.export.ExportedProgram, out: torch.fx.Node,
           derived: set[torch.fx.Node]) -> OutputStep | None:
     """Breadth first from `out` to the nearest activation dequantize(s)."""
@@ -81,9 +109,14 @@ def _step(ep: torch.export.ExportedProgram, out: torch.fx.Node,
             scale, node = max(scales, key=lambda sn: sn[0])
             path = []
             at = parent[node]
+            consumer = at
             while at is not None:
                 path.append(_op(at))
                 at = parent[at]
+            if consumer is not None and _op(consumer) in _PRODUCTS:
+                weight = _weight_scale(ep, consumer, derived)
+                if weight is not None:  # an unquantized product: the accumulator's unit
+                    scale *= weight
             return OutputStep(scale, all(p in _ON_GRID for p in path), tuple(path))
         nxt = []
         for n in level:
