@@ -124,6 +124,11 @@ def device_facts() -> dict[str, DeviceFacts]:
     return _known if _known is not None else Probe().answer()
 
 
+def kinds_present(facts: Mapping[str, DeviceFacts]) -> dict[str, bool]:
+    """Device type → whether this machine has one (what the parent of a run is told)."""
+    return {kind: f.exist for kind, f in facts.items()}
+
+
 def has_device(device: str) -> bool:
     facts = device_facts().get(device)
     return facts is not None and facts.exist

@@ -125,8 +125,3 @@ def device_for(device: str) -> Any:
 def device_available(device: str) -> bool:
     """Whether this machine has a device of type `device` (the probe's answer)."""
     return has_device(device)
-
-
-def local_devices() -> dict[str, bool]:
-    """Which device types this machine has (the zygote tells the parent, which has no TVM)."""
-    return {d: f.exist for d, f in device_facts().items()}

@@ -84,15 +84,13 @@ def main(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     os.environ.update(FORK_SAFE_ENV)
     path = os.environ.pop(SYS_PATH_ENV, None)
-    # lazy: torch loads here, and answers that it has no GPU from the start
-    from cl_validate.compile.devices import keep_torch_off_gpus
-
-    keep_torch_off_gpus()
     if path:  # the parent's import path, as a process it spawned would have it
         sys.path[:] = json.loads(path)
-    # lazy: torch, TVM and the session, with the parent's import path in place
-    from cl_validate.compile.devices import Probe
-    from cl_validate.compile.tvm_targets import local_devices
+    # lazy: torch, TVM and the session, with the parent's import path in place; torch
+    # answers that it has no GPU from the start
+    from cl_validate.compile.devices import Probe, keep_torch_off_gpus, kinds_present
+
+    keep_torch_off_gpus()
     from cl_validate.session import case_process  # noqa: F401 - imports torch, TVM, the session
 
     # Never ask a device runtime here: a CUDA context does not survive the forks below. The
@@ -103,9 +101,9 @@ def main(fd: int) -> None:
         _warm_up()
     except Exception as exc:  # the cases pay the warm-up themselves; say why here
         print(f"zygote: warm-up failed ({type(exc).__name__}: {exc})", file=sys.stderr)
-    probe.answer()
+    devices = kinds_present(probe.answer())
     print(f"zygote: warm in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-    _send(sock, Ready(local_devices()))
+    _send(sock, Ready(devices))
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
