@@ -46,6 +46,13 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     return ""
 
 
+def last_line(exc: BaseException, limit: int = 300) -> str:
+    """The last non-blank line of an exception's message that is not a backtrace frame: what
+    a TVM error says (its C++ backtrace comes first), at most `limit` characters."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and "File " not in ln]
+    return lines[-1][:limit] if lines else ""
+
+
 class ClValidateError(Exception):
     """Base of every exception cl_validate raises on purpose."""
 

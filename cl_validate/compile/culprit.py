@@ -18,6 +18,7 @@ from typing import Any
 import tvm
 from tvm import relax
 
+from cl_validate.errors import last_line
 from cl_validate.ir import bindings, op_name
 
 #: The most time spent looking for the culprit.
@@ -46,17 +47,11 @@ def culprit(run: Callable[[tvm.IRModule], tvm.IRModule], mod: tvm.IRModule,
         try:
             run(alone)
         except Exception as exc:  # the stage's own failure, on this call alone
-            if type(exc) is type(error) and _what(exc) == _what(error):
+            if type(exc) is type(error) and last_line(exc) == last_line(error):
                 source = sources.get(b.var.name)
                 where = f"binding {b.var.name}" + (f", from {source}" if source else "")
                 return f"{name} ({where})"
     return None
-
-
-def _what(exc: BaseException) -> str:
-    """What an error says, without the backtrace TVM's errors carry (its last line)."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and "File " not in ln]
-    return lines[-1] if lines else ""
 
 
 def _alone(call: relax.Call) -> tvm.IRModule | None:

@@ -82,8 +82,8 @@ _known: dict[str, DeviceFacts] | None = None
 
 
 class Probe:
-    """A probe running in its own process: start it early (`start`), take its answer later
-    (`answer`), so the wait overlaps other work (the zygote's warm-up)."""
+    """A probe running in its own process: made early, its answer taken later (`answer`),
+    so the wait overlaps other work (the zygote's warm-up)."""
 
     def __init__(self) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
@@ -103,8 +103,8 @@ class Probe:
             self._proc.kill()
             self._proc.communicate()
             facts, why = None, [f"no answer in {PROBE_TIMEOUT_S:.0f} s"]
-        except ValueError as exc:
-            facts, why = None, [f"unreadable answer ({exc})"]
+        except (ValueError, KeyError, TypeError) as exc:  # JSON, but not the probe's
+            facts, why = None, [f"unreadable answer ({exc!r})"]
         if facts is None:
             print(f"cl-validate: the device probe failed ({why[0]}); only the CPU is used",
                   file=sys.stderr)

@@ -31,6 +31,7 @@ from cl_validate.compile.frontend import Frontend
 from cl_validate.compile.program import Compiled
 from cl_validate.compile.stage_program import HOST, build_stage
 from cl_validate.compile.tvm_targets import device_for
+from cl_validate.errors import last_line
 from cl_validate.ir import same_ir, weight_params
 from cl_validate.measurements.bisection import Bisection, StageResult
 from cl_validate.measurements.measurement import Sample
@@ -127,5 +128,4 @@ def bisect_failure(case: CaseSpec, target: str, compiled: Compiled, front: Front
 
 
 def _reason(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return f"{type(exc).__name__}: {lines[-1][:200] if lines else ''}".rstrip(": ")
+    return f"{type(exc).__name__}: {last_line(exc, 200)}".rstrip(": ")
