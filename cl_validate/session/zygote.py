@@ -91,6 +91,7 @@ def main(fd: int) -> None:
     from cl_validate.compile.devices import Probe, keep_torch_off_gpus, kinds_present
 
     keep_torch_off_gpus()
+    # lazy: torch, TVM and the session, once torch answers that it has no GPU
     from cl_validate.session import case_process  # noqa: F401 - imports torch, TVM, the session
 
     # Never ask a device runtime here: a CUDA context does not survive the forks below. The
