@@ -84,6 +84,25 @@ class Classifier(nn.Module):
         return self.fc(torch.flatten(y, 1))
 
 
+class BatchNormAfterOwnPermute(nn.Module):
+    """MaxViT: an NHWC stage (LayerNorm, Linear) the model permutes back to NCHW for a
+    BatchNorm2d and a conv."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, padding=1)
+        self.ln, self.fc = nn.LayerNorm(c), nn.Linear(c, c)
+        self.bn = nn.BatchNorm2d(c)
+        self.conv = nn.Conv2d(c, c, 1)
+        self.bn.running_mean.normal_()
+        self.bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.stem(x).permute(0, 2, 3, 1)
+        t = t + self.fc(self.ln(t))
+        return self.conv(self.bn(t.permute(0, 3, 1, 2)))
+
+
 def _cleanup(mod: tvm.IRModule) -> tvm.IRModule:
     out = tvm.transform.Sequential(cleanup_passes())(mod)
     tvm.relax.analysis.well_formed(out)
@@ -100,6 +119,7 @@ def _exact(run_llvm: Callable[..., list[np.ndarray]], a: tvm.IRModule, b: tvm.IR
     pytest.param(MobileBlock, 8, 2, id="relu6-mobilenet-block"),
     pytest.param(HardSwishSE, 10, 2, id="hardswish-se-mish-concat"),
     pytest.param(Shuffles, 8, 4, id="pixel-and-channel-shuffle"),
+    pytest.param(BatchNormAfterOwnPermute, 4, 2, id="batch-norm-after-own-permute"),
 ])
 def test_transforms_left_are_the_boundary(import_nhwc: Any, run_llvm: Any, model: type,
                                           before: int, after: int) -> None:

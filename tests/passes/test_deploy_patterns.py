@@ -347,3 +347,60 @@ def test_f_unfold_imports() -> None:
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     out = vm["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
     np.testing.assert_array_equal(out, Unfold()(x).numpy())
+
+
+def test_batch_norm_after_the_models_permute_runs_on_the_stream() -> None:
+    """MaxViT: an NHWC stage ends in the model's own permute back to NCHW, a BatchNorm2d
+    (ConvertLayout's rule keeps it where its input is: NCHW) and a conv ConvertLayout made
+    NHWC. The BatchNorm runs on the NHWC stream, axis renamed; only its data field is read
+    through the layout, its statistics keep theirs."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: T4, g: C8, b: C8, m: C8, v: C8) -> T4:
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                a = R.permute_dims(x, axes=[0, 3, 1, 2])
+                n = R.nn.batch_norm(a, g, b, m, v, axis=1)
+                n0 = n[0]
+                c = R.permute_dims(n0, axes=[0, 2, 3, 1])
+                gv = R.nn.relu(c)
+                R.output(gv)
+            return gv
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: T4, g: C8, b: C8, m: C8, v: C8) -> T4:
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                n = R.nn.batch_norm(x, g, b, m, v, axis=3)
+                n0 = n[0]
+                gv = R.nn.relu(n0)
+                R.output(gv)
+            return gv
+
+    _check(Before, Expected)
+
+
+def test_batch_norm_whose_statistics_are_read_is_left_alone() -> None:
+    """A per-channel statistic is not in the data's layout: a region that would read it
+    through the permutation is not converted."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: T4, g: C8, b: C8, m: C8, v: C8) -> R.Tuple(T4, C8):
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                a = R.permute_dims(x, axes=[0, 3, 1, 2])
+                n = R.nn.batch_norm(a, g, b, m, v, axis=1)
+                n0 = n[0]
+                n1 = n[1]
+                c = R.permute_dims(n0, axes=[0, 2, 3, 1])
+                gv = (c, n1)
+                R.output(gv)
+            return gv
+
+    tvm.ir.assert_structural_equal(SinkPermutes()(Before), Before)

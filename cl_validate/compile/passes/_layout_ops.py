@@ -150,6 +150,8 @@ def _tuple_get_item(item: relax.TupleGetItem, perm_of: PermOf) -> Plan | None:
     if p is None:
         return None
     index = int(item.index)
+    if ndim(item) != len(p):  # a batch_norm's per-channel statistics: not in the layout
+        return None
     return Plan(p, (Operand(tup, p),), lambda new: relax.TupleGetItem(new[0], index))
 
 
@@ -213,6 +215,22 @@ def _channel_norm(call: relax.Call, perm_of: PermOf) -> Plan | None:
     return Plan(p, (Operand(x, p),), lambda new: remake(call, [new[0], *rest], attrs))
 
 
+def _batch_norm(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    """batch_norm(x, gamma, beta, mean, var, axis): the four vectors are per channel, so
+    any permutation moves through with the axis renamed; the result is a tuple (the data,
+    then the per-channel mean and variance, which keep their 1-D layout: only the data
+    field is read through the permutation, see `_tuple_get_item`). In inference the
+    arithmetic per element is the same; in training the statistics reduce the same
+    elements."""
+    x, rest = call.args[0], list(call.args[1:])
+    p = perm_of(x)
+    if p is None or any(ndim(a) != 1 for a in rest):
+        return None
+    attrs = with_fields(call.attrs, axis=p[int(call.attrs.axis) % len(p)])
+    return Plan(p, (Operand(x, p),), lambda new: remake(call, [new[0], *rest], attrs),
+                is_tuple=True)
+
+
 _HANDLERS: dict[str, Callable[[relax.Call, PermOf], Plan | None]] = {
     **{name: _unary for name in UNARY_OPS},
     **{name: _broadcast for name in BROADCAST_OPS},
@@ -224,6 +242,7 @@ _HANDLERS: dict[str, Callable[[relax.Call, PermOf], Plan | None]] = {
     "relax.nn.layer_norm": _layer_norm,
     "relax.nn.group_norm": _channel_norm,
     "relax.nn.instance_norm": _channel_norm,
+    "relax.nn.batch_norm": _batch_norm,
     **MOVEMENT_HANDLERS,
 }
 
