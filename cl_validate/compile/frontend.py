@@ -27,6 +27,7 @@ from cl_validate.compile.attribution import (
     sources_by_binding,
 )
 from cl_validate.compile.converters import custom_convert_map
+from cl_validate.compile.decompositions import decompositions
 from cl_validate.compile.model_outputs import named_outputs
 from cl_validate.compile.quant_steps import output_steps
 from cl_validate.errors import CaseFileError, ClValidateError, CompileStageError
@@ -143,18 +144,6 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
     named = {p.name: v for p, v in zip(weight_params(mod["main"]), params.get("main", []),
                                          strict=True)}
     return Frontend(exported, mod, named, t1 - t0, t2 - t1, sources)
-
-
-def decompositions() -> dict[Any, Any]:
-    """torch.export's core ATen decompositions, but for scaled_dot_product_attention: as
-    itself it becomes one attention op that reads the heads where the projections put them
-    (`cl_validate.compile.converters`); decomposed, it is matmuls that need the heads ahead
-    of the sequence, a transpose before and after every attention."""
-    table = torch.export.default_decompositions()
-    for op in list(table):
-        if "scaled_dot_product" in str(op):
-            del table[op]
-    return table  # type: ignore[no-any-return]
 
 
 def dynamic_shapes(case: CaseSpec) -> tuple[dict[int, Any] | None, ...] | None:

@@ -551,3 +551,28 @@ class PadAfterPool(nn.Module):
 def pad_after_pool() -> nn.Module:
     torch.manual_seed(0)
     return PadAfterPool().eval()
+
+
+class TiledPatches(nn.Module):
+    """MobileViTV2's global block in miniature: ``F.unfold`` into 2×2 tiling patches, a
+    GroupNorm and 1×1 convs over (B, C, pixels-in-patch, patches), ``F.fold`` back."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, padding=1)
+        self.norm = nn.GroupNorm(1, c)
+        self.mix = nn.Conv2d(c, c, 1)
+        self.proj = nn.Conv2d(c, c, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.stem(x)
+        b, c, h, w = f.shape
+        p = F.unfold(f, kernel_size=2, stride=2).reshape(b, c, 4, -1)
+        p = p + self.mix(self.norm(p))
+        f = F.fold(p.reshape(b, c * 4, -1), output_size=(h, w), kernel_size=2, stride=2)
+        return self.proj(f)
+
+
+def tiled_patches() -> nn.Module:
+    torch.manual_seed(0)
+    return TiledPatches().eval()
