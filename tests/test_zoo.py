@@ -67,6 +67,7 @@ TINY: dict[str, tuple[dict[str, Any], tuple[int, ...], tuple[int, ...]]] = {
     "deploy:dfl_head": ({}, (1, 3, 32, 32), (1, 7, 320)),
     "deploy:conv_attention": ({"dim": 8}, (1, 3, 32, 32), (1, 8, 16, 16)),
     "deploy:index_unfold": ({"dim": 8}, (1, 3, 32, 32), (1, 10)),
+    "deploy:mid_block": ({"dim": 8}, (1, 8, 8, 8), (1, 8, 8, 8)),
 }
 NAMES = sorted(TINY)
 

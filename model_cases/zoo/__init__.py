@@ -13,9 +13,9 @@ hiding behind identity statistics, and activations keep a sane scale through dee
 Families: forum, resnet, fcn, mobilenet, efficientnet, convnext, shufflenet, densenet, unet,
 norms, mixed, wild (patterns from architectures in the wild: split attention, selective
 kernels, global context, ECA, MobileViT, pooling with padding, scalar affine, VGG head,
-positional encoding), deploy (patterns of the detection, diffusion and transformer models
-teams deploy: GroupNorm after attention, DFL detect heads, attention inside conv nets,
-unfold-style indexing).
+positional encoding), deploy (patterns of the detection, diffusion and transformer models teams
+deploy: GroupNorm after attention, the UNet mid-block on an NCHW input, DFL detect heads,
+attention inside conv nets, unfold-style indexing).
 """
 
 from __future__ import annotations
@@ -66,4 +66,5 @@ FACTORIES: tuple[str, ...] = (
     "deploy:dfl_head",
     "deploy:conv_attention",
     "deploy:index_unfold",
+    "deploy:mid_block",
 )

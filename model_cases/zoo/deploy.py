@@ -1,8 +1,9 @@
 """Blocks of the models teams deploy vision models from, written after the libraries' public
 configs (random weights): diffusers' ResnetBlock2D / self-attention block / Transformer2D
-(GroupNorm right after attention), YOLOv8's C2f / SPPF / DFL-decoding detect head with its
-channel-major output, YOLOv10/11's PSA attention (a conv output ``view``-ed into heads and
-back) and unfold-style patch extraction by advanced indexing (``x[:, :, ih, iw]``).
+(GroupNorm right after attention; the UNet mid-block on an NCHW input), YOLOv8's C2f / SPPF /
+DFL-decoding detect head with its channel-major output, YOLOv10/11's PSA attention (a conv
+output ``view``-ed into heads and back) and unfold-style patch extraction by advanced indexing
+(``x[:, :, ih, iw]``).
 
 The small factories at the end are the bundled cases, one pattern each (32–64 px, tiny
 widths); ``benchmarks/wild_zoo/deploy.py`` builds whole architectures from the same blocks.
@@ -290,6 +291,23 @@ class _NormAfterAttention(nn.Module):
 
 def norm_after_attention(dim: int = 16) -> nn.Module:
     return finalize(_NormAfterAttention(dim))
+
+
+class _MidBlock(nn.Module):
+    """diffusers' UNetMidBlock2D on the NCHW map it is given: ResnetBlock2D → attention
+    block → ResnetBlock2D. The input is read by the first GroupNorm and by the residual add."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.res1, self.attn = ResnetBlock2D(dim, dim), AttnBlock(dim, heads=2)
+        self.res2 = ResnetBlock2D(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.res2(self.attn(self.res1(x)))
+
+
+def mid_block(dim: int = 16) -> nn.Module:
+    return finalize(_MidBlock(dim))
 
 
 class _DetectorHead(nn.Module):

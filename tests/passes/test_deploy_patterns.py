@@ -404,3 +404,73 @@ def test_batch_norm_whose_statistics_are_read_is_left_alone() -> None:
             return gv
 
     tvm.ir.assert_structural_equal(SinkPermutes()(Before), Before)
+
+
+X4 = R.Tensor((1, 8, 4, 4), "float32")
+W = R.Tensor((8, 3, 3, 8), "float32")  # OHWI
+
+
+def test_a_norm_reads_the_transposed_copy_the_residual_reads() -> None:
+    """diffusers' mid-block: the NCHW input is read by a GroupNorm (ConvertLayout's rule
+    keeps it NCHW, a transpose behind it for the conv) and, transposed, by the residual add.
+    The GroupNorm runs on that transposed copy: one transpose of the input, not two (the
+    sum after the second conv keeps the add NHWC, so sinking alone cannot do it)."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: X4, g: C8, b: C8, w: W) -> X4:
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                n = R.nn.group_norm(x, g, b, num_groups=2, channel_axis=1, axes=[2, 3])
+                s = R.nn.silu(n)
+                a = R.permute_dims(s, axes=[0, 2, 3, 1])
+                c = R.nn.conv2d(a, w, padding=[1, 1, 1, 1], data_layout="NHWC",
+                                 kernel_layout="OHWI")
+                t = R.permute_dims(x, axes=[0, 2, 3, 1])
+                r = R.add(c, t)
+                d = R.nn.conv2d(r, w, padding=[1, 1, 1, 1], data_layout="NHWC",
+                                kernel_layout="OHWI")
+                gv = R.permute_dims(d, axes=[0, 3, 1, 2])
+                R.output(gv)
+            return gv
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: X4, g: C8, b: C8, w: W) -> X4:
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                t = R.permute_dims(x, axes=[0, 2, 3, 1])
+                n = R.nn.group_norm(t, g, b, num_groups=2, channel_axis=3, axes=[1, 2])
+                s = R.nn.silu(n)
+                c = R.nn.conv2d(s, w, padding=[1, 1, 1, 1], data_layout="NHWC",
+                                 kernel_layout="OHWI")
+                r = R.add(c, t)
+                d = R.nn.conv2d(r, w, padding=[1, 1, 1, 1], data_layout="NHWC",
+                                kernel_layout="OHWI")
+                gv = R.permute_dims(d, axes=[0, 3, 1, 2])
+                R.output(gv)
+            return gv
+
+    _check(Before, Expected)
+
+
+def test_a_copy_is_not_used_where_it_gains_nothing() -> None:
+    """A GroupNorm on the NCHW input whose result goes out NCHW: reading the transposed copy
+    would need a transpose back; nothing changes."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: X4, g: C8, b: C8) -> R.Tuple(X4, R.Tensor((1, 4, 4, 8), "float32")):
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                n = R.nn.group_norm(x, g, b, num_groups=2, channel_axis=1, axes=[2, 3])
+                t = R.permute_dims(x, axes=[0, 2, 3, 1])
+                c = R.nn.relu(t)
+                gv = (n, c)
+                R.output(gv)
+            return gv
+
+    tvm.ir.assert_structural_equal(SinkPermutes()(Before), Before)

@@ -9,7 +9,11 @@ transposes meet and CancelPermutes removes them.
 How it decides (per function, then again until nothing improves):
 
 * A *seed* is ``t = permute_dims(x, p)`` of a run-time value: ``t`` is available for free as
-  ``x`` read through ``p``.
+  ``x`` read through ``p``. The other way round, ``x`` itself is available for free as ``t``
+  read through ``inverse(p)`` (a *copy*): a GroupNorm that reads an NCHW input the residual
+  add reads transposed runs on that transposed copy, and the transpose ConvertLayout put
+  behind it is absorbed. Copies are tried only in a round where the seeds alone gain
+  nothing: both at once pull a value's readers in opposite directions.
 * A *candidate* is a layout-agnostic binding (see ``_layout_ops``) whose permuted operands
   share one permutation: it can run on their sources; its result ``w`` gives the original as
   ``permute_dims(w, p')``. Candidates chain: a candidate's result is available permuted too.
@@ -111,7 +115,7 @@ class _Analysis:
     """Finds seeds, candidates and absorbed permutes, groups them, and keeps the regions that
     get cheaper. ``plans``/``absorbed``/``seeds`` end up holding only the converted ones."""
 
-    def __init__(self, func: relax.Function) -> None:
+    def __init__(self, func: relax.Function, copies: bool = False) -> None:
         self.weights = weight_derived(func)
         self.chains = MovementChains(func)
         self.seeds: dict[relax.Var, tuple[relax.Expr, Perm]] = {}
@@ -127,14 +131,26 @@ class _Analysis:
         self.emit: Callable[[relax.Expr], relax.Expr] | None = None
         # While visiting: what the current block bound (a region stays inside one block).
         self.visible: set[relax.Var] | None = None
+        # x -> (t, p, value) for ``t = permute_dims(x, p)``: x read through inverse(p) is t
+        # (the first such permute of x; `copy_of` holds it to t's block).
+        self.copies: dict[relax.Var, tuple[relax.Var, Perm, relax.Expr]] = {}
+        self.block_vars: set[relax.Var] | None = None
         for block in func.body.blocks:
             if isinstance(block, relax.DataflowBlock):
                 self.visible = set()
+                self.block_vars = {b.var for b in block.bindings}
+                for b in block.bindings:
+                    axes = permute_axes(b.value) if isinstance(b, relax.VarBinding) else None
+                    src = None if axes is None else b.value.args[0]
+                    if (copies and axes is not None and isinstance(src, relax.Var)
+                            and src not in self.copies and not is_identity(axes)
+                            and not is_weight_derived(src, self.weights)):
+                        self.copies[src] = (b.var, axes, b.value)
                 for b in block.bindings:
                     if isinstance(b, relax.VarBinding):
                         self._visit(b.var, b.value)
                         self.visible.add(b.var)
-        self.visible = None
+        self.visible = self.block_vars = None
         self._select(self.chains.uses)
 
     def _in_block(self, var: relax.Var) -> bool:
@@ -152,7 +168,17 @@ class _Analysis:
             elif expr in self.absorbed:  # a permute of a candidate: the candidate, read so
                 src, q = self.absorbed[expr]
                 perm = compose(self.plans[src].out_perm, q)
+        if perm is None and isinstance(expr, relax.Var) and self.copy_of(expr) is not None:
+            perm = inverse(self.copies[expr][1])
         return None if perm is None or is_identity(perm) else perm
+
+    def copy_of(self, var: relax.Var) -> relax.Var | None:
+        """The transposed copy ``t`` of ``var`` in the current block, if there is one."""
+        if var not in self.copies or var in self.seeds or var in self.plans or (
+                var in self.absorbed):
+            return None
+        t = self.copies[var][0]
+        return t if self.block_vars is None or t in self.block_vars else None
 
     def _visit(self, var: relax.Var, value: relax.Expr) -> None:
         axes = permute_axes(value)
@@ -335,6 +361,19 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
         self.a = analysis
         analysis.emit = self.builder_.emit
         self.new: dict[relax.Var, relax.Var] = {}  # candidate -> its result in the new layout
+        self.seen: set[relax.Var] = set()  # bindings visited so far
+        self.early: dict[relax.Var, relax.Var] = {}  # a copy emitted before its own binding
+
+    def _copy(self, var: relax.Var) -> relax.Expr:
+        """``var``'s transposed copy, emitted here if a reader comes before it."""
+        t, axes, value = self.a.copies[var]
+        if t in self.seen:
+            return self.visit_expr(t)
+        if t not in self.early:
+            self.early[t] = self.builder_.emit(mark_origin(
+                relax.op.permute_dims(self.visit_expr(var), list(axes)), origin_tag(value)),
+                name_hint=t.name)
+        return self.early[t]
 
     def _operand(self, op: Operand) -> relax.Expr:
         e = op.expr
@@ -345,6 +384,8 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
                 return self.visit_expr(self.a.seeds[e][0])
             if e in self.a.absorbed:
                 return self.new[self.a.absorbed[e][0]]
+            if self.a.copy_of(e) is not None:
+                return self._copy(e)
         e = self.visit_expr(e)
         rank = len(op.perm)
         if _is_free_to_convert(e, rank):
@@ -358,7 +399,10 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         var = binding.var
-        if var in self.a.plans:
+        self.seen.add(var)
+        if var in self.early:  # emitted already, for a reader that came first
+            _alias(self.builder_, self, var, self.early[var])
+        elif var in self.a.plans:
             plan = self.a.plans[var]
             call = plan.rebuild([self._operand(op) for op in plan.operands])
             w = self.builder_.emit(call, name_hint=var.name)
@@ -396,9 +440,10 @@ def _canonicalize(func: relax.Function) -> relax.Function:
     return relax.analysis.remove_all_unused(mod["f"])
 
 
-def sink_permutes_once(func: relax.Function) -> relax.Function:
-    """One round: convert every region that gets cheaper, then fold the permutes that met."""
-    analysis = _Analysis(func)
+def sink_permutes_once(func: relax.Function, copies: bool = False) -> relax.Function:
+    """One round: convert every region that gets cheaper, then fold the permutes that met
+    (`copies`: values are read through their transposed copies too)."""
+    analysis = _Analysis(func, copies)
     if not analysis.plans:
         return func
     new = _Sinker(analysis).visit_expr(func)
@@ -413,12 +458,12 @@ def sink_permutes(func: relax.Function) -> relax.Function:
     lower the cost, the pass says so (`note`) and returns what the rounds reached."""
     start = current = fold_permutes(_canonicalize(func))
     for _ in range(MAX_ROUNDS):
-        new = _improved(current)
+        new = _improved(current) or _improved(current, copies=True)
         if new is None:
             break
         current = new
     else:
-        if (more := _improved(current)) is not None:
+        if (more := _improved(current) or _improved(current, copies=True)) is not None:
             note(f"SinkPermutes stopped at its cap of {MAX_ROUNDS} rounds with run-time "
                  f"transforms still going down ({_cost_text(_runtime_cost(current))} -> "
                  f"{_cost_text(_runtime_cost(more))} in the next round): more transforms "
@@ -426,9 +471,9 @@ def sink_permutes(func: relax.Function) -> relax.Function:
     return func if current is start else current
 
 
-def _improved(func: relax.Function) -> relax.Function | None:
+def _improved(func: relax.Function, copies: bool = False) -> relax.Function | None:
     """One more round, if it lowers the run-time transform cost; None otherwise."""
-    new = sink_permutes_once(func)
+    new = sink_permutes_once(func, copies)
     if new.same_as(func) or not _runtime_cost(new) < _runtime_cost(func):
         return None
     return new
