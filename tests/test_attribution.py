@@ -46,6 +46,17 @@ def test_op_without_layout_rule_names_the_op_and_the_module(write_case):
         assert "give relax.clip a layout rule" in att.next_step()
 
 
+def test_an_op_the_cleanup_carries_a_layout_through_is_not_blamed(write_case):
+    """The transform between a pad and the op it follows is the op's: the pad has a
+    layout under the cleanup (it was named, "give relax.nn.pad a layout rule", as if adding
+    one would help)."""
+    ts = _transforms(write_case, "cumsum_then_pad", pipeline="nhwc")
+    middle = [t.attribution for t in ts if t.attribution.reason == Reason.NO_LAYOUT_RULE]
+    assert [a.relax_op for a in middle] == ["relax.cumsum", "relax.cumsum"], [
+        t.attribution.describe() for t in ts]
+    assert all("cumsum" in (a.source or "") for a in middle)
+
+
 def test_model_own_permute(write_case):
     ts = _transforms(write_case, "own_permute", shape="[1, 16, 16, 8]")
     own = [t for t in ts if t.attribution.reason == Reason.OWN_PERMUTE]

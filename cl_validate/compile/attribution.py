@@ -282,8 +282,10 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
            decided: set[str], name: str) -> Attribution:
     """Why the op bound at `start` is in the old layout next to a transform.
 
-    An op without a layout rule is the cause itself. An op with one stayed in the old layout
-    because it followed an input that was in it: walk up its data input (skipping
+    An op without a layout rule is the cause itself, unless cl_validate's passes carry a
+    layout through it (pad, clip, quantize): then the op it followed is. An op with one
+    stayed in the old layout because it followed an input that was in it: walk up its data
+    input (skipping
     `skip_arg`, the transform's own side) until an op decided: an op without a rule, the
     model's own permute, an op kept or pinned in the old layout, or a graph input. Views are
     walked through to an own permute behind them, but if none is found the first op without
@@ -308,10 +310,13 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
         if op in decided:
             break  # the case's [layout] put this op in the new layout: the cause is below it
         if not has_layout_rule(op):
+            if op not in _VIEWS and op not in _CARRIED:
+                if first_ruleless is None or first_ruleless.relax_op in _CARRIED:
+                    # an op our passes carry a layout through only followed this one
+                    first_ruleless = Attribution(Reason.NO_LAYOUT_RULE, op, src)
+                break
             if first_ruleless is None:
                 first_ruleless = Attribution(Reason.NO_LAYOUT_RULE, op, src)
-            if op not in _VIEWS and op not in _CARRIED:
-                break
         elif first_ruleless is not None and first_ruleless.relax_op in _VIEWS:
             break  # an op with a rule past a view: the view decided
         args = [a for a in getattr(cur.value, "args", [])
