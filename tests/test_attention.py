@@ -385,6 +385,29 @@ class _Windows(nn.Module):
         return self.head(back.mean(1))
 
 
+class _FoldedHeads(nn.Module):
+    """transformers' SAM vision attention in a small block: heads folded into the batch
+    (``permute(2, 0, 3, 1, 4).reshape(3, B*H, N, D).unbind(0)``), written-out attention,
+    ``view(B, H, h, w, D)`` back; the block runs NHWC between a patch conv and a neck conv."""
+
+    def __init__(self, dim: int = 16, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.embed = nn.Conv2d(3, dim, 4, 4)
+        self.norm = nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.neck = nn.Conv2d(dim, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.embed(x).permute(0, 2, 3, 1)
+        b, h, w, c = t.shape
+        qkv = self.qkv(self.norm(t)).reshape(b, h * w, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.reshape(3, b * self.heads, h * w, -1).unbind(0)
+        attn = ((q * (c // self.heads) ** -0.5) @ k.transpose(-2, -1)).softmax(dim=-1)
+        o = (attn @ v).view(b, self.heads, h, w, -1).permute(0, 2, 3, 1, 4).reshape(b, h, w, -1)
+        return self.neck((t + self.proj(o)).permute(0, 3, 1, 2))
+
+
 def _compile(model: nn.Module, size: int, tmp_path, layout: str = "NCHW"):
     from cl_validate.analysis.fused_kernels import read_kernel_list
     from cl_validate.compile.frontend import export_and_import
@@ -414,7 +437,9 @@ def _compile(model: nn.Module, size: int, tmp_path, layout: str = "NCHW"):
 @pytest.mark.parametrize("model, floor", [
     (lambda: _TimmBlock(fused=True), 1), (lambda: _TimmBlock(fused=False), 1),
     (lambda: _MapAttention("sdpa"), 2), (lambda: _MapAttention("mha"), 2),
-], ids=["timm-sdpa", "timm-eager", "diffusers-sdpa-bool-mask", "mha-weights"])
+    (_FoldedHeads, 2),
+], ids=["timm-sdpa", "timm-eager", "diffusers-sdpa-bool-mask", "mha-weights",
+        "sam-folded-heads"])
 def test_attention_blocks_compile_to_their_boundaries(model, floor, tmp_path):
     """NCHW image in: the input's transform (and the output map's), nothing for attention;
     one attention kernel per attention; numerics as PyTorch's. With NHWC input one fewer."""

@@ -25,7 +25,8 @@ pytestmark = pytest.mark.compile
 
 class _Attention(nn.Module):
     """SDPA, or attention written out as the libraries do (``q @ kᵀ · scale``, mask, softmax,
-    ``@ v``; K/V of one head broadcast by the matmuls), which the pipeline raises."""
+    ``@ v``; K/V of one head broadcast by the matmuls), which the pipeline raises; "folded":
+    written out on ``(B·H, L, E)``, batch and heads folded into one axis (SAM's form)."""
 
     def __init__(self, form: str, mask: str, causal: bool, scale: float | None,
                  gqa: bool) -> None:
@@ -38,20 +39,24 @@ class _Attention(nn.Module):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                   is_causal=self.causal, scale=self.scale,
                                                   enable_gqa=self.gqa)
+        b, h, lq = q.shape[:3]
+        if self.form == "folded":
+            q, k, v = (t.reshape(b * h, *t.shape[2:]) for t in (q, k, v))
         s = (q @ k.transpose(-2, -1)) * (self.scale or q.shape[-1] ** -0.5)
         if mask is not None:
             s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
         if self.causal:
             above = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(1)
             s = s.masked_fill(above, float("-inf"))
-        return s.softmax(-1) @ v
+        out = s.softmax(-1) @ v
+        return out.view(b, h, lq, -1) if self.form == "folded" else out
 
 
 @st.composite
-def _attention(draw):  # type: ignore[no-untyped-def]
+def _attention(draw, folded: bool = False):  # type: ignore[no-untyped-def]
     b = draw(st.sampled_from([1, 2]))
     hq = draw(st.sampled_from([1, 2, 4]))
-    hkv = draw(st.sampled_from(sorted({hq, 1, max(1, hq // 2)})))
+    hkv = hq if folded else draw(st.sampled_from(sorted({hq, 1, max(1, hq // 2)})))
     lq, lk = draw(st.integers(1, 6)), draw(st.integers(1, 6))
     d = draw(st.sampled_from([2, 4, 8]))
     dv = draw(st.sampled_from([d, 3]))
@@ -60,11 +65,15 @@ def _attention(draw):  # type: ignore[no-untyped-def]
                                        (1, hq, 1, lk)]))
     causal = mask == "none" and draw(st.booleans())
     scale = draw(st.sampled_from([None, 0.3]))
-    # written out, K/V heads broadcast only when one (the matmuls' rule), not when grouped
-    form = draw(st.sampled_from(["sdpa", "eager"] if hkv in (1, hq) else ["sdpa"]))
+    # written out, K/V heads broadcast only when one (the matmuls' rule), not when grouped;
+    # folded, every head its own
+    form = "folded" if folded else draw(st.sampled_from(["sdpa", "eager"] if hkv in (1, hq)
+                                                        else ["sdpa"]))
+    if form == "folded" and mask_shape != (lq, lk):
+        mask = "none"  # a folded mask is (B·H, L, S) or broadcast from (L, S)
     # SDPA broadcasts one K/V head (or batch) by itself; enable_gqa repeats grouped heads
     gqa = hkv != hq and (hkv != 1 or draw(st.booleans()))
-    kv_batch = draw(st.sampled_from([b, 1])) if not gqa else b
+    kv_batch = draw(st.sampled_from([b, 1])) if not gqa and form != "folded" else b
     return (form, b, kv_batch, hq, hkv, gqa, lq, lk, d, dv, mask,
             mask_shape if mask != "none" else None, causal, scale)
 
@@ -85,6 +94,18 @@ def _case(tmp_path, shapes: list[tuple[int, ...]]):  # type: ignore[no-untyped-d
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_attention())
 def test_attention_is_exact_for_every_shape_it_accepts(tmp_path, drawn):
+    _check(tmp_path, drawn)
+
+
+@settings(max_examples=8, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_attention(folded=True))
+def test_attention_on_folded_batch_and_heads_is_exact(tmp_path, drawn):
+    """Written out on (B·H, L, E) and viewed back: read as B batches of H heads."""
+    _check(tmp_path, drawn)
+
+
+def _check(tmp_path, drawn):  # type: ignore[no-untyped-def]
     from cl_validate.compile.frontend import export_and_import
     from cl_validate.compile.program import compile_case
     from cl_validate.compile.stage_program import build_stage

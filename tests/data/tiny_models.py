@@ -593,3 +593,4 @@ class CumsumThenPad(nn.Module):
 def cumsum_then_pad() -> nn.Module:
     torch.manual_seed(0)
     return CumsumThenPad().eval()
+

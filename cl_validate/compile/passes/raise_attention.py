@@ -34,6 +34,8 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.passes._util import relax_function_pass
+from cl_validate.compile.passes.attention_heads import Fold, batch_heads
+from cl_validate.compile.passes.attention_left import Left, unmatched_softmaxes
 from cl_validate.ir import (
     PASS,
     Part,
@@ -53,14 +55,6 @@ _MARK = origin_mark([Part(PASS, None, "attention raised from matmul/softmax/matm
 
 
 @dataclass
-class Left:
-    """A softmax between two matmuls that stayed as it is, and why."""
-
-    source: str  # the softmax's binding name
-    why: str
-
-
-@dataclass
 class _Match:
     q: relax.Expr  # (..., L, E)
     kt: relax.Expr  # (..., E, S): Kᵀ, as the scores' matmul reads it
@@ -75,6 +69,11 @@ class _Match:
     #: a per-head factor of the scores (SwinV2's ``logit_scale.exp()``, XCiT's temperature:
     #: shape (..., H, 1, 1)), folded into q: (q·kᵀ)·c = (q·c)·kᵀ; and whether it divides
     q_factor: tuple[relax.Expr, bool] | None = None
+    #: 3-D operands (B·H, L, E) folded from (B, H, L, E) by the model (`batch_heads`): read
+    #: as B batches of H heads, so the model's head permutes cancel against the raised op's;
+    #: the folds of q, k and v, where each is in sight (read before the fold)
+    split: tuple[int, int] | None = None
+    folds: tuple[Fold | None, Fold | None, Fold | None] = (None, None, None)
 
 
 @dataclass
@@ -306,7 +305,7 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> _Match | None:
                                  "(returned as attention weights?)"))
         return None
     found = _scores(g, p)
-    if found is None:  # what stands between the matmul and the softmax: `_between` says
+    if found is None:  # what stands between the matmul and the softmax: said later
         return None
     a, b, scale, bias, q_factor = found
     qs, ks, vs = known_shape(a), known_shape(b), known_shape(v)
@@ -316,10 +315,25 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> _Match | None:
     if str(tensor_type(a).dtype) not in ("float32", "float16", "bfloat16"):  # type: ignore[union-attr]
         return None
     k = _swapped_last(g.value(b))
-    heads3 = len(qs) == 3 and any(
-        _seq_major(g.value(x)) for x in (a, b if k is None else k, v))
+    operands = (a, b if k is None else k, v)
+    heads3 = len(qs) == 3 and any(_seq_major(g.value(x)) for x in operands)
+    split, folds = None, (None, None, None)
+    if len(qs) == 3 and not heads3 and (bias is None or _splits(bias, qs[0])):
+        found_folds = [batch_heads(g.value, x) for x in operands]
+        split = next((f.split for f in found_folds if f is not None), None)
+        folds = tuple(f if f is not None and f.split == split and g.single_use(x) else None
+                      for f, x in zip(found_folds, operands, strict=True))  # type: ignore[assignment]
+        keep = (q_factor is None, k is not None, not transposed)  # q scaled first; Kᵀ
+        folds = tuple(f if ok else None for f, ok in zip(folds, keep, strict=True))  # type: ignore[assignment]
     return _Match(a, b, v, bias, scale, transposed, heads3,
-                  (softmax,) if isinstance(softmax, relax.Var) else (), q_factor)
+                  (softmax,) if isinstance(softmax, relax.Var) else (), q_factor, split, folds)
+
+
+def _splits(bias: relax.Expr, batch: int) -> bool:
+    """A bias of 3-D scores ``(N, L, S)`` that reads as ``(B, H, L, S)``: of rank 2, or 3
+    with N or 1 first."""
+    shape = known_shape(bias)
+    return shape is not None and (len(shape) == 2 or (len(shape) == 3 and shape[0] in (1, batch)))
 
 
 def _seq_major(value: relax.Expr | None) -> bool:
@@ -332,9 +346,14 @@ def _seq_major(value: relax.Expr | None) -> bool:
 Emit = Callable[[relax.Expr], relax.Expr]
 
 
-def _bshd(e: relax.Expr, emit: Emit, heads3: bool = False) -> relax.Expr:
-    """``(..., heads, L, E)`` (or ``(N, L, E)``: one head, or N heads when `heads3`) as BSHD."""
+def _bshd(e: relax.Expr, emit: Emit, heads3: bool = False,
+          split: tuple[int, int] | None = None) -> relax.Expr:
+    """``(..., heads, L, E)`` (or ``(N, L, E)``: one head, N heads when `heads3`, or
+    ``(B, H)`` = `split`) as BSHD."""
     shape = known_shape(e) or ()
+    if len(shape) == 3 and split is not None:
+        e = emit(relax.op.reshape(e, [*split, *shape[1:]]))
+        return emit(mark_origin(relax.op.permute_dims(e, [0, 2, 1, 3]), _MARK))
     if len(shape) == 2:
         return emit(relax.op.reshape(e, [1, shape[0], 1, shape[1]]))
     if len(shape) == 3 and not heads3:
@@ -351,13 +370,19 @@ def _swap(e: relax.Expr, emit: Emit) -> relax.Expr:
     return emit(mark_origin(relax.op.permute_dims(e, [*range(n - 2), n - 1, n - 2]), _MARK))
 
 
-def _raised(m: _Match, out_shape: Sequence[int], emit: Emit) -> relax.Expr:
+def _raised(m: _Match, out_shape: Sequence[int], emit: Emit,
+            unfolded: Sequence[relax.Expr | None] = (None, None, None)) -> relax.Expr:
+    """The attention op for `m`; `unfolded`: q, k, v read as (B, H, L, E) before the
+    model folded B and H (`Fold.unfolded`), where they were."""
     q = m.q
     if m.q_factor is not None:  # per head: folded into q, before the heads move
         c, divides = m.q_factor
         q = emit((relax.op.divide if divides else relax.op.multiply)(q, c))
-    q, k = _bshd(q, emit, m.heads3), _bshd(_swap(m.kt, emit), emit, m.heads3)
-    v = _bshd(_swap(m.v, emit) if m.transposed_out else m.v, emit, m.heads3)
+    q = _bshd(unfolded[0] if unfolded[0] is not None else q, emit, m.heads3, m.split)
+    k = _bshd(unfolded[1] if unfolded[1] is not None else _swap(m.kt, emit), emit, m.heads3,
+              m.split)
+    v = _bshd(unfolded[2] if unfolded[2] is not None else
+              _swap(m.v, emit) if m.transposed_out else m.v, emit, m.heads3, m.split)
     bias = m.bias
     if bias is not None:  # broadcastable to (batch, heads, L, S), as the scores were
         bias = emit(bias)
@@ -366,14 +391,15 @@ def _raised(m: _Match, out_shape: Sequence[int], emit: Emit) -> relax.Expr:
         if len(bshape) > 4:
             bshape = [int(np.prod(bshape[:-3])), *bshape[-3:]]
         elif len(bshape) == 3 and qrank == 3:
-            bshape = [bshape[0], 1, bshape[1], bshape[2]]
+            lead = list(m.split) if m.split is not None and bshape[0] > 1 else [bshape[0], 1]
+            bshape = [*lead, bshape[1], bshape[2]]
         if len(bshape) < 4:
             bshape = [1] * (4 - len(bshape)) + bshape
         if tuple(bshape) != known_shape(bias):
             bias = emit(relax.op.reshape(bias, bshape))
     out = emit(relax.op.nn.attention(q, k, v, bias=bias, scale=m.scale))
     qs = known_shape(m.q) or ()
-    if m.heads3:  # (1, L, N, Dv) back to (N, L, Dv), or (N, Dv, L)
+    if m.heads3 or m.split is not None:  # (B, L, H, Dv) back to (B·H, L, Dv), or (B·H, Dv, L)
         res = emit(mark_origin(relax.op.permute_dims(out, [0, 2, 3, 1] if m.transposed_out
                                                      else [0, 2, 1, 3]), _MARK))
     elif len(qs) <= 3:  # one head: (N, L, 1, Dv) is (N, L, Dv)
@@ -401,11 +427,14 @@ class _Raise(PyExprMutator):  # type: ignore[misc]
             return
         factor = None if m.q_factor is None else (self.visit_expr(m.q_factor[0]),
                                                   m.q_factor[1])
+        emit = self.builder_.emit
+        unfolded = [None if f is None else f.unfolded(self.visit_expr(f.source), emit)
+                    for f in m.folds]
         m = _Match(self.visit_expr(m.q), self.visit_expr(m.kt), self.visit_expr(m.v),
                    None if m.bias is None else self.visit_expr(m.bias), m.scale,
-                   m.transposed_out, m.heads3, q_factor=factor)
-        new = self.builder_.normalize(_raised(m, known_shape(binding.var) or (),
-                                              self.builder_.emit))
+                   m.transposed_out, m.heads3, q_factor=factor, split=m.split)
+        new = self.builder_.normalize(_raised(m, known_shape(binding.var) or (), emit,
+                                              unfolded))
         self.builder_.emit_normalized(relax.VarBinding(binding.var, new))
 
 
@@ -420,54 +449,9 @@ def find(func: relax.Function) -> tuple[dict[relax.Var, _Match], list[Left]]:
             found = _match(g, var, value)  # type: ignore[arg-type]
             if found is not None:
                 matches[var] = found
-    g.left += _between(g, matches, {left.source for left in g.left})
-    return matches, g.left
-
-
-def _between(g: _Graph, matches: dict[relax.Var, _Match], reported: set[str]) -> list[Left]:
-    """Softmaxes between two matmuls (within a few ops) that no match took: what stands
-    between them and the matmuls (EfficientFormerV2's talking heads: a conv on the heads)."""
     taken = {s for m in matches.values() for s in m.consumed}
-    users: dict[relax.Var, list[relax.Var]] = {}
-    for var, value in g.values.items():
-        for arg in getattr(value, "args", []):
-            if isinstance(arg, relax.Var):
-                users.setdefault(arg, []).append(var)
-
-    def path(start: relax.Var, step: Callable[[relax.Var], list[relax.Var]]) -> list[str]:
-        seen: list[str] = []
-        frontier = [start]
-        for _ in range(_NEAR):
-            frontier = [n for v in frontier for n in step(v)]
-            names = [op_name(g.values.get(v)) or "" for v in frontier]
-            if _MATMUL in names:
-                return seen
-            seen += [n for n in names if n and n not in _QUIET]
-        return ["?"]
-
-    def up(v: relax.Var) -> list[relax.Var]:
-        return [a for a in getattr(g.values.get(v), "args", []) if isinstance(a, relax.Var)]
-
-    out = []
-    for var, value in g.values.items():
-        if op_name(value) != _SOFTMAX or var in taken or var.name in reported:
-            continue
-        before, after = path(var, up), path(var, lambda v: users.get(v, []))
-        if "?" in before or "?" in after:
-            continue  # not between two matmuls: not attention
-        ops = sorted({o.removeprefix("relax.") for o in before + after})
-        if ops:
-            out.append(Left(var.name, f"{', '.join(ops)} between the matmuls and the softmax "
-                                      "(not attention's computation: talking heads?)"))
-    return out
-
-
-#: How many bindings away a matmul may be for a softmax to count as attention's
-_NEAR = 8
-#: Ops that do not change what a chain computes (views, casts): not named as in between
-_QUIET = frozenset({"relax.reshape", "relax.broadcast_to", "relax.permute_dims",
-                    "relax.astype", "relax.multiply", "relax.divide", "relax.add",
-                    "relax.squeeze", "relax.expand_dims", "relax.nn.softmax", "relax.take"})
+    g.left += unmatched_softmaxes(g.values, taken, {left.source for left in g.left})
+    return matches, g.left
 
 
 def raise_attention(func: relax.Function) -> relax.Function:
