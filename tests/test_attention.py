@@ -526,3 +526,53 @@ def test_a_per_head_score_scale_is_folded_into_q(scale, tmp_path):
     floor = _compile(_PerHeadScale("float"), 16, tmp_path)
     assert sum(k.name.startswith("attention") for k in kernels.kernels) == 1, kernels.render()
     assert len(kernels.runtime_transforms) == len(floor.runtime_transforms), kernels.render()
+
+
+def test_talking_heads_by_linear_layers_stay_and_say_why():
+    """CaiT's talking heads: a Linear over the heads on each side of the softmax (the scores
+    permuted heads-last, projected, permuted back). The matmuls stay, and the note says a
+    Linear is on the scores; it said nothing before (the Linear is a matmul itself)."""
+
+    class TalkingHeads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv, self.proj_l, self.proj_w = nn.Linear(8, 24), nn.Linear(2, 2), \
+                nn.Linear(2, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, n, c = x.shape
+            q, k, v = self.qkv(x).reshape(b, n, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
+            a = (q * 0.5) @ k.transpose(-2, -1)
+            a = self.proj_l(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2).softmax(-1)
+            a = self.proj_w(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+            return (a @ v).transpose(1, 2).reshape(b, n, c)
+
+    from tvm.relax.frontend.torch import from_exported_program
+
+    ep = torch.export.export(TalkingHeads().eval(), (torch.randn(1, 5, 8),))
+    mod = from_exported_program(ep, keep_params_as_input=True)
+    matches, left = find(mod["main"])
+    assert not matches and len(left) == 1, left
+    assert left[0].why.startswith("a Linear on the scores between the matmuls"), left[0].why
+
+
+def test_a_scale_computed_from_parameters_is_not_named_as_in_between():
+    """A score scale that is not one per head (here one per query row, from a parameter
+    through exp) is not raised; the note does not name the parameter's own exp as standing
+    between the matmuls (SwinV2's note said "exp ... talking heads?")."""
+
+    class RowScaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.logit = nn.Parameter(torch.zeros(2, 5, 1))
+
+        def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return ((q @ k.transpose(-2, -1)) * self.logit.exp()).softmax(-1) @ v
+
+    from tvm.relax.frontend.torch import from_exported_program
+
+    ep = torch.export.export(RowScaled().eval(), tuple(torch.randn(1, 2, 5, 4) for _ in "qkv"))
+    mod = from_exported_program(ep, keep_params_as_input=True)
+    matches, left = find(mod["main"])
+    assert not matches and len(left) == 1, left
+    assert "exp" not in left[0].why and "do not read as" in left[0].why, left[0].why

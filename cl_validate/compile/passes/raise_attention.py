@@ -47,6 +47,7 @@ from cl_validate.ir import (
     origin_mark,
     tensor_type,
     use_sites,
+    weight_derived,
 )
 
 _MATMUL, _SOFTMAX = "relax.matmul", "relax.nn.softmax"
@@ -450,7 +451,8 @@ def find(func: relax.Function) -> tuple[dict[relax.Var, _Match], list[Left]]:
             if found is not None:
                 matches[var] = found
     taken = {s for m in matches.values() for s in m.consumed}
-    g.left += unmatched_softmaxes(g.values, taken, {left.source for left in g.left})
+    g.left += unmatched_softmaxes(g.values, taken, {left.source for left in g.left},
+                                  weight_derived(func))
     return matches, g.left
 
 
