@@ -74,3 +74,77 @@ def test_a_case_file_key_that_would_make_the_parse_blow_up_is_one_line(extra, sa
     assert time.perf_counter() - t0 < 10
     assert code == ExitCode.USAGE_ERROR and f"c.toml:17: {says}" in out, out
     assert out.count("\n") <= 2
+
+
+SELECTION = """
+[[outputs]]
+name = "{name}"
+selection = {{ axis = 1, differing = {differing} }}
+"""
+
+
+def test_the_parent_never_matches_a_selection(tmp_path, monkeypatch):
+    """Selection matching grows with the square of the items: a 96 kB output with four
+    seeds blocked the run loop for a minute, a 245 kB one asked for 29 GiB. It runs where
+    the outputs are made (the case process, under the case's limits); the parent judges the
+    matched arrays and, handed a sample no case process matched, compares element by
+    element rather than match it."""
+    import numpy as np
+
+    from cl_validate.checks.numerics import match_selections
+    from cl_validate.checks.verdict import Status
+    from cl_validate.measurements import selection
+    from cl_validate.measurements.measurement import Sample
+    from cl_validate.spec import load_case
+    from tests.conftest import judge_check
+
+    path = tmp_path / "sel.toml"
+    path.write_text(tiny_case(model="tiny_models:topk_head", tolerance=(1e-4, 1e-4))
+                    + SELECTION.format(name="detections", differing=0))
+    case = load_case(path)
+    rng = np.random.default_rng(0)
+    expected = rng.standard_normal((1, 24, 6)).astype(np.float32)
+    permuted = expected[:, rng.permutation(24)]
+    matched = match_selections(case, "llvm", Sample("", [permuted], [expected]))
+    assert matched.selections is not None and matched.selections[0][0] > 20
+
+    def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the parent matched a selection")
+
+    monkeypatch.setattr(selection, "_pair", refuse)
+    ok = judge_check("numerics", case, "llvm", samples=[matched])
+    assert ok.status is Status.PASSED, ok.message
+    unmatched = judge_check("numerics", case, "llvm", samples=[Sample("", [permuted],
+                                                                      [expected])])
+    assert unmatched.status is Status.FAILED, unmatched.message
+
+
+@pytest.mark.compile
+def test_a_selection_too_large_to_match_errors_its_own_case(tmp_path):
+    """6144 items: the case's numerics error, by name, with the fix; its neighbour passes."""
+    for f in ("tiny_models.py", "hostile_models.py"):
+        shutil.copy(DATA / f, tmp_path / f)
+    (tmp_path / "wide.toml").write_text(
+        tiny_case(model="hostile_models:wide_selection")
+        + SELECTION.format(name="out", differing=0))
+    (tmp_path / "fine.toml").write_text(tiny_case())
+    code, out = run_cli(["run", str(tmp_path), "-j", "2", "--no-cache"]).both()
+    assert code == ExitCode.CHECK_FAILED, out
+    assert "numerics cannot compare a selection of 6144 items along axis 1 (at most 4096" \
+        in out, out
+    assert "PASS  fine" in out, out
+
+
+@pytest.mark.compile
+def test_a_selection_that_lets_every_item_differ_cannot_pass_unnoticed(tmp_path):
+    """``selection = {differing = 1000}`` on a 24-item top-k: every item may be another, so
+    any program passes. The "cannot fail" check judges PyTorch's outputs on another input
+    the same way, as a selection, and fails the case (it passed before: that check compared
+    element by element)."""
+    shutil.copy(DATA / "tiny_models.py", tmp_path / "tiny_models.py")
+    (tmp_path / "loose.toml").write_text(
+        tiny_case(model="tiny_models:topk_head", tolerance=(1e-4, 1e-4))
+        + SELECTION.format(name="detections", differing=1000))
+    code, out = run_cli(["run", str(tmp_path), "--no-cache"]).both()
+    assert code == ExitCode.CHECK_FAILED, out
+    assert "numerics cannot fail" in out, out

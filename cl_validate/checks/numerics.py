@@ -64,6 +64,8 @@ class NumericsKind(FailureKind):
     RPC_UNAVAILABLE = ("RPCUnavailable", "the RPC tracker or a server of the key cannot be "
                        "reached")
     EXPORT_ERROR = "ExportError", "the module could not be linked for the remote device"
+    SELECTION_TOO_LARGE = ("SelectionTooLarge", "a selection output holds more items than "
+                           "can be matched (each is weighed against every other)")
     INSENSITIVE = ("InsensitiveOutput", "the outputs barely depend on the input: a program "
                    "that ignored its input would pass, so the comparison cannot fail")
 
@@ -87,40 +89,79 @@ class NumericsFigures(Figures):
         return f"{self.max_abs:.1e}" if self.max_abs is not None else None
 
 
+def match_selections(case: CaseSpec, target: str, sample: Sample) -> Sample:
+    """`sample` with every selection output's items in the reference's order (TVM's, and
+    eager float32's where float64 is the reference) and what that took: done where the
+    outputs are made (the case process, under its limits), so the parent, which judges,
+    never does work that grows with the square of a model's output. Raises `TooManyItems`
+    for a selection too large to match."""
+    if sample.selections is not None:
+        return sample
+    actual, expected = list(sample.actual), list(sample.expected)
+    selections: list[tuple[int, int] | None] = []
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        declared = case.declared_output(i)
+        if declared is None or declared.selection is None:
+            selections.append(None)
+            continue
+        tol = case.tolerance_for(target, i)[0]
+        ref64 = sample.reference64[i] if sample.reference64 is not None else None
+        axis, differing = declared.selection
+        against = e
+        if tol.float64 and ref64 is not None:  # eager's own order against float64's
+            against = ref64
+            expected[i] = match_items(e, ref64, axis, tol.atol, tol.rtol, differing).actual
+        matched = match_items(a, against, axis, tol.atol, tol.rtol, differing)
+        actual[i] = matched.actual
+        selections.append((matched.reordered, matched.differing))
+    return replace(sample, actual=actual, expected=expected, selections=selections)
+
+
+def match_decoy(case: CaseSpec, target: str, decoy: list[np.ndarray], first: Sample
+                ) -> list[np.ndarray]:
+    """The decoy outputs (`Measurement.decoy`) with their selections matched to the first
+    sample's as TVM's are: judged the same way, a selection that allows every item to differ
+    makes the comparison one that cannot fail, and `insensitive_outputs` sees that."""
+    if len(decoy) != len(first.expected) or any(
+            d.shape != e.shape for d, e in zip(decoy, first.expected, strict=True)):
+        return decoy
+    base = replace(first, selections=None)
+    return match_selections(case, target, replace(base, actual=list(decoy))).actual
+
+
 def compare_all(case: CaseSpec, target: str, actual: Sequence[np.ndarray],
                 expected: Sequence[np.ndarray], sample: str = "",
                 reference64: Sequence[np.ndarray] | None = None,
                 steps: Sequence[OutputStep | None] = ()) -> list[ErrorStats]:
     """Every output judged by the case's rule for it (`steps`: each output's quantization
-    step, for the steps rule)."""
-    out = []
-    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        tol = case.tolerance_for(target, i)[0]
-        ref64 = reference64[i] if reference64 is not None else None
-        declared = case.declared_output(i)
-        matched = None
-        if declared is not None and declared.selection is not None:
-            axis, differing = declared.selection
-            against = e
-            if tol.float64 and ref64 is not None:  # eager's own order against float64's
-                against = ref64
-                e = match_items(e, ref64, axis, tol.atol, tol.rtol, differing).actual
-            matched = match_items(a, against, axis, tol.atol, tol.rtol, differing)
-            a = matched.actual
-        stats = replace(compare(a, e, tol, i, sample, ref64,
-                                steps[i] if i < len(steps) else None),
-                        label=case.output_label(i))
-        if matched is not None:
-            stats = replace(stats, reordered=matched.reordered, differing=matched.differing)
-        out.append(stats)
-    return out
+    step, for the steps rule); selection outputs matched first (`match_selections`)."""
+    return sample_stats(case, target, Sample(sample, list(actual), list(expected),
+                                             None if reference64 is None else list(reference64)),
+                        steps)
 
 
 def sample_stats(case: CaseSpec, target: str, sample: Sample,
-                 steps: Sequence[OutputStep | None] = ()) -> list[ErrorStats]:
-    """Every output of one sample, judged by the case's rule for it."""
-    return compare_all(case, target, sample.actual, sample.expected, sample.label,
-                       sample.reference64, steps)
+                 steps: Sequence[OutputStep | None] = (), match: bool = True
+                 ) -> list[ErrorStats]:
+    """Every output of one sample, judged by the case's rule for it; selections not
+    matched yet are matched here when `match` (where the outputs are made). The parent
+    judges with ``match=False``: a measurement whose selections were not matched (a case
+    process that did not, or could not) is compared element by element."""
+    if match:
+        sample = match_selections(case, target, sample)
+    out = []
+    for i, (a, e) in enumerate(zip(sample.actual, sample.expected, strict=True)):
+        tol = case.tolerance_for(target, i)[0]
+        ref64 = sample.reference64[i] if sample.reference64 is not None else None
+        stats = replace(compare(a, e, tol, i, sample.label, ref64,
+                                steps[i] if i < len(steps) else None),
+                        label=case.output_label(i))
+        matched = sample.selections[i] if sample.selections is not None and \
+            i < len(sample.selections) else None
+        if matched is not None:
+            stats = replace(stats, reordered=matched[0], differing=matched[1])
+        out.append(stats)
+    return out
 
 
 def severity(s: ErrorStats) -> tuple[bool, float]:
@@ -186,7 +227,8 @@ def check_numerics(case: CaseSpec, target: str, stats: Sequence[ErrorStats],
 def wants_bisection(case: CaseSpec, m: Measurement) -> bool:
     """A cached measurement whose numerics fail under the case file as it is now, with no
     bisection made under the same tolerances: it is measured again, to say where."""
-    failing = any(worst_failure(sample_stats(case, m.target, s, m.output_steps)) is not None
+    failing = any(worst_failure(sample_stats(case, m.target, s, m.output_steps,
+                                             match=False)) is not None
                   for s in m.samples if len(s.actual) == len(s.expected))
     if not failing:
         return False
@@ -251,7 +293,7 @@ class Numerics(Check):
                                    "reference run, which the tolerance now asks for",
                                    kind=NumericsKind.FLOAT64_MISSING,
                                    line=case.tolerance_for(m.target, None)[1])
-            stats.extend(sample_stats(case, m.target, s, m.output_steps))
+            stats.extend(sample_stats(case, m.target, s, m.output_steps, match=False))
         result = check_numerics(case, m.target, stats, m.bisection)
         if result.status is Status.PASSED:
             result = _sensitivity(case, m, result)
@@ -344,4 +386,5 @@ def _sensitivity(case: CaseSpec, m: Measurement, passed: CheckResult) -> CheckRe
 
 
 __all__ = ["ErrorStats", "check_numerics", "compare", "compare_all", "insensitive_outputs",
-           "sample_stats", "severity", "wants_bisection", "worst_failure"]
+           "match_decoy", "match_selections", "sample_stats", "severity", "wants_bisection",
+           "worst_failure"]

@@ -35,6 +35,10 @@ class Sample:
     actual: list[np.ndarray]  # TVM's outputs, in PyTorch's layout
     expected: list[np.ndarray]  # PyTorch's outputs
     reference64: list[np.ndarray] | None = None  # eager float64's, where a tolerance asks
+    #: per output, for a selection output: (items reordered, other items allowed), its
+    #: arrays already in the reference's order (matched in the case process, which the
+    #: parent never does: the match grows with the square of the items); None: not matched
+    selections: list[tuple[int, int] | None] | None = None
 
 
 @dataclass

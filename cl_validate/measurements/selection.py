@@ -16,6 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+#: The most items one selection may hold: the match weighs every pair (k² distances), so a
+#: larger one is refused by name rather than let run out of memory or time
+MAX_ITEMS = 4096
+
+
+class TooManyItems(ValueError):
+    """A selection output with more than `MAX_ITEMS` items."""
+
 
 @dataclass(frozen=True)
 class Matched:
@@ -38,6 +46,9 @@ def match_items(actual: np.ndarray, expected: np.ndarray, axis: int, atol: float
     a = np.moveaxis(actual, axis, 0)
     e = np.moveaxis(expected, axis, 0)
     k = a.shape[0]
+    if k > MAX_ITEMS:
+        raise TooManyItems(f"a selection of {k} items along axis {axis} (at most {MAX_ITEMS}: "
+                           f"each is weighed against every other)")
     # one selection per index of every axis before `axis` (the batch); items are the rest
     lead = int(np.prod(actual.shape[:axis], dtype=np.int64)) if axis else 1
     a_items = np.moveaxis(a.reshape(k, lead, -1), 1, 0)  # (selection, item, values)

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import functools
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,7 +28,12 @@ from cl_validate.analysis.op_layouts import op_layouts
 from cl_validate.analysis.stage_counts import op_level_stage, stage_counts
 from cl_validate.checks.compile import CaseKind
 from cl_validate.checks.kernel_list import load_baseline
-from cl_validate.checks.numerics import NumericsKind, wants_bisection
+from cl_validate.checks.numerics import (
+    NumericsKind,
+    match_decoy,
+    match_selections,
+    wants_bisection,
+)
 from cl_validate.compile.factory import build_model, check_layout_overrides, weights_digest
 from cl_validate.compile.frontend import Frontend, export_and_import
 from cl_validate.compile.model_outputs import OutputTypeError
@@ -54,12 +57,13 @@ from cl_validate.measurements.bisection import Bisection
 from cl_validate.measurements.cache import Cache, key
 from cl_validate.measurements.kinds import SkipKind
 from cl_validate.measurements.measurement import Measurement, Sample, Skip
+from cl_validate.measurements.selection import TooManyItems
 from cl_validate.paths import display_path
-from cl_validate.session import sandbox
 from cl_validate.session.execute import float64_model, run_torch64, run_torch_named, run_tvm
 from cl_validate.session.first_break import bisect, bisect_failure
 from cl_validate.session.inputs import make_inputs, torch_inputs
 from cl_validate.session.kernel_timer import profile_case, wants_profile
+from cl_validate.session.model_errors import model_error, refused_call_error
 from cl_validate.session.remote import RpcError, run_remote
 from cl_validate.session.weights import (
     CALIBRATION_BATCHES,
@@ -101,54 +105,6 @@ class TargetPlan:
 
 def _one_line(exc: BaseException) -> str:
     return first_line(exc)
-
-
-def _model_frame(exc: BaseException) -> str | None:
-    """``zoo/net.py:12``: the innermost frame of the traceback in the user's code (not in an
-    installed package, not in cl_validate), relative to the working directory."""
-    ours = str(Path(__file__).resolve().parents[1])
-    found = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if "site-packages" in frame.filename or frame.filename.startswith((ours, "<")):
-            continue
-        found = f"{display_path(Path(frame.filename))}:{frame.lineno}"
-    return found
-
-
-def model_error(case: CaseSpec, what: str, exc: BaseException, hint: str) -> ErrorRecord:
-    """The model's code raised: its error (``ModelError``), not the tool's — the exception's
-    first meaningful line, where in the model's code, the case file's ``model`` line and a
-    hint; the traceback as the detail."""
-    where = _model_frame(exc)
-    at = f" at {where}" if where else ""
-    text = f"{type(exc).__name__}: {first_line(exc)}".rstrip(": ")
-    line = case.line_of("model")
-    return ErrorRecord(f"{display_path(case.path)}:{line}: {what}: {text}{at} "
-                       f"(hint: {hint})", CaseKind.MODEL_ERROR,
-                       "".join(traceback.format_exception(exc)), line)
-
-
-def refused_call_error(case: CaseSpec, exc: BaseException | None) -> ErrorRecord | None:
-    """The model's code tried to signal or change a process outside its case and the kernel
-    refused (`sandbox`): that case's ``SignalledRun`` or ``ReachedOut``, naming the call;
-    None for any other error (it replaces whatever the error was taken for)."""
-    line = case.line_of("model")
-    call = sandbox.refused_signal(exc)
-    if call is not None and exc is not None:
-        return ErrorRecord(
-            f"{display_path(case.path)}:{line}: the model's code tried to signal a process "
-            f"outside its case ({call}); refused (hint: a case's processes may signal only "
-            "each other, never the run, its zygote or another case)", CaseKind.SIGNALLED_RUN,
-            "".join(traceback.format_exception(exc)), line)
-    call = sandbox.refused_reach(exc)
-    if call is not None and exc is not None:
-        return ErrorRecord(
-            f"{display_path(case.path)}:{line}: the model's code tried to change a process "
-            f"outside its case ({call}); refused (hint: a case may set its own limits, "
-            "priority and affinity, never the run's, its zygote's or another case's; files "
-            "under /proc are read-only to it)", CaseKind.REACHED_OUT,
-            "".join(traceback.format_exception(exc)), line)
-    return None
 
 
 class CaseSession:
@@ -479,15 +435,25 @@ class CaseSession:
                                     self.options.timeout or case.timeout)
                 m.ran_on = plan.place.remote()
             refs64 = self._references64 if want64 else None
-            m.samples = [Sample(label, outs, reference, refs64[i] if refs64 else None)
-                         for i, ((label, _), outs, reference) in enumerate(zip(
-                             self.samples, actual, self.expected, strict=True))]
+            samples = [Sample(label, outs, reference, refs64[i] if refs64 else None)
+                       for i, ((label, _), outs, reference) in enumerate(zip(
+                           self.samples, actual, self.expected, strict=True))]
         except RpcError as exc:
             m.numerics_error = ErrorRecord(f"{exc} ({target})", exc.kind, exc.detail)
         except Exception as exc:
             m.numerics_error = ErrorRecord(
                 f"running the compiled program failed ({target}): "
                 f"{type(exc).__name__}: {_one_line(exc)}", NumericsKind.RUNTIME_ERROR, str(exc))
+        else:  # selections matched here, under the case's limits: never in the parent
+            try:
+                m.samples = [match_selections(case, target, s) for s in samples]
+                if m.decoy is not None and m.samples:
+                    m.decoy = match_decoy(case, target, m.decoy, m.samples[0])
+            except TooManyItems as exc:
+                m.numerics_error = ErrorRecord(
+                    f"numerics cannot compare {exc} ({target}) (hint: declare the output "
+                    "without `selection`, or select fewer items)",
+                    NumericsKind.SELECTION_TOO_LARGE, line=case.line_of("outputs"))
 
     def _float64_reference(self) -> ErrorRecord | None:
         """Eager float64 outputs of every sample (`_references64`), where a target whose

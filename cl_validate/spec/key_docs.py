@@ -98,7 +98,8 @@ DOCS: dict[str, dict[str, str]] = {
         "selection": "`{ axis = 1, differing = 0 }`: the output holds selected items (a "
                      "top-k) along `axis`, compared as a set: TVM's items matched to "
                      "PyTorch's nearest first, so near-ties in another order pass and wrong "
-                     "values fail; `differing` items may be other ones (a tie at the cut)",
+                     "values fail; `differing` items may be other ones (a tie at the cut); "
+                     "at most 4096 items (`SelectionTooLarge`)",
     },
     "[tolerance]": {
         "rtol": f"relative tolerance: `|tvm - torch| <= atol + rtol·|torch|` elementwise "

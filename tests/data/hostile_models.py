@@ -237,3 +237,15 @@ class _Deep(nn.Module):
 
 def deeply_nested_output() -> nn.Module:
     return _Deep().eval()
+
+
+class _WideSelection(nn.Module):
+    """An output of 6144 one-value items (its case declares it a selection): matching it
+    weighs 6144² pairs, which the parent did for every seed."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x.flatten(1)] * 8, 1).unsqueeze(-1)
+
+
+def wide_selection() -> nn.Module:
+    return _WideSelection()
