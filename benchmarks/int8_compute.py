@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 import tempfile
 import time
@@ -68,7 +69,7 @@ def measure(name: str, repeat: int) -> list[dict[str, object]]:
     from tvm import relax
 
     from cl_validate.analysis.fused_kernels import read_kernel_list
-    from cl_validate.checks.float_qdq_convs import split_convs
+    from cl_validate.checks.float_qdq_products import split_products
     from cl_validate.session.case_session import CaseSession
     from cl_validate.session.inputs import program_args
 
@@ -85,7 +86,7 @@ def measure(name: str, repeat: int) -> list[dict[str, object]]:
             compiled = session.compiled("llvm")
             seconds = time.perf_counter() - t0
             kernels = read_kernel_list(compiled, case.max_sizes())
-            floats, ints, _ = split_convs(kernels)
+            floats, ints = split_products(kernels)
             vm = relax.VirtualMachine(compiled.executable, tvm.cpu())
             args = program_args(case, session.samples[0][1], tvm.cpu())
             timer = vm.time_evaluator("main", tvm.cpu(), number=5, repeat=repeat)
@@ -100,13 +101,17 @@ def measure(name: str, repeat: int) -> list[dict[str, object]]:
     return rows
 
 
+def _conv_dtypes(k: object) -> list[str | None]:
+    """The data dtype of each convolution fused into kernel `k`."""
+    ops, dtypes = k.ops, k.dtypes or (None,) * len(k.ops)  # type: ignore[attr-defined]
+    return [d for op, d in zip(ops, dtypes, strict=False) if re.match(r"^conv[123]d", op)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--case", action="append", choices=CASES)
     args = parser.parse_args()
-    from cl_validate.checks.float_qdq_convs import conv_dtypes
-
     for name in args.case or CASES:
         rows = measure(name, args.repeat)
         base = next(r for r in rows if r["program"] == "float QDQ")
@@ -115,12 +120,12 @@ def main() -> None:
             ratio = float(r["run_ms"]) / float(base["run_ms"])  # type: ignore[arg-type]
             print(f"  {r['program']:<10} compile {r['compile_s']:6.2f} s   run "
                   f"{r['run_ms']:8.3f} ms ({ratio:.2f}x float)   constants "
-                  f"{int(r['constants']) / 1024:8.1f} KiB   convs {r['int']} int / "  # type: ignore[call-overload]
+                  f"{int(r['constants']) / 1024:8.1f} KiB   products {r['int']} int / "  # type: ignore[call-overload]
                   f"{r['float']} float   {r['kernels']} kernels")
         int8 = next(r for r in rows if r["program"] == "int8")
         print("  arm64 (static), int8 program: kernels with a convolution")
         for k in int8["arm64"]:  # type: ignore[attr-defined]
-            dtypes = conv_dtypes(k)
+            dtypes = _conv_dtypes(k)
             if dtypes:
                 print(f"    {k.index:3d}  {k.name[:70]:<70}  data {', '.join(map(str, dtypes))}")
 

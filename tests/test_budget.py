@@ -314,3 +314,33 @@ def test_stale_budget_fails_unless_pyproject_says_warn(tmp_path, monkeypatch):
     assert "2/3 stale" in out
     assert "WARNING tiny [llvm] layout_transforms: budget stale: layout_transforms 2 < 3" in out
 
+
+
+# --------------------------------------------------------------------------------------------
+# A budget under its old name (float_qdq_convs is float_qdq_products)
+# --------------------------------------------------------------------------------------------
+def test_a_budget_under_its_old_name_is_read_and_tightened_where_it_is(tmp_path):
+    """``float_qdq_convs`` (the budget before it counted every quantized product) is read as
+    ``float_qdq_products``, at its own line; tighten lowers it in place, in the file's
+    spelling, comment kept, and adds no second key."""
+    text = MINIMAL + "float_qdq_convs = 3   # three left in float\n"
+    case = _case(tmp_path, text)
+    budget = case.budget_for("llvm")
+    assert budget.get("float_qdq_products") == 3
+    assert budget.line("float_qdq_products") == text.splitlines().index(
+        "float_qdq_convs = 3   # three left in float") + 1
+    p = plan(case, {None: {"llvm": {"layout_transforms": 2, "float_qdq_products": 1},
+                    "cuda": {"layout_transforms": 2, "float_qdq_products": 1}}},
+             allow_increase=False, reason="")
+    new = rewrite(case.path.read_text(), p)
+    assert "float_qdq_convs = 1   # three left in float" in new, new
+    assert "float_qdq_products" not in new, new
+    assert _case(tmp_path, new, "after.toml").budget_for("cuda").get("float_qdq_products") == 1
+
+
+def test_a_budget_under_both_names_is_one_line_at_the_second(write_case):
+    path = write_case(MINIMAL + "float_qdq_products = 0\nfloat_qdq_convs = 0\n")
+    code, out = run_cli(["list", str(path)]).both()
+    assert code == ExitCode.USAGE_ERROR, out
+    assert "'float_qdq_convs' and 'float_qdq_products' are one budget under two names" in out
+    assert f"{path.name}:{MINIMAL.count(chr(10)) + 2}" in out, out

@@ -34,7 +34,7 @@ shape = [1, 3, 16, 16]
 "relax.nn.conv2d" = ["NHWC", "OHWI"]
 [budget]
 layout_transforms = 1
-float_qdq_convs = 0
+float_qdq_convs = 0   # the budget's old name, read as float_qdq_products
 [tolerance]
 reference = "float64"
 steps = 1
@@ -53,10 +53,11 @@ def test_every_quantizers_network_computes_in_integers_within_one_step(write_cas
     results = judge_in_process([case], RunOptions(isolate=False))
     assert {r.target for r in results} == {"llvm", "cuda"}
     for r in results:
-        for name in ("compile", "layout_transforms", "float_qdq_convs"):
+        for name in ("compile", "layout_transforms", "float_qdq_products"):
             assert r.check(name).status is Status.PASSED, (r.target, r.check(name).message)
-        body = r.check("float_qdq_convs").body
-        assert "0 in float between QDQ ops" in body and "3 on integer data" in body, body
+        body = r.check("float_qdq_products").body
+        assert "0 in float between QDQ ops (none), 4 in integers (3 conv2d, 1 matmul)" \
+            in body, body
         products = [k for k in r.kernels if any(op.startswith(("conv2d", "matmul"))
                                                 for op in k.ops)]
         assert len(products) == 4, [k.name for k in products]  # three convs and the head
@@ -70,15 +71,18 @@ def test_every_quantizers_network_computes_in_integers_within_one_step(write_cas
 
 @pytest.mark.compile
 def test_integer_compute_false_keeps_the_float_program(write_case):
-    """The case option turns the stage off: the same network's convolutions in float, and a
-    budget of 0 float convolutions fails naming them."""
+    """The case option turns the stage off: the same network's products in float (three
+    convolutions and the Linear head), and a budget of 0 (under its old name) fails at its
+    line, naming them."""
     pytest.importorskip("torchao")
     case = load_case(write_case(CASE.format(model="x86_classifier",
                                             extra="integer_compute = false")))
     (r,) = judge_in_process([case], RunOptions(isolate=False, targets=("llvm",)))
-    check = r.check("float_qdq_convs")
+    check = r.check("float_qdq_products")
     assert check.status is Status.FAILED and check.message.startswith(
-        "float_qdq_convs 3 > budget 0"), check.message
+        "float_qdq_products 4 > budget 0"), check.message
+    assert check.line == 12, check.line  # the old name's line
+    assert "4 in float between QDQ ops (3 conv2d, 1 matmul)" in check.body, check.body
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any
 
 from tvm import relax
 
+from cl_validate.analysis.qdq_products import qdq_products
 from cl_validate.compile.program import Compiled
 from cl_validate.ir import (
     SCHEDULE_ATTR,
@@ -185,4 +186,4 @@ def read_kernel_list(compiled: Compiled, sizes: Mapping[str, int] | None = None)
         schedule = _schedule(mod, gv) if name != "relax.call_dps_packed" else None
         kernels.append(Kernel(index, callee, ops, tuple(transforms), shown_shape(b.var),
                               read, written, schedule, dtypes))
-    return KernelList(kernels, sizes)
+    return KernelList(kernels, sizes, qdq_products(compiled))

@@ -78,6 +78,17 @@ class Kernel(_Moves):
     dtypes: tuple[str | None, ...] = ()
 
 
+@dataclass(frozen=True)
+class QdqProduct:
+    """A product of a quantized program: a convolution (transposed too) or a matmul whose
+    operands are dequantized int8/uint8 codes (a QDQ product), computed in integers (its data
+    the codes themselves) or in float (between the dequantize and the quantize)."""
+
+    op: str  # "conv2d", "matmul", "conv2d_transpose", ...
+    integer: bool
+    binding: str  # its binding in the op-level program (reports name it through the sources)
+
+
 @dataclass
 class KernelList:
     """The PrimFuncs ``main`` calls, in execution order, after fusion."""
@@ -85,6 +96,9 @@ class KernelList:
     kernels: list[Kernel] = field(default_factory=list)
     #: the sizes the bytes of a symbolic program were taken at (each [dynamic] maximum)
     bytes_at: dict[str, int] = field(default_factory=dict)
+    #: every QDQ product of the program, in program order (empty: a float program; None:
+    #: not recorded, a kernel list read before they were)
+    qdq_products: tuple[QdqProduct, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.kernels)

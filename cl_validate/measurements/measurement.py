@@ -80,7 +80,7 @@ class Measurement:
     #: each); the compile check says so
     attention_left: list[str] = field(default_factory=list)
     #: quantized convolutions and matmuls the integer_compute stage left in float, and why
-    #: (one line each); the float_qdq_convs check names them
+    #: (one line each); the float_qdq_products check names them
     float_left: list[str] = field(default_factory=list)
     #: compile passes that stopped at a cap with work left (one line each, by stage): the
     #: program is right but may keep transforms the pass would remove; the compile and the

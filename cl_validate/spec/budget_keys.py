@@ -126,6 +126,9 @@ class BudgetKey:
     exact: bool = True  # kept exact by the ratchet (`budget tighten` writes it); else a ceiling
     label: str = ""  # its short name in `cl-validate list` (default: the key)
     needs_profile: bool = False  # judged on kernel times: declaring it times every run
+    #: older names of this key a case file may still use (read as this one; `budget
+    #: tighten` updates the line in the spelling the file has)
+    aliases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.value, str):

@@ -183,13 +183,36 @@ def _plan_variant(p: BudgetPlan, run: CaseSpec, v: Variant, measured: dict[str, 
 
 
 def rewrite(text: str, p: BudgetPlan) -> str:
-    """The case file's text with `p` applied; comments and formatting elsewhere untouched."""
+    """The case file's text with `p` applied; comments and formatting elsewhere untouched.
+    A budget the table declares under an old name (`BudgetKey.aliases`) is updated there."""
     doc = tomlkit.parse(text)
     for (variant, target), values in p.writes.items():
         literals = {k: f"{v:_}" if k.endswith("_bytes") and isinstance(v, int) else
                     tomlkit.item(v).as_string() for k, v in values.items()}
+        declared = _budget_table(doc, variant, target)
+        literals = {_spelling(k, declared): v for k, v in literals.items()}
         set_section(doc, "budget", target, literals, variant=variant)
     return tidy(text, tomlkit.dumps(doc))
+
+
+def _budget_table(doc: Any, variant: int | None, target: str | None) -> Any:
+    """The budget table a write goes to, if it exists (None: it does not yet)."""
+    try:
+        node: Any = doc if variant is None else doc["variants"][variant]
+        if target is not None:
+            node = node["targets_override"][target]
+        return node.get("budget")
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+def _spelling(key: str, declared: Any) -> str:
+    """`key` as the table spells it: an old name it declares the budget under, else the
+    key itself."""
+    if declared is None or key in declared:
+        return key
+    aliases = {k.name: k.aliases for k in budget_keys()}.get(key, ())
+    return next((a for a in aliases if a in declared), key)
 
 
 def verify(path: Path, data: str | bytes, p: BudgetPlan) -> None:

@@ -124,13 +124,23 @@ class Checker:
         and the ``reason`` that ``budget tighten --allow-increase`` records."""
         tab = self.table(value, path, "budget")
         keys = budget_keys()
-        self.keys(tab, [*(k.name for k in keys), "reason"], path, "[" + ".".join(path) + "]")
+        self.keys(tab, [*(k.name for k in keys), *(a for k in keys for a in k.aliases),
+                        "reason"], path, "[" + ".".join(path) + "]")
         out: dict[str, Any] = {}
         if "reason" in tab:  # written by `budget tighten --allow-increase --reason TEXT`
             out["reason"] = self.string(tab["reason"], (*path, "reason"), "reason")
         for key in keys:
-            if key.name in tab:  # each kind of value reads its own (`ValueKind.parse`)
-                out[key.name] = key.kind.parse(tab[key.name], self, (*path, key.name), key)
+            spelled = [n for n in (key.name, *key.aliases) if n in tab]
+            if len(spelled) > 1:
+                raise self.fail((*path, spelled[1]), f"'{spelled[1]}' and '{spelled[0]}' "
+                                "are one budget under two names",
+                                f"keep '{key.name}' (the other is its old name)")
+            if spelled:  # each kind of value reads its own (`ValueKind.parse`)
+                name = spelled[0]
+                out[key.name] = key.kind.parse(tab[name], self, (*path, name), key)
+                where, canonical = (*path, name), (*path, key.name)
+                if name != key.name and where in self.lines:
+                    self.lines[canonical] = self.lines[where]
         return out
 
     def io_layout(self, value: Any, path: tuple[str, ...]) -> str:
