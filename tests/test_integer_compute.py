@@ -70,6 +70,24 @@ def test_every_quantizers_network_computes_in_integers_within_one_step(write_cas
 
 
 @pytest.mark.compile
+def test_a_linear_on_a_transposed_activation_computes_in_integers(write_case):
+    """(#44.2) MLP-Mixer's token mixing: the cleanup swaps ``xᵀ @ Wᵀ`` into ``W @ x`` (the
+    constant weight first), and the channel Linear's import puts ``broadcast_to`` on both
+    operands. Both stayed in float ("both operands are computed at run time", which was
+    false); now every product computes in integers, within one step, on llvm and cuda."""
+    pytest.importorskip("torchao")
+    case = load_case(write_case(CASE.format(model="token_mixer", extra="")))
+    for r in judge_in_process([case], RunOptions(isolate=False)):
+        check = r.check("float_qdq_products")
+        assert check.status is Status.PASSED, (r.target, check.message)
+        assert "0 in float between QDQ ops (none), 4 in integers (1 conv2d, 3 matmul)" \
+            in check.body, check.body
+        if r.target == "llvm":
+            numerics = r.check("numerics")
+            assert numerics.status is Status.PASSED, numerics.message
+
+
+@pytest.mark.compile
 def test_integer_compute_false_keeps_the_float_program(write_case):
     """The case option turns the stage off: the same network's products in float (three
     convolutions and the Linear head), and a budget of 0 (under its old name) fails at its

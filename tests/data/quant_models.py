@@ -175,3 +175,34 @@ def dynamic_classifier() -> nn.Module:
     q = XNNPACKQuantizer()
     q.set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
     return _quantized(q)
+
+
+class _TokenMixer(nn.Module):
+    """MLP-Mixer's token mixing in small: a Linear over the tokens (the activation transposed,
+    mixed, transposed back) and a Linear over the channels; an NCHW conv stem to tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 4, 4)
+        self.tokens = nn.Linear(16, 16)
+        self.channels = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.stem(x).flatten(2).transpose(1, 2)  # (B, 16 tokens, 8)
+        t = t + self.tokens(t.transpose(1, 2)).transpose(1, 2)
+        t = t + self.channels(t)
+        return self.head(t.mean(1))
+
+
+def token_mixer() -> nn.Module:
+    """`_TokenMixer` through PT2E with the x86 quantizer."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    model = _TokenMixer().eval()
+    exported = torch.export.export(model, (torch.randn(SHAPE),)).module()
+    prepared = prepare_pt2e(exported, _x86_quantizer())  # type: ignore[arg-type]
+    with torch.no_grad():
+        for _ in range(3):
+            prepared(torch.randn(SHAPE))
+    return convert_pt2e(prepared)

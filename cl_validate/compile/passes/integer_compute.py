@@ -11,6 +11,11 @@ instead:
     acc  -= zx · Σ wq                                           # one int32 per channel
     y     = float32(acc) · (sx · sw)                           # the float conv's value
 
+A matmul may have its weight on either side: ``x @ W`` as a Linear imports, or ``W @ x``
+where the cleanup swapped a Linear on a transposed activation (MLP-Mixer's token mixing;
+the correction then sums each weight row), and its operands may be broadcast (the import of
+a batched Linear broadcasts both): the codes are broadcast the same way.
+
 ``pad(xq, zx)`` pads the codes with the activation's zero point (a padded zero of the float
 data is the code ``zx``), so the correction ``zx · Σ wq`` over the whole window is exact at the
 borders too. Everything from the weights is computed when the program is compiled
@@ -63,7 +68,7 @@ _UNLOWERED = ("relax.nn.conv1d", "relax.nn.conv3d", "relax.nn.conv2d_transpose",
 _DEQUANTIZE, _ASTYPE = "relax.dequantize", "relax.astype"
 #: ops that only move or view data: replayed on the integer codes as they are
 _VIEWS = frozenset({"relax.permute_dims", "relax.reshape", "relax.expand_dims",
-                    "relax.squeeze"})
+                    "relax.squeeze", "relax.broadcast_to"})
 _INTEGER = ("int8", "uint8")
 
 
@@ -86,6 +91,9 @@ class _Plan:
     weight: _Dequantized
     channel_axis: int  # the output channel's axis in the product's result
     channels: int
+    #: a matmul with the weight first, ``W @ x`` (the cleanup swaps ``x @ Wᵀ`` into it when
+    #: the activation arrives transposed: MLP-Mixer's token mixing)
+    weight_left: bool = False
 
 
 @dataclass
@@ -149,6 +157,8 @@ def _follow_axis(axis: int, codes: relax.Expr, views: Sequence[relax.Call]) -> i
             axes = [int(a) for a in view.attrs.axes] if view.attrs.axes is not None \
                 else list(range(len(shape)))[::-1]
             axis = axes.index(axis)
+        elif name == "relax.broadcast_to":  # axes align at the end: leading ones are new
+            axis += len(out) - len(shape)
         else:  # a reshape keeps the axis where everything before it is kept as it was
             before = int(np.prod(shape[:axis], dtype=np.int64))
             stops = list(np.cumprod([1, *out]))
@@ -182,12 +192,16 @@ def find(func: relax.Function) -> tuple[dict[relax.Var, _Plan], list[LeftInFloat
             left.append(LeftInFloat(var.name, short, "no integer lowering for it here "
                                     "(conv2d and matmul have one)"))
             continue
+        weight_left = name == _MATMUL and data is not None and weight is not None and \
+            _constant_codes(data, derived) and not _constant_codes(weight, derived)
+        if weight_left:  # W @ x: the constant operand first
+            data, weight, why_data, why_weight = weight, data, why_weight, why_data
         why = _refusal(value, data, weight, why_data, why_weight, derived)
         if why:
             left.append(LeftInFloat(var.name, short, why))
             continue
         assert data is not None and weight is not None
-        plan = _plan(value, data, weight)
+        plan = _plan(value, data, weight, weight_left)
         if isinstance(plan, str):
             left.append(LeftInFloat(var.name, short, plan))
             continue
@@ -201,7 +215,7 @@ def _refusal(value: relax.Call, data: _Dequantized | None, weight: _Dequantized 
         return f"its data: {why_data}"
     if weight is None:
         return f"its weight: {why_weight}"
-    if not (is_tensor_constant(weight.codes) or weight.codes in derived):
+    if not _constant_codes(weight, derived):
         return "both operands are computed at run time (an integer product needs a constant " \
                "weight here)"
     if data.scale.size != 1 or data.zero.size != 1:
@@ -214,9 +228,15 @@ def _refusal(value: relax.Call, data: _Dequantized | None, weight: _Dequantized 
     return ""
 
 
-def _plan(value: relax.Call, data: _Dequantized, weight: _Dequantized) -> _Plan | str:
+def _constant_codes(operand: _Dequantized, derived: set[relax.Var]) -> bool:
+    """The operand's codes are known when the program is compiled (a weight)."""
+    return is_tensor_constant(operand.codes) or operand.codes in derived
+
+
+def _plan(value: relax.Call, data: _Dequantized, weight: _Dequantized,
+          weight_left: bool = False) -> _Plan | str:
     """The output channel axis and count, checked against the weight's scale axis."""
-    w_shape = known_shape(value.args[1])
+    w_shape = known_shape(value.args[0 if weight_left else 1])
     if w_shape is None or known_shape(value) is None:
         return "its shapes are not static"
     if op_name(value) == _CONV:
@@ -224,13 +244,16 @@ def _plan(value: relax.Call, data: _Dequantized, weight: _Dequantized) -> _Plan 
             return "its output layout differs from its data's"
         kernel = str(value.attrs.kernel_layout)
         weight_axis, out_axis = kernel.index("O"), str(value.attrs.out_layout).index("C")
-    else:
-        if len(w_shape) != 2:
+    else:  # a matrix, broadcast over leading axes of one at most
+        if len(w_shape) < 2 or any(d != 1 for d in w_shape[:-2]):
             return "its weight is not a matrix"
-        weight_axis, out_axis = 1, len(known_shape(value) or ()) - 1
+        rank = len(known_shape(value) or ())
+        # x @ W: W is (K, O), the output's channels last; W @ x: W is (O, K), channels rows
+        weight_axis = len(w_shape) - (2 if weight_left else 1)
+        out_axis = rank - (2 if weight_left else 1)
     if weight.axis is not None and weight.axis != weight_axis:
         return "its weight's scale is per channel on another axis than the output channels"
-    return _Plan(data, weight, out_axis, int(w_shape[weight_axis]))
+    return _Plan(data, weight, out_axis, int(w_shape[weight_axis]), weight_left)
 
 
 def _replay(codes: relax.Expr, views: Sequence[relax.Call]) -> relax.Expr:
@@ -275,9 +298,14 @@ class _Rewriter(PyExprMutator):  # type: ignore[misc]
                 out_dtype="int32")
             kernel = str(attrs.kernel_layout)
             reduce = [i for i in range(len(kernel)) if kernel[i] != "O"]
-        else:
-            acc = relax.op.matmul(data, weight, out_dtype="int32")
-            reduce = [0]
+        else:  # the correction sums the weight over K: its rows (x @ W) or columns (W @ x)
+            w_rank = len(known_shape(weight) or ())
+            if plan.weight_left:
+                acc = relax.op.matmul(weight, data, out_dtype="int32")
+                reduce = [w_rank - 1]
+            else:
+                acc = relax.op.matmul(data, weight, out_dtype="int32")
+                reduce = [w_rank - 2]
         rank = len(known_shape(value) or ())
         shape = [1] * rank
         shape[plan.channel_axis] = plan.channels
