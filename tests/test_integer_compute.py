@@ -88,6 +88,26 @@ def test_a_linear_on_a_transposed_activation_computes_in_integers(write_case):
 
 
 @pytest.mark.compile
+def test_a_quantized_transposed_convolution_stays_nhwc_and_computes_in_integers(write_case):
+    """(#44.3) A quantized ConvTranspose2d followed its input, a dequantize in the import
+    layout, and stayed NCHW between two transposes (4 transforms, where the float model has
+    its 2 boundaries; the hint blamed relax.quantize); declared NHWC by hand it ran as a
+    float conv2d named nowhere. Now it takes the convolutions' layout, and its lowered
+    convolution (zeros inserted as a pad of zero points, the weight flipped) is an integer
+    one: the float model's transforms, every product in integers, within one step."""
+    pytest.importorskip("torchao")
+    case = load_case(write_case(CASE.format(model="upsampler", extra="").replace(
+        "layout_transforms = 1", "layout_transforms = 2")))
+    for r in judge_in_process([case], RunOptions(isolate=False)):
+        for name in ("layout", "layout_transforms", "float_qdq_products"):
+            assert r.check(name).status is Status.PASSED, (r.target, r.check(name).message)
+        assert "0 in float between QDQ ops (none), 3 in integers (3 conv2d)" \
+            in r.check("float_qdq_products").body
+        if r.target == "llvm":
+            assert r.check("numerics").status is Status.PASSED, r.check("numerics").message
+
+
+@pytest.mark.compile
 def test_integer_compute_false_keeps_the_float_program(write_case):
     """The case option turns the stage off: the same network's products in float (three
     convolutions and the Linear head), and a budget of 0 (under its old name) fails at its

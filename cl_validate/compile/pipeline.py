@@ -117,6 +117,7 @@ def _convert_layout(ctx: PipelineContext) -> Stage:
     the module (``layer1.0.conv1`` → ``p_layer1_0_conv1_weight``).
     """
     desired = {op: list(lay) for op, lay in ctx.case.layout.items()}
+    desired.update(_transposed_like_convs(desired))
     desired.update(ctx.keep_layouts)
     overrides = ctx.case.layout_overrides
     if not overrides:
@@ -133,6 +134,18 @@ def _convert_layout(ctx: PipelineContext) -> Stage:
         return desired
 
     return Stage("convert_layout", relax.transform.ConvertLayout(desired, layout_cb))
+
+
+def _transposed_like_convs(desired: dict[str, list[str]]) -> dict[str, list[str]]:
+    """``conv2d_transpose`` in the data layout the case asks of ``conv2d`` (kernel: input
+    channels first, as OHWI has them last), where the case does not say: left to its rule,
+    it follows its input, which is the import layout when a dequantize stands before it (a
+    quantized ConvTranspose2d stayed NCHW between two transposes, where the float model's
+    follows the NHWC convolution before it). The `layout` check expects the same."""
+    conv = desired.get("relax.nn.conv2d")
+    if not conv or "relax.nn.conv2d_transpose" in desired or conv[0] != "NHWC":
+        return {}
+    return {"relax.nn.conv2d_transpose": ["NHWC", "IHWO"]}
 
 
 @register_pipeline("nhwc-plain")

@@ -206,3 +206,36 @@ def token_mixer() -> nn.Module:
         for _ in range(3):
             prepared(torch.randn(SHAPE))
     return convert_pt2e(prepared)
+
+
+class _Upsampler(nn.Module):
+    """A UNet's decoder step in small: a strided conv down, a ConvTranspose2d up, a conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = nn.Conv2d(3, 8, 3, 2, 1)
+        self.up = nn.ConvTranspose2d(8, 8, 2, 2)
+        self.out = nn.Conv2d(8, 4, 3, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.up(torch.relu(self.down(x)))))
+
+
+def upsampler() -> nn.Module:
+    """`_Upsampler` through PT2E with an XNNPACK-style per-tensor config (which, unlike the
+    x86 quantizer, quantizes the transposed convolution: int8 activations, zero point -128
+    after a ReLU)."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.testing.pt2e._xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    q = XNNPACKQuantizer()
+    q.set_global(get_symmetric_quantization_config(is_per_channel=False))
+    exported = torch.export.export(_Upsampler().eval(), (torch.randn(SHAPE),)).module()
+    prepared = prepare_pt2e(exported, q)  # type: ignore[arg-type]
+    with torch.no_grad():
+        for _ in range(3):
+            prepared(torch.randn(SHAPE))
+    return convert_pt2e(prepared)

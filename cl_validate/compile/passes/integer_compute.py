@@ -68,7 +68,8 @@ _UNLOWERED = ("relax.nn.conv1d", "relax.nn.conv3d", "relax.nn.conv2d_transpose",
 _DEQUANTIZE, _ASTYPE = "relax.dequantize", "relax.astype"
 #: ops that only move or view data: replayed on the integer codes as they are
 _VIEWS = frozenset({"relax.permute_dims", "relax.reshape", "relax.expand_dims",
-                    "relax.squeeze", "relax.broadcast_to"})
+                    "relax.squeeze", "relax.broadcast_to", "relax.flip", "relax.nn.pad"})
+_PAD = "relax.nn.pad"
 _INTEGER = ("int8", "uint8")
 
 
@@ -121,8 +122,11 @@ def _dequantized(expr: relax.Expr, values: dict[relax.Var, relax.Expr]
     """`expr` as views of a dequantize with constant parameters, else why not."""
     views: list[relax.Call] = []
     while isinstance(expr, relax.Var) and op_name(values.get(expr)) in _VIEWS:
-        views.insert(0, values[expr])
-        expr = values[expr].args[0]
+        view = values[expr]
+        if op_name(view) == _PAD and not _zero_pad(view):
+            return None, "it is padded with a value other than zero"
+        views.insert(0, view)
+        expr = view.args[0]
     call = values.get(expr) if isinstance(expr, relax.Var) else None
     if op_name(call) != _DEQUANTIZE:
         return None, "its operand is not dequantized (the quantizer left it in float)"
@@ -145,6 +149,12 @@ def _dequantized(expr: relax.Expr, values: dict[relax.Var, relax.Expr]
                         zero.astype(np.int64).reshape(-1), axis, views), ""
 
 
+def _zero_pad(view: relax.Call) -> bool:
+    """A pad with zeros (a transposed convolution's inserted zeros, a conv's border): on the
+    codes it pads with the zero point, the code of 0.0."""
+    return str(view.attrs.pad_mode) == "constant" and float(view.attrs.pad_value) == 0.0
+
+
 def _follow_axis(axis: int, codes: relax.Expr, views: Sequence[relax.Call]) -> int | None:
     """Where `axis` of `codes` is after `views` (None: merged or split by a reshape)."""
     shape = known_shape(codes)
@@ -159,6 +169,9 @@ def _follow_axis(axis: int, codes: relax.Expr, views: Sequence[relax.Call]) -> i
             axis = axes.index(axis)
         elif name == "relax.broadcast_to":  # axes align at the end: leading ones are new
             axis += len(out) - len(shape)
+        elif name in ("relax.flip", _PAD):  # the same axes, reversed or padded
+            if name == _PAD and any(int(w) for w in view.attrs.pad_width[2 * axis:2 * axis + 2]):
+                return None  # the scale's own axis padded: no scale for the new entries
         else:  # a reshape keeps the axis where everything before it is kept as it was
             before = int(np.prod(shape[:axis], dtype=np.int64))
             stops = list(np.cumprod([1, *out]))
@@ -256,10 +269,15 @@ def _plan(value: relax.Call, data: _Dequantized, weight: _Dequantized,
     return _Plan(data, weight, out_axis, int(w_shape[weight_axis]), weight_left)
 
 
-def _replay(codes: relax.Expr, views: Sequence[relax.Call]) -> relax.Expr:
+def _replay(codes: relax.Expr, views: Sequence[relax.Call], zero: int = 0) -> relax.Expr:
+    """`views` on the codes; a pad of zeros pads with the zero point `zero`."""
     out = codes
     for view in views:
-        out = relax.Call(view.op, [out, *view.args[1:]], view.attrs, view.ty_args)
+        if op_name(view) == _PAD:
+            out = relax.op.nn.pad(out, [int(w) for w in view.attrs.pad_width], "constant",
+                                  float(zero))
+        else:
+            out = relax.Call(view.op, [out, *view.args[1:]], view.attrs, view.ty_args)
     return out
 
 
@@ -277,9 +295,10 @@ class _Rewriter(PyExprMutator):  # type: ignore[misc]
 
     def _emit(self, var: relax.Var, value: relax.Call, plan: _Plan) -> None:
         bb = self.builder_
-        data = bb.normalize(_replay(self.visit_expr(plan.data.codes), plan.data.views))
-        weight = bb.normalize(_replay(self.visit_expr(plan.weight.codes), plan.weight.views))
         zx = int(plan.data.zero[0])
+        data = bb.normalize(_replay(self.visit_expr(plan.data.codes), plan.data.views, zx))
+        weight = bb.normalize(_replay(self.visit_expr(plan.weight.codes), plan.weight.views,
+                                      int(plan.weight.zero[0])))
         if op_name(value) == _CONV:
             attrs = value.attrs
             padding = [int(p) for p in attrs.padding]
