@@ -144,3 +144,28 @@ def test_calls_through_another_abi_are_refused_whole():
                               f"run('{_X32_GETPID}'), os.getpid() > 0)\n")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [str(-errno.EPERM), str(-errno.EPERM), "True"]
+
+
+_CLONE = {"x86_64": 56, "aarch64": 220}
+
+
+@walled
+@pytest.mark.skipif(os.uname().machine not in _CLONE, reason="clone's number is per arch")
+def test_a_process_cannot_be_made_the_parents_child():
+    """``clone(CLONE_PARENT)`` makes the new process a child of the caller's parent (the
+    zygote), outside the case's process tree and its memory cap (a case held 2.4 GB under
+    ``max_memory_mb = 1024`` so). Refused (EPERM); ``clone3``, whose flags a filter cannot
+    read, answers ENOSYS, so the C library falls back to ``clone``; fork and threads work."""
+    proc = _in_confined_child(
+        "import ctypes, threading\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        f"r = libc.syscall({_CLONE[os.uname().machine]}, 0x8000 | 17, 0, 0, 0, 0)\n"
+        "if r == 0:\n    os._exit(0)\n"
+        "print(r, ctypes.get_errno())\n"
+        "print(libc.syscall(435, 0, 0), ctypes.get_errno())\n"
+        "pid = os.fork()\nif pid == 0:\n    os._exit(7)\n"
+        "print(os.waitpid(pid, 0)[1] >> 8)\n"
+        "t = threading.Thread(target=print, args=('thread',))\nt.start()\nt.join()\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["-1", str(errno.EPERM), "-1", str(errno.ENOSYS), "7",
+                                   "thread"], proc.stdout

@@ -155,6 +155,11 @@ def _allow_writes_but_proc(libc: ctypes.CDLL, ruleset: int) -> str | None:
 # seccomp: refuse the calls that change another process's limits or scheduling.
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _RET_ALLOW, _RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
+_RET_ENOSYS = 0x00050000 | errno.ENOSYS
+#: clone's flag that makes the new process a child of the caller's parent (the zygote):
+#: outside the case's process tree, its accounting and its memory cap
+_CLONE_PARENT = 0x00008000
+_JSET = 0x45  # BPF_JMP | BPF_JSET | BPF_K: jump if A & k
 _LD_ABS, _JEQ, _RET = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET
 _JGE = 0x35  # BPF_JMP|BPF_JGE|BPF_K
 #: x86-64's x32 ABI: the same calls under other numbers, this bit set (``__X32_SYSCALL_BIT``)
@@ -163,10 +168,12 @@ _X32_BIT = 0x40000000
 _SYSCALLS = {
     "x86_64": (0xC000003E, {"prlimit64": 302, "setpriority": 141, "sched_setaffinity": 203,
                             "sched_setparam": 142, "sched_setscheduler": 144,
-                            "sched_setattr": 314, "ioprio_set": 251}),
+                            "sched_setattr": 314, "ioprio_set": 251, "clone": 56,
+                            "clone3": 435}),
     "aarch64": (0xC00000B7, {"prlimit64": 261, "setpriority": 140, "sched_setaffinity": 122,
                              "sched_setparam": 118, "sched_setscheduler": 119,
-                             "sched_setattr": 274, "ioprio_set": 30}),
+                             "sched_setattr": 274, "ioprio_set": 30, "clone": 220,
+                             "clone3": 435}),
 }
 _SYSCALLS["arm64"] = _SYSCALLS["aarch64"]
 
@@ -213,6 +220,8 @@ def filter_program(arch: str, pid: int) -> list[tuple[int, int, int, int]] | Non
     emit(_JEQ, nr["prlimit64"], "prlimit", None)
     emit(_JEQ, nr["setpriority"], "setpriority", None)
     emit(_JEQ, nr["ioprio_set"], "ioprio", None)
+    emit(_JEQ, nr["clone"], "clone", None)
+    emit(_JEQ, nr["clone3"], "clone3", None)
     for call in ("sched_setaffinity", "sched_setparam", "sched_setscheduler", "sched_setattr"):
         emit(_JEQ, nr[call], "by_pid", None)
     emit(_RET, _RET_ALLOW)
@@ -233,6 +242,11 @@ def filter_program(arch: str, pid: int) -> list[tuple[int, int, int, int]] | Non
     self_or_zero(1, "allow", "deny")
     label("by_pid")
     self_or_zero(0, "allow", "deny")
+    label("clone")  # clone(flags, ...): never CLONE_PARENT (its flags are argument 0 on
+    emit(_LD_ABS, _arg(0))  # x86-64 and arm64 alike)
+    emit(_JSET, _CLONE_PARENT, "deny", "allow")
+    label("clone3")  # clone3(args, size): its flags are in memory a filter cannot read, so
+    emit(_RET, _RET_ENOSYS)  # "not implemented": the C library falls back to clone
     label("deny")
     emit(_RET, _RET_EPERM)
     label("allow")
