@@ -246,6 +246,40 @@ def test_a_quantized_error_is_said_in_steps_under_any_rule():
     assert "steps=2 (step 0.25 (the last quantize before it, through add))" in stats.detail()
 
 
+def test_a_steps_failure_eager_float32_has_too_blames_no_compiler_stage(write_case):
+    """(#44.5) A steps failure that is the quantized graph's own float32 sensitivity (eager
+    float32 as far off float64 as TVM) read "first break after import", as if TVM's import
+    were wrong. The message shows eager float32's own error in steps beside TVM's and, when
+    eager float32 fails the allowance too, names a tolerance, not a stage; a failure of
+    TVM's alone still names the stage."""
+    import numpy as np
+
+    from cl_validate.checks.numerics import check_numerics
+    from cl_validate.measurements.bisection import Bisection
+    from cl_validate.measurements.error_stats import compare
+    from cl_validate.measurements.quant_steps import OutputStep
+    from cl_validate.spec import Tolerance
+    from tests.conftest import tiny_case
+
+    case = load_case(write_case(tiny_case()))
+    tol = Tolerance(0.0, 0.0, reference="float64", steps=1)
+    step = OutputStep(0.25, False, ("add",))
+    ref64 = np.zeros((1, 8))
+    eager = ref64.astype(np.float32)
+    eager[0, 3] = 0.75  # three steps off float64 itself: a flip that cascaded
+    tvm_out = eager.copy()
+    tvm_out[0, 3] = 1.0  # four
+    stats = compare(tvm_out, eager, tol, reference64=ref64, step=step)
+    assert not stats and stats.sensitive
+    assert "eager float32 is 3 steps off float64 itself" in stats.summary(), stats.summary()
+    verdict = check_numerics(case, "llvm", [stats], Bisection("llvm", "", ()))
+    assert "the quantized graph itself is that sensitive" in verdict.message, verdict.message
+    assert "steps = 4" in verdict.message and "no stage" not in verdict.message
+    own = compare(tvm_out, ref64.astype(np.float32), tol, reference64=ref64, step=step)
+    assert not own and not own.sensitive  # eager is exact here: TVM's own error
+    assert "eager float32 is 0 steps off float64 itself" in own.summary(), own.summary()
+
+
 def test_quantize_computes_pytorchs_codes_where_division_would_round_otherwise():
     """TVM's quantize divides by the scale; PyTorch multiplies by its float32 reciprocal.
     Where the two round apart, the compiled program must give PyTorch's code: a flipped

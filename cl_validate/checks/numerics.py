@@ -198,8 +198,14 @@ def check_numerics(case: CaseSpec, target: str, stats: Sequence[ErrorStats],
         kind = NumericsKind.SHAPE_MISMATCH if failed.shape_mismatch else \
             NumericsKind.NON_FINITE if nonfinite else NumericsKind.MISMATCH
         message = f"numerics {failed.summary()} ({target})"
-        if bisection is not None:
+        if failed.sensitive:  # no stage to blame: eager float32 is as far off itself
+            need = int(failed.eager_steps or 0) + 1
+            message += (" — the quantized graph itself is that sensitive in float32, before "
+                        f"any compiler (hint: a tolerance of its own, steps = {need}, or "
+                        "reference = \"float32\"; not a compiler stage)")
+        elif bisection is not None:
             message += f"; {bisection.summary()}"
+        if bisection is not None:
             body = bisection.render() + "\n\n" + body
             figures = replace(figures, first_break=bisection.first_break)
         return CheckResult(NAME, Status.FAILED, message, kind=kind, line=line, body=body,

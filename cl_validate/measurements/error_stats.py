@@ -44,6 +44,9 @@ class ErrorStats:
     #: items that are other ones altogether (allowed by the case, taken as PyTorch's)
     reordered: int = 0
     differing: int = 0
+    #: steps rule against float64: eager float32's own largest error against it (what the
+    #: quantized graph's float32 sensitivity is, before any compiler)
+    eager_max_abs: float | None = None
 
     def __bool__(self) -> bool:
         if self.shape_mismatch is not None or self.nonfinite_tvm or self.nonfinite_torch:
@@ -61,6 +64,20 @@ class ErrorStats:
         if self.step is None or self.step.scale <= 0:
             return math.inf
         return self.max_abs / self.step.scale
+
+    @property
+    def eager_steps(self) -> float | None:
+        """Eager float32's own largest error against float64, in steps (None: unknown)."""
+        if self.eager_max_abs is None or self.step is None or self.step.scale <= 0:
+            return None
+        return self.eager_max_abs / self.step.scale
+
+    @property
+    def sensitive(self) -> bool:
+        """A steps failure eager float32 has too: the quantized graph itself is that far
+        from float64 (a rounding flip cascading), not a compiler stage."""
+        eager, allowed = self.eager_steps, self.tolerance.steps
+        return eager is not None and allowed is not None and eager > allowed + STEP_SLACK
 
     @property
     def bound(self) -> float:
@@ -105,6 +122,9 @@ class ErrorStats:
                      f"{self.where}: {steps_text(self.steps)} off {against} (allowed "
                      f"{steps_text(t.steps)}; {self.step.describe()}); max abs "
                      f"{self.max_abs:.3g}"]
+            if self.eager_steps is not None:
+                parts.append(f"eager float32 is {steps_text(self.eager_steps)} off float64 "
+                             "itself")
         elif t.float64:
             parts = [f"{self.where}: RMSE {self.rmse:.3g} against float64, {self.ratio:.3g}x "
                      f"eager float32's {self.eager_rmse or 0:.3g} (allowed {t.multiplier:g}x "
@@ -178,10 +198,11 @@ def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance, output: in
     worst = None
     if diff.size:
         worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
-    eager = None
-    if tol.by_ratio:
+    eager = eager_max = None
+    if tol.by_ratio or (tol.float64 and step is not None and expected.shape == ref.shape):
         f32 = expected.astype(np.float64)
         eager = _rmse(np.where(both, f32, 0.0), np.where(both, e, 0.0))
+        eager_max = float(np.where(both, np.abs(f32 - e), 0.0).max()) if f32.size else 0.0
     return ErrorStats(
         output=output, shape=tuple(ref.shape), tolerance=tol,
         max_abs=float(diff.max()) if diff.size else 0.0,
@@ -191,5 +212,5 @@ def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance, output: in
         nonfinite_tvm=int((~fin_a).sum()), nonfinite_torch=int((~fin_e).sum()),
         worst_index=worst, sample=sample,
         rmse=_rmse(np.where(both, a, 0.0), np.where(both, e, 0.0)), eager_rmse=eager,
-        step=step,
+        step=step, eager_max_abs=eager_max if tol.steps is not None else None,
     )
