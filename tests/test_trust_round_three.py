@@ -4,7 +4,9 @@ Each test reproduces one probe of the round and failed before its fix."""
 
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +150,98 @@ def test_a_selection_that_lets_every_item_differ_cannot_pass_unnoticed(tmp_path)
     code, out = run_cli(["run", str(tmp_path), "--no-cache"]).both()
     assert code == ExitCode.CHECK_FAILED, out
     assert "numerics cannot fail" in out, out
+
+
+def _stamped_folder(tmp_path, model: str):  # type: ignore[no-untyped-def]
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    for f in ("tiny_models.py", "hostile_state.py"):
+        shutil.copy(DATA / f, folder / f)
+    (folder / "c.toml").write_text(tiny_case(model=f"hostile_state:{model}"))
+    return folder
+
+
+def _runs(folder, tmp_path, env):  # type: ignore[no-untyped-def]
+    from tests.conftest import run_parent
+
+    args = ["run", str(folder), "--cache-dir", str(tmp_path / "cache")]
+    return lambda: run_parent(args, {"CL_VALIDATE_TEST_DIR": str(folder), **env})
+
+
+def _builds(folder) -> int:  # type: ignore[no-untyped-def]
+    path = folder / "builds.txt"
+    return path.read_text().count("built") if path.exists() else 0
+
+
+@pytest.mark.compile
+def test_a_file_edited_while_the_case_runs_is_stamped_as_it_was_read(tmp_path):
+    """The scale file is saved anew after the case read it: stamped when the case ended, the
+    stamp was of the new file, and the warm run reused the measurement made from the old
+    one. Stamped as read, the warm run measures again (with the new scale)."""
+    folder = _stamped_folder(tmp_path, "edits_its_scale_after_reading")
+    (folder / "scale.txt").write_text("1.0")
+    run = _runs(folder, tmp_path, {"CL_VALIDATE_TEST_NEW_SCALE": "2.0"})
+    assert run().returncode == ExitCode.OK
+    warm = run()
+    assert _builds(folder) == 2 and "cache:" not in warm.stdout, warm.stdout
+
+
+@pytest.mark.compile
+def test_a_file_read_after_chdir_is_stamped_where_it_was(tmp_path):
+    """Read by a relative path inside ``contextlib.chdir``: resolved against the run's
+    directory at the end, the stamp was of no file (or another), and an edit was missed."""
+    folder = _stamped_folder(tmp_path, "reads_its_scale_after_chdir")
+    (folder / "data").mkdir()
+    (folder / "data" / "scale.txt").write_text("1.0")
+    run = _runs(folder, tmp_path, {})
+    assert run().returncode == ExitCode.OK
+    warm = run()
+    assert "cache: 1 of 1" in warm.stdout and _builds(folder) == 1, warm.stdout
+    (folder / "data" / "scale.txt").write_text("1.5")
+    assert run().returncode == ExitCode.OK
+    assert _builds(folder) == 2
+
+
+@pytest.mark.compile
+def test_a_module_run_from_its_compiled_copy_is_stamped_by_its_source(tmp_path):
+    """``exec_module`` of a helper whose ``__pycache__`` copy is current opens only that
+    copy: the source was never stamped, and an edit to it (which Python recompiles on the
+    next import) was a stale cache hit."""
+    import importlib.util
+    import py_compile
+    import time
+
+    folder = _stamped_folder(tmp_path, "execs_its_helper_module")
+    helper = folder / "helper.py"
+    helper.write_text("SCALE = 1.0\n")
+    py_compile.compile(str(helper), cfile=importlib.util.cache_from_source(str(helper)))
+    run = _runs(folder, tmp_path, {})
+    assert run().returncode == ExitCode.OK  # reads the compiled copy alone
+    assert run().returncode == ExitCode.OK
+    assert _builds(folder) == 1
+    time.sleep(0.01)
+    helper.write_text("SCALE = 1.25\n")
+    assert run().returncode == ExitCode.OK
+    assert _builds(folder) == 2
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm here")
+def test_a_data_file_under_dev_shm_is_stamped(tmp_path):
+    """Everything under /dev/ was left out, /dev/shm's regular files (a model's shared data)
+    with the devices; now only what is not a regular file is."""
+    import subprocess
+    import sys
+    import uuid
+
+    data = f"/dev/shm/cl-test-{uuid.uuid4().hex}"
+    Path(data).write_text("1.0")
+    try:
+        code = ("from cl_validate.session.file_record import FileRecorder\n"
+                "r = FileRecorder()\nr.start()\n"
+                f"open({data!r}).read()\nopen('/dev/null').read()\n"
+                "print(sorted(s.path for s in r.stamps('/')))\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60, check=True).stdout
+    finally:
+        os.unlink(data)
+    assert data in out and "/dev/null" not in out, out

@@ -4,16 +4,22 @@ A case's measurement depends on its case file and on what its model's code reads
 factory's module and everything it imports, and the data files it opens (weights, configs).
 The case process records both — an audit hook sees every file Python code opens for reading,
 and the modules that were imported while the case ran are read off ``sys.modules`` — and
-stamps each file (size, mtime, SHA-256) when the case is done. The next run checks the stamps
-against the files as they are then (`cl_validate.measurements.cache.Cache.recall`, without
-running any of the model's code) and reuses the measurement when none changed, as ccache's
-direct mode does.
+stamps each file (size, mtime, SHA-256) as it is first read: a file edited while the case
+runs keeps the stamp of what the case read, so the next run sees the edit; a path is
+resolved against the working directory of that moment (a later ``chdir`` changes nothing). A
+module's compiled ``.pyc`` stands for its source too: the source is stamped beside it. The
+next run checks the stamps against the files as they are then
+(`cl_validate.measurements.cache.Cache.recall`, without running any of the model's code) and
+reuses the measurement when none changed, as ccache's direct mode does.
 
 Left out, because the cache key covers them otherwise: files of TVM, tvm-ffi, torch and NumPy
 (their versions are in the key), of cl_validate (its source is), of the Python standard
 library (the Python version is), and the cache's own entries. Not seen: files opened by
-native code without Python (a C library's ``fopen``), and what is not a file (environment
-variables, the clock, the network): a model that depends on those needs ``--no-cache``.
+native code without Python (a C library's ``fopen``), a path opened relative to a
+directory descriptor (``dir_fd``: the audit event does not carry it), a module put earlier
+on the import path than one stamped, and what is not a file (environment variables, the
+clock, the network): a model that depends on those needs ``--no-cache``. Devices and
+``/proc`` are not files to stamp; a regular file under ``/dev/shm`` is.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from cl_validate.measurements.sources import link_stamp, stamp
 
 #: Packages whose versions are in the cache key: their files are not stamped.
 _VERSIONED = ("torch", "tvm", "tvm_ffi", "numpy", "cl_validate")
-_SYSTEM = ("/proc/", "/sys/", "/dev/")
+_SYSTEM = ("/proc/", "/sys/")
 
 
 def _package_dir(name: str) -> str | None:
@@ -60,12 +66,17 @@ class FileRecorder:
         self._paths: set[str] = set()
         self._modules = set(sys.modules)
         self._active = False
+        self._busy = False  # stamping opens the file: not recorded again
         self._extra = tuple(left_out)
+        self._skip: tuple[str, ...] = ()
+        #: absolute path as opened → its stamp and its links', taken when first read
+        self._stamped: dict[str, list[tuple[str, FileStamp]]] = {}
 
     def start(self) -> None:
         """Begin recording (an audit hook: it lasts as long as the process, which is the
         case's own)."""
         self._modules = set(sys.modules)
+        self._skip = _left_out(self._extra)
         self._active = True
         sys.addaudithook(self._hook)
 
@@ -93,7 +104,38 @@ class FileRecorder:
         may_create = "x" in text or bool(flags & os.O_CREAT)
         if only_writes or truncates or (may_create and not os.path.exists(name)):
             return  # the case's output, not its input
-        self._paths.add(name)
+        absolute = os.path.abspath(name)  # against the working directory of this moment
+        self._paths.add(absolute)
+        if absolute not in self._stamped and not self._busy:
+            self._busy = True
+            try:
+                self._stamped[absolute] = self._stamp(absolute)
+            finally:
+                self._busy = False
+
+    def _stamp(self, absolute: str) -> list[tuple[str, FileStamp]]:
+        """`absolute` as it is now, with each link on the way to it and, for a module's
+        ``.pyc``, its source: (real path, stamp) pairs; none for a file left out."""
+        out: list[tuple[str, FileStamp]] = []
+        path = os.path.realpath(absolute)
+        if path.startswith(self._skip) or path.startswith(_SYSTEM):
+            return out
+        s = stamp(path)
+        if s is not None:
+            out.append((path, s))
+        for link in _links_on(absolute):  # the path as the model named it
+            ls = link_stamp(link)
+            if ls is not None:
+                out.append((link, ls))
+        if path.endswith(".pyc"):  # imported from __pycache__: its source is what is edited
+            try:
+                source = importlib.util.source_from_cache(path)
+            except ValueError:
+                source = None
+            s = stamp(source) if source else None
+            if source and s is not None:
+                out.append((source, s))
+        return out
 
     def _module_files(self) -> set[str]:
         out = set()
@@ -110,25 +152,21 @@ class FileRecorder:
 
     def stamps(self, root: Path | str, since: frozenset[str] = frozenset()
                ) -> tuple[FileStamp, ...]:
-        """Every recorded regular file that still exists (but those `seen` before `since`),
-        stamped now, in path order; a file under `root` (the case's repository) by its path
-        relative to it, so another checkout of the repository finds its own copy."""
-        skip = _left_out(self._extra)
+        """Every recorded regular file (but those `seen` before `since`), stamped as it was
+        first read (a module seen only in ``sys.modules``: now), in path order; a file under
+        `root` (the case's repository) by its path relative to it, so another checkout of
+        the repository finds its own copy."""
+        if not self._skip:
+            self._skip = _left_out(self._extra)
         found: dict[str, FileStamp] = {}
         for raw in (self._paths | self._module_files()) - since:
-            path = os.path.realpath(os.path.abspath(raw))
-            if path.startswith(skip) or path.startswith(_SYSTEM):
-                continue
-            if path not in found:
-                s = stamp(path)
-                if s is None:
-                    continue
-                found[path] = replace(s, path=_relative(path, root))
-            # the path as the model named it: each link on the way, where it points now
-            for link in _links_on(os.path.abspath(raw)):
-                ls = link_stamp(link)
-                if ls is not None and link not in found:
-                    found[link] = replace(ls, path=_relative(link, root))
+            absolute = os.path.abspath(raw)
+            taken = self._stamped.get(absolute)
+            if taken is None:
+                taken = self._stamp(absolute)
+            for path, s in taken:
+                if path not in found:
+                    found[path] = replace(s, path=_relative(path, root))
         return tuple(found[p] for p in sorted(found))
 
 

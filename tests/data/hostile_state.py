@@ -334,3 +334,52 @@ def reads_its_scale_read_write() -> nn.Module:
         for p in model.parameters():
             p.mul_(scale)
     return model
+
+
+def _build_note(here: Path) -> None:
+    with open(here / "builds.txt", "a") as f:
+        f.write("built\n")
+
+
+def _scaled(scale: float) -> nn.Module:
+    model = conv_relu()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(scale)
+    return model
+
+
+def edits_its_scale_after_reading() -> nn.Module:
+    """Reads its weight scale from ``scale.txt``, then the file is saved anew while the case
+    runs (an editor, a checkout): what the case measured is the old scale."""
+    here = Path(os.environ.get("CL_VALIDATE_TEST_DIR", "."))
+    _build_note(here)
+    scale = float((here / "scale.txt").read_text())
+    (here / "scale.txt").write_text(os.environ.get("CL_VALIDATE_TEST_NEW_SCALE", "1.0"))
+    return _scaled(scale)
+
+
+def reads_its_scale_after_chdir() -> nn.Module:
+    """Reads ``scale.txt`` by a relative path inside ``contextlib.chdir(data/)``."""
+    import contextlib
+
+    here = Path(os.environ.get("CL_VALIDATE_TEST_DIR", "."))
+    _build_note(here)
+    with contextlib.chdir(here / "data"):
+        with open("scale.txt") as f:
+            scale = float(f.read())
+    return _scaled(scale)
+
+
+def execs_its_helper_module() -> nn.Module:
+    """Loads ``helper.py`` with ``exec_module`` (not through ``sys.modules``): Python reads
+    its compiled ``__pycache__`` copy, not the source, while that copy is current."""
+    import importlib.util
+
+    here = Path(os.environ.get("CL_VALIDATE_TEST_DIR", "."))
+    _build_note(here)
+    spec = importlib.util.spec_from_file_location("cl_test_helper", here / "helper.py")
+    assert spec is not None and spec.loader is not None
+    helper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helper)
+    return _scaled(float(helper.SCALE))
