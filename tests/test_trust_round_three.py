@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cl_validate.errors import ExitCode
+from cl_validate.session import sandbox
 from tests.conftest import DATA, run_cli, tiny_case
 
 
@@ -245,3 +246,17 @@ def test_a_data_file_under_dev_shm_is_stamped(tmp_path):
     finally:
         os.unlink(data)
     assert data in out and "/dev/null" not in out, out
+
+
+@pytest.mark.compile
+@pytest.mark.skipif(not sandbox.available(), reason="cases are not confined here (Landlock "
+                    "ABI < 6, or CL_VALIDATE_UNCONFINED set): nothing is refused")
+def test_a_model_pinning_its_own_thread_is_not_told_it_reached_outside(tmp_path):
+    """A thread pinning itself by its thread id is refused (the filter compares the pid: it
+    cannot tell the case's own threads from other processes); the verdict said the model
+    reached outside its case. It says what happened and how a thread sets its own."""
+    folder = _stamped_folder(tmp_path, "pins_its_own_thread")
+    code, out = run_cli(["run", str(folder), "--no-cache"]).both()
+    assert code != ExitCode.OK, out
+    assert "or one of its own threads by its thread id (os.sched_setaffinity(" in out, out
+    assert "a thread sets its own with 0" in out, out

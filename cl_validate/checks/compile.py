@@ -37,8 +37,9 @@ class CaseKind(FailureKind):
                      "(refused by the kernel, or ignored by the cl-validate process; the "
                      "case ended)")
     REACHED_OUT = ("ReachedOut", "the model's code tried to change a process outside its "
-                   "case: its limits, priority, affinity or a /proc file (refused by the "
-                   "kernel; the case ended)")
+                   "case (its limits, priority, affinity or a /proc file), or one of its own "
+                   "threads by thread id, which the kernel's filter cannot tell from another "
+                   "process (refused by the kernel; the case ended)")
     INTERNAL_ERROR = "InternalError", "a bug in cl_validate: report it with the detail"
 
 

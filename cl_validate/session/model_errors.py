@@ -55,8 +55,11 @@ def refused_call_error(case: CaseSpec, exc: BaseException | None) -> ErrorRecord
     if call is not None and exc is not None:
         return ErrorRecord(
             f"{display_path(case.path)}:{line}: the model's code tried to change a process "
-            f"outside its case ({call}); refused (hint: a case may set its own limits, "
-            "priority and affinity, never the run's, its zygote's or another case's; files "
-            "under /proc are read-only to it)", CaseKind.REACHED_OUT,
+            f"outside its case, or one of its own threads by its thread id ({call}); refused "
+            "(hint: a case may set its own limits, priority and affinity, never the run's, "
+            "its zygote's or another case's; the kernel's filter cannot tell a thread id of "
+            "the case's own from another process's, so a thread sets its own with 0 (the "
+            "calling thread), the process with its pid; files under /proc are read-only to "
+            "it)", CaseKind.REACHED_OUT,
             "".join(traceback.format_exception(exc)), line)
     return None

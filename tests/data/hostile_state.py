@@ -383,3 +383,23 @@ def execs_its_helper_module() -> nn.Module:
     helper = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(helper)
     return _scaled(float(helper.SCALE))
+
+
+def pins_its_own_thread() -> nn.Module:
+    """A worker thread pins itself by its own thread id (as OpenMP runtimes do)."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def pin() -> None:
+        try:
+            os.sched_setaffinity(threading.get_native_id(), os.sched_getaffinity(0))
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=pin)
+    t.start()
+    t.join()
+    if errors:
+        raise errors[0]
+    return conv_relu()
