@@ -576,3 +576,38 @@ def test_a_scale_computed_from_parameters_is_not_named_as_in_between():
     matches, left = find(mod["main"])
     assert not matches and len(left) == 1, left
     assert "exp" not in left[0].why and "do not read as" in left[0].why, left[0].why
+
+
+class _CrossCovariance(nn.Module):
+    """XCiT's cross-covariance attention in a small classifier: q, k, v split from one
+    projection and transposed (the attention runs over channels: tokens are its features),
+    q and k L2-normalized, a per-head temperature."""
+
+    def __init__(self, dim: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.embed = nn.Conv2d(3, dim, 4, 4)
+        self.temperature = nn.Parameter(torch.rand(heads, 1, 1) + 0.5)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.head = nn.Linear(dim, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.embed(x).flatten(2).transpose(1, 2)
+        b, n, c = t.shape
+        qkv = self.qkv(t).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 4, 1)
+        q, k, v = qkv.unbind(0)
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        attn = ((q @ k.transpose(-2, -1)) * self.temperature).softmax(dim=-1)
+        t = t + self.proj((attn @ v).permute(0, 3, 1, 2).reshape(b, n, c))
+        return self.head(t.mean(1))
+
+
+@pytest.mark.compile
+def test_q_k_and_v_split_from_one_projection_share_one_transpose(tmp_path):
+    """XCiT transposes q, k and v (tokens last) after splitting them from one projection:
+    raised, each got a transpose of its own. One transpose of the projection before the
+    split serves all three: the input, that one, and the attention's output back to tokens
+    (5 before)."""
+    kernels = _compile(_CrossCovariance(), 16, tmp_path)
+    assert len(kernels.runtime_transforms) == 3, kernels.render()
+    assert sum(k.name.startswith("attention") for k in kernels.kernels) == 1, kernels.render()

@@ -131,3 +131,20 @@ def collect_notes() -> Iterator[list[str]]:
         yield notes
     finally:
         _NOTES.reset(token)
+
+
+class UnionFind:
+    """Disjoint sets of vars (SinkPermutes' regions)."""
+
+    def __init__(self) -> None:
+        self.parent: dict[relax.Var, relax.Var] = {}
+
+    def find(self, v: relax.Var) -> relax.Var:
+        root = self.parent.setdefault(v, v)
+        while root is not self.parent[root]:
+            root = self.parent[root]
+        self.parent[v] = root
+        return root
+
+    def union(self, a: relax.Var, b: relax.Var) -> None:
+        self.parent[self.find(a)] = self.find(b)

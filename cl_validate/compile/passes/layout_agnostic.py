@@ -14,6 +14,8 @@ How it decides (per function, then again until nothing improves):
   add reads transposed runs on that transposed copy, and the transpose ConvertLayout put
   behind it is absorbed. Copies are tried only in a round where the seeds alone gain
   nothing: both at once pull a value's readers in opposite directions.
+* Last, a split whose parts all end in the same transpose gets one transpose before it
+  (`split_permutes`: XCiT's q, k and v), kept when the rounds after it lower the cost.
 * A *candidate* is a layout-agnostic binding (see ``_layout_ops``) whose permuted operands
   share one permutation: it can run on their sources; its result ``w`` gives the original as
   ``permute_dims(w, p')``. Candidates chain: a candidate's result is available permuted too.
@@ -46,6 +48,7 @@ from cl_validate.compile.passes._util import (
     Cost,
     Perm,
     Shape,
+    UnionFind,
     add_costs,
     compose,
     inverse,
@@ -59,6 +62,7 @@ from cl_validate.compile.passes.movement_chains import (
     MovementChains,
     folded_movement,
 )
+from cl_validate.compile.passes.split_permutes import hoist, is_shared
 from cl_validate.ir import (
     is_identity,
     is_weight_derived,
@@ -96,21 +100,6 @@ def _is_free_to_convert(expr: relax.Expr, rank: int) -> bool:
                                and all(d == 1 for d in shape))
 
 
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: dict[relax.Var, relax.Var] = {}
-
-    def find(self, v: relax.Var) -> relax.Var:
-        root = self.parent.setdefault(v, v)
-        while root is not self.parent[root]:
-            root = self.parent[root]
-        self.parent[v] = root
-        return root
-
-    def union(self, a: relax.Var, b: relax.Var) -> None:
-        self.parent[self.find(a)] = self.find(b)
-
-
 class _Analysis:
     """Finds seeds, candidates and absorbed permutes, groups them, and keeps the regions that
     get cheaper. ``plans``/``absorbed``/``seeds`` end up holding only the converted ones."""
@@ -121,7 +110,7 @@ class _Analysis:
         self.seeds: dict[relax.Var, tuple[relax.Expr, Perm]] = {}
         self.plans: dict[relax.Var, Plan] = {}
         self.absorbed: dict[relax.Var, tuple[relax.Var, Perm]] = {}
-        self.groups = _UnionFind()
+        self.groups = UnionFind()
         # Per candidate: the origin mark of the permute its layout comes from (the model's or
         # the importer's), when it comes from nothing else (no ConvertLayout transpose):
         # materialized, that permute is the same one, sunk to where something needs the
@@ -193,7 +182,8 @@ class _Analysis:
                 inner, q = self.absorbed[src]  # a permute of a permute of a candidate
                 self.absorbed[var] = (inner, compose(q, axes))
                 self.groups.union(var, src)
-            elif not is_identity(axes) and not is_weight_derived(src, self.weights):
+            elif not is_identity(axes) and not is_weight_derived(src, self.weights) and \
+                    not is_shared(value):  # a shared transpose stays before its split
                 self.seeds[var] = (src, axes)
             return
         # A view inside a movement chain is left to the chain, which folds as a whole; a view
@@ -458,7 +448,7 @@ def sink_permutes(func: relax.Function) -> relax.Function:
     lower the cost, the pass says so (`note`) and returns what the rounds reached."""
     start = current = fold_permutes(_canonicalize(func))
     for _ in range(MAX_ROUNDS):
-        new = _improved(current) or _improved(current, copies=True)
+        new = _improved(current) or _improved(current, copies=True) or _hoisted(current)
         if new is None:
             break
         current = new
@@ -477,6 +467,21 @@ def _improved(func: relax.Function, copies: bool = False) -> relax.Function | No
     if new.same_as(func) or not _runtime_cost(new) < _runtime_cost(func):
         return None
     return new
+
+
+def _hoisted(func: relax.Function) -> relax.Function | None:
+    """A transpose shared before a split (`split_permutes`), then rounds until nothing
+    improves; kept only if the run-time transform cost went down."""
+    shared = hoist(func)
+    if shared is None:
+        return None
+    current = shared
+    for _ in range(MAX_ROUNDS):
+        new = _improved(current) or _improved(current, copies=True)
+        if new is None:
+            break
+        current = new
+    return current if _runtime_cost(current) < _runtime_cost(func) else None
 
 
 def _cost_text(cost: Cost) -> str:
