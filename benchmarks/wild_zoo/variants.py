@@ -1,8 +1,9 @@
 """Attention and layout variants of round two (issue #42), written from the public model code
 at reduced size, with random weights: transformers' SAM vision encoder block (heads folded
-into the batch), timm's MaxViT block (BatchNorm after the model's own permute back to NCHW)
-and transformers' MobileViTV2 layer (tiling ``F.unfold``/``F.fold`` around linear
-attention). Their floors come from the exported graph (`graph_floor`), not from here.
+into the batch), timm's MaxViT block (BatchNorm after the model's own permute back to NCHW),
+transformers' MobileViTV2 layer (tiling ``F.unfold``/``F.fold`` around linear attention) and
+timm's XCiT (q, k and v transposed after their split from one projection). Their floors come
+from the exported graph (`graph_floor`), not from here.
 """
 
 from __future__ import annotations
@@ -127,8 +128,49 @@ class MobileViTV2Layer(nn.Module):
         return self.proj(F.fold(p, output_size=(h, w), kernel_size=2, stride=2))
 
 
+class XCAttention(nn.Module):
+    """timm's XCiT cross-covariance attention: q, k, v split from one projection with the
+    tokens last, q and k L2-normalized, a per-head temperature; attention over channels."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.temperature = nn.Parameter(torch.rand(heads, 1, 1) + 0.5)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 4, 1)
+        q, k, v = qkv.unbind(0)
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        attn = ((q @ k.transpose(-2, -1)) * self.temperature).softmax(dim=-1)
+        return self.proj((attn @ v).permute(0, 3, 1, 2).reshape(b, n, c))
+
+
+class XCiT(nn.Module):
+    """A conv patch embedding, two XCiT blocks (cross-covariance attention, MLP), a head."""
+
+    def __init__(self, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, 4, 4)
+        self.blocks = nn.ModuleList(nn.ModuleDict({
+            "norm1": nn.LayerNorm(dim), "attn": XCAttention(dim, heads),
+            "norm2": nn.LayerNorm(dim),
+            "mlp": nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim)),
+        }) for _ in range(2))
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.patch(x).flatten(2).transpose(1, 2)
+        for blk in self.blocks:
+            t = t + blk["attn"](blk["norm1"](t))
+            t = t + blk["mlp"](blk["norm2"](t))
+        return self.head(t.mean(1))
+
+
 MODELS: dict[str, Callable[[], nn.Module]] = {
     "sam_encoder": lambda: SamEncoder(),
     "maxvit_block": lambda: MaxViTBlock(),
     "mobilevitv2_layer": lambda: MobileViTV2Layer(),
+    "xcit": lambda: XCiT(),
 }
