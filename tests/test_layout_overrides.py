@@ -6,12 +6,11 @@ import pytest
 
 from cl_validate.analysis.fused_kernels import read_kernel_list
 from cl_validate.analysis.op_layouts import op_layouts
-from cl_validate.analysis.stage_counts import op_level_stage
 from cl_validate.checks.layout import check_layout
 from cl_validate.checks.verdict import Status
 from cl_validate.compile.factory import build_model
 from cl_validate.compile.frontend import export_and_import
-from cl_validate.compile.program import compile_case
+from cl_validate.compile.program import compile_case, op_level_stage
 from cl_validate.errors import CaseFileError
 from cl_validate.measurements.attribution import Reason
 from cl_validate.session.case_session import CaseSession

@@ -15,6 +15,21 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def _blocks(dim: int, attention: Callable[[], nn.Module], depth: int = 2) -> nn.ModuleList:
+    """Pre-norm transformer blocks: LayerNorm, `attention`, LayerNorm, a GELU MLP."""
+    return nn.ModuleList(nn.ModuleDict({
+        "norm1": nn.LayerNorm(dim), "attn": attention(), "norm2": nn.LayerNorm(dim),
+        "mlp": nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim)),
+    }) for _ in range(depth))
+
+
+def _run_blocks(blocks: nn.ModuleList, t: torch.Tensor) -> torch.Tensor:
+    for blk in blocks:
+        t = t + blk["attn"](blk["norm1"](t))
+        t = t + blk["mlp"](blk["norm2"](t))
+    return t
+
+
 class SamAttention(nn.Module):
     """SAM's vision attention: one qkv Linear, heads folded into the batch
     (``reshape(3, B*H, N, D).unbind(0)``), attention written out, ``view(B, H, h, w, D)``
@@ -40,18 +55,12 @@ class SamEncoder(nn.Module):
     def __init__(self, dim: int = 32, heads: int = 4) -> None:
         super().__init__()
         self.patch = nn.Conv2d(3, dim, 4, 4)
-        self.blocks = nn.ModuleList(nn.ModuleDict({
-            "norm1": nn.LayerNorm(dim), "attn": SamAttention(dim, heads),
-            "norm2": nn.LayerNorm(dim),
-            "mlp": nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim)),
-        }) for _ in range(2))
+        self.blocks = _blocks(dim, lambda: SamAttention(dim, heads))
         self.neck = nn.Sequential(nn.Conv2d(dim, 16, 1, bias=False), nn.Conv2d(16, 16, 3, 1, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t = self.patch(x).permute(0, 2, 3, 1)
-        for blk in self.blocks:
-            t = t + blk["attn"](blk["norm1"](t))
-            t = t + blk["mlp"](blk["norm2"](t))
+        t = _run_blocks(self.blocks, t)
         return self.neck(t.permute(0, 3, 1, 2))
 
 
@@ -153,18 +162,12 @@ class XCiT(nn.Module):
     def __init__(self, dim: int = 32, heads: int = 4) -> None:
         super().__init__()
         self.patch = nn.Conv2d(3, dim, 4, 4)
-        self.blocks = nn.ModuleList(nn.ModuleDict({
-            "norm1": nn.LayerNorm(dim), "attn": XCAttention(dim, heads),
-            "norm2": nn.LayerNorm(dim),
-            "mlp": nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim)),
-        }) for _ in range(2))
+        self.blocks = _blocks(dim, lambda: XCAttention(dim, heads))
         self.head = nn.Linear(dim, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t = self.patch(x).flatten(2).transpose(1, 2)
-        for blk in self.blocks:
-            t = t + blk["attn"](blk["norm1"](t))
-            t = t + blk["mlp"](blk["norm2"](t))
+        t = _run_blocks(self.blocks, t)
         return self.head(t.mean(1))
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from cl_validate.compile.program import Compiled
-from cl_validate.ir import LOWERED_CALL_OPS, bindings, op_name, tensor_type
+from cl_validate.compile.program import Compiled, op_level_stage
+from cl_validate.ir import bindings, op_name, tensor_type
 from cl_validate.measurements.kernel_list import QdqProduct
 
 #: The products, by Relax op
@@ -70,10 +70,4 @@ def qdq_products(compiled: Compiled) -> tuple[QdqProduct, ...]:
     names = [s.name for s in compiled.stages]
     if "fold_params" in names and names.index("fold_params") > 0:
         return program_products(compiled.stages[names.index("fold_params") - 1].mod)
-    best = compiled.stages[0].mod
-    for stage in compiled.stages:
-        if any(op_name(b.value) in LOWERED_CALL_OPS for b in bindings(stage.mod["main"])
-               if isinstance(b, relax.VarBinding)):
-            break
-        best = stage.mod
-    return program_products(best)
+    return program_products(compiled.stage(op_level_stage(compiled)).mod)

@@ -9,7 +9,6 @@ from tvm import relax
 from cl_validate.analysis.fused_kernels import fused_components
 from cl_validate.compile.program import Compiled
 from cl_validate.ir import (
-    LOWERED_CALL_OPS,
     TRANSFORM_OPS,
     all_weight_derived,
     bindings,
@@ -65,14 +64,3 @@ def stage_counts(compiled: Compiled, final: KernelList) -> list[StageCount]:
             counted = (len(final.runtime_transforms), len(final.weight_transforms))
         out.append(StageCount(stage.name, *counted))
     return out
-
-
-def op_level_stage(compiled: Compiled) -> str:
-    """Name of the last stage before legalization: main calls Relax ops, not PrimFuncs."""
-    best = compiled.stages[0].name
-    for stage in compiled.stages:
-        if any(isinstance(b.value, relax.Call) and op_name(b.value) in LOWERED_CALL_OPS
-               for b in bindings(stage.mod["main"])):
-            break
-        best = stage.name
-    return best

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tvm
+from tvm import relax
 
 from cl_validate.compile.context import PipelineContext
 from cl_validate.compile.culprit import culprit
@@ -19,6 +20,7 @@ from cl_validate.compile.passes.raise_attention import find as find_attention
 from cl_validate.compile.pipeline import PipelineFactory, resolve_pipeline
 from cl_validate.compile.tvm_targets import backend, build_unavailable, make_target
 from cl_validate.errors import CompileStageError
+from cl_validate.ir import LOWERED_CALL_OPS, bindings, op_name
 from cl_validate.spec import CaseSpec
 
 
@@ -161,3 +163,14 @@ def _legalized(compiled: Compiled) -> tvm.IRModule:
         return compiled.stage("legalize").mod
     except KeyError:
         return compiled.final
+
+
+def op_level_stage(compiled: Compiled) -> str:
+    """Name of the last stage before legalization: main calls Relax ops, not PrimFuncs."""
+    best = compiled.stages[0].name
+    for stage in compiled.stages:
+        if any(isinstance(b.value, relax.Call) and op_name(b.value) in LOWERED_CALL_OPS
+               for b in bindings(stage.mod["main"])):
+            break
+        best = stage.name
+    return best

@@ -25,7 +25,7 @@ import torch
 
 from cl_validate.analysis.fused_kernels import read_kernel_list
 from cl_validate.analysis.op_layouts import op_layouts
-from cl_validate.analysis.stage_counts import op_level_stage, stage_counts
+from cl_validate.analysis.stage_counts import stage_counts
 from cl_validate.checks.compile import CaseKind
 from cl_validate.checks.kernel_list import load_baseline
 from cl_validate.checks.numerics import (
@@ -38,7 +38,7 @@ from cl_validate.compile.factory import build_model, check_layout_overrides, wei
 from cl_validate.compile.frontend import Frontend, export_and_import
 from cl_validate.compile.model_outputs import OutputTypeError
 from cl_validate.compile.pipeline import resolve_pipeline
-from cl_validate.compile.program import Compiled, compile_case
+from cl_validate.compile.program import Compiled, compile_case, op_level_stage
 from cl_validate.compile.tvm_targets import (
     build_unavailable,
     device_available,
