@@ -131,7 +131,6 @@ class _Hoister(PyExprMutator):  # type: ignore[misc]
         self.values = {b.var: b.value for blk in func.body.blocks for b in blk.bindings
                        if isinstance(b, relax.VarBinding)}
         self.shared: dict[relax.Var, relax.Var] = {}  # T -> T transposed
-        self.parts: dict[relax.Var, tuple[relax.Var, relax.Call]] = {}  # reshape -> slice
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         super().visit_var_binding_(binding)
