@@ -30,6 +30,7 @@ from cl_validate.compile.passes import (
     IntegerCompute,
     NormalizeAxes,
     RaiseAttention,
+    StridedProducts,
     cleanup_passes,
     lower_conv_transpose,
 )
@@ -172,4 +173,6 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
         Stage("conv_transpose", lower_conv_transpose(ctx.case.layout)),
         # after the layouts are final: the integer products keep them
         *([Stage("integer_compute", IntegerCompute())] if ctx.case.integer_compute else []),
+        # last: a matmul reads and writes through the permutes the layouts left around it
+        Stage("strided_products", StridedProducts(ctx.target)),
     ])

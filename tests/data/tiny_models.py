@@ -114,16 +114,16 @@ def own_permute() -> nn.Module:
 class SequenceFirst(nn.Module):
     """Conv features as a sequence, the way nn.MultiheadAttention(batch_first=False) wants
     them: (H·W, N, C). At batch 1 moving the batch axis moves nothing (a free reshape); at
-    batch 8 it is a real transpose: a layout transform that only some shapes have."""
+    batch 8 it is a real transpose: a layout transform that only some shapes have. (Its
+    output is the sequence itself: a Linear after it would read the tokens in place.)"""
 
     def __init__(self) -> None:
         super().__init__()
         self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.mix = nn.Linear(8, 8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         seq = self.conv(x).flatten(2).permute(2, 0, 1)  # (H·W, N, C)
-        return torch.relu(self.mix(seq))
+        return torch.relu(seq)
 
 
 def sequence_first() -> nn.Module:

@@ -25,15 +25,17 @@ SinkPermutes moves onto an NHWC stream sums its statistics in another order (exa
 TVM's own group_norm layout rule does under ConvertLayout). They work whether the weights
 are still parameters of ``main`` (beyond ``num_input``) or already bound constants.
 
-Four more passes run at other stages: ``NormalizeAxes`` before ConvertLayout (negative axes
+More passes run at other stages: ``NormalizeAxes`` before ConvertLayout (negative axes
 crash some of TVM's layout rules); ``FoldFlattenIntoLinear`` after the cleanup (a flatten's
 transpose into the Linear's weight: the dot products sum in another order);
 ``lower_conv_transpose`` after it (a transposed convolution ConvertLayout carried into a
 layout TVM cannot lower becomes a convolution of the zero-stuffed input there); and, once the
 weights are bound, ``FoldScaleShift`` moves the per-channel scale and shift a BatchNorm leaves
 after a convolution into the convolution's weights plus one bias add (float rounding differs,
-nothing else). ``IntegerCompute`` ends the layout stages: a quantized network's convolutions
-and matmuls read their int8/uint8 codes and accumulate in int32, in the layout they have.
+nothing else). ``IntegerCompute`` follows the layout stages: a quantized network's
+convolutions and matmuls read their int8/uint8 codes and accumulate in int32, in the layout
+they have. ``StridedProducts`` ends them: a float matmul reads its operands and writes its
+result through the transposes still around it (the same sums in the same order).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from cl_validate.compile.passes.normalize_axes import NormalizeAxes
 from cl_validate.compile.passes.permute_to_reshape import PermuteToReshape
 from cl_validate.compile.passes.raise_attention import RaiseAttention
 from cl_validate.compile.passes.slice_views import ReadSlicesAtSource
+from cl_validate.compile.passes.strided_products import StridedProducts
 
 
 def cleanup_passes() -> list[tvm.transform.Pass]:
@@ -95,6 +98,7 @@ __all__ = [
     "RaiseAttention",
     "ReadSlicesAtSource",
     "SinkPermutes",
+    "StridedProducts",
     "cleanup_passes",
     "extra_layout_rules",
     "lower_conv_transpose",

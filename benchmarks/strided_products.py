@@ -1,0 +1,142 @@
+"""Matmuls that read and write through the transposes around them (`StridedProducts`) against
+the same program with those transposes as kernels, on llvm, in one process.
+
+Per model, the ``nhwc`` pipeline compiles twice through the case session: as it is, and with
+the ``strided_products`` stage left out (a pipeline registered here, ``nhwc`` minus that
+stage). For each program: the runtime transforms, the kernels, the median run time (TVM's
+time evaluator, `--repeat` x 5 runs) and the largest difference from PyTorch's output.
+
+- ``cait_talking_heads``: CaiT's talking-heads attention at ViT-S/16's size (197 tokens, 6
+  heads of 64): the scores mixed across heads by a Linear before and after the softmax, so
+  the attention is not raised and stays matmuls;
+- ``efficientformerv2`` and ``xcit`` (benchmarks/wild_zoo): EfficientFormerV2's attention
+  with talking heads (1x1 convs over the heads) and XCiT's cross-covariance attention.
+
+    python benchmarks/strided_products.py [--repeat N] [-k NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import types
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(Path(__file__).parent)]
+
+MODULE = "_strided_products_models"
+CASE = """
+model = "{model}"
+pipeline = "{pipeline}"
+[[inputs]]
+name = "x"
+shape = {shape}
+[layout]
+"relax.nn.conv2d" = ["NHWC", "OHWI"]
+"""
+
+
+def _cait() -> Any:
+    import torch
+    from torch import nn
+
+    class TalkingHeads(nn.Module):
+        """CaiT's attention (timm ``TalkingHeadAttn``) in a pre-norm block."""
+
+        def __init__(self, dim: int = 384, heads: int = 6) -> None:
+            super().__init__()
+            self.heads, self.scale = heads, (dim // heads) ** -0.5
+            self.norm = nn.LayerNorm(dim)
+            self.qkv = nn.Linear(dim, dim * 3)
+            self.proj_l, self.proj_w = nn.Linear(heads, heads), nn.Linear(heads, heads)
+            self.proj = nn.Linear(dim, dim)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, n, c = x.shape
+            qkv = self.qkv(self.norm(x)).reshape(b, n, 3, self.heads, c // self.heads)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+            attn = (q * self.scale) @ k.transpose(-2, -1)
+            attn = self.proj_l(attn.permute(0, 2, 3, 1)).permute(0, 3, 1, 2).softmax(-1)
+            attn = self.proj_w(attn.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+            return x + self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+    return TalkingHeads()
+
+
+def _models() -> dict[str, tuple[Any, list[int]]]:
+    from wild_zoo import attention, variants
+
+    return {"cait_talking_heads": (_cait, [1, 197, 384]),
+            "efficientformerv2": (attention.MODELS["efficientformerv2"], [1, 3, 32, 32]),
+            "xcit": (variants.MODELS["xcit"], [1, 3, 32, 32])}
+
+
+def _register_without() -> str:
+    """``module:function`` of the ``nhwc`` pipeline without its strided_products stage."""
+    from cl_validate.compile.pipeline import PipelineContext, Stage, nhwc
+
+    def without(ctx: PipelineContext) -> list[Stage]:
+        return [s for s in nhwc(ctx) if s.name != "strided_products"]
+
+    sys.modules.setdefault(MODULE, types.ModuleType(MODULE)).without = without
+    return f"{MODULE}:without"
+
+
+def measure(name: str, factory: Any, shape: list[int], pipeline: str, repeat: int,
+            folder: Path) -> tuple[int, int, float, float]:
+    """(runtime transforms, kernels, median ms, max |tvm - torch|)."""
+    import numpy as np
+    import tvm
+
+    from cl_validate.analysis.fused_kernels import read_kernel_list
+    from cl_validate.session.case_session import CaseSession
+    from cl_validate.spec import load_case
+
+    setattr(sys.modules.setdefault(MODULE, types.ModuleType(MODULE)), name, factory)
+    path = folder / f"{name}_{len(pipeline)}.toml"
+    path.write_text(CASE.format(model=f"{MODULE}:{name}", pipeline=pipeline, shape=shape))
+    session = CaseSession(load_case(path))
+    error = session.prepare()
+    if error is not None:
+        raise RuntimeError(error.message)
+    compiled = session.compiled("llvm")
+    kernels = read_kernel_list(compiled)
+    arrays = session.samples[0][1]
+    out = session.run_program("llvm", arrays)
+    diff = max(float(np.max(np.abs(o - r))) for o, r in zip(out, session.expected[0],
+                                                              strict=True))
+    dev = tvm.cpu()
+    vm = tvm.relax.VirtualMachine(compiled.executable, dev)
+    args = [tvm.runtime.tensor(a, dev) for a in arrays] + list(
+        session.unbound_params(compiled))
+    timer = vm.time_evaluator("main", dev, number=5, repeat=repeat)
+    ms = float(timer(*args).median) * 1e3
+    return len(kernels.runtime_transforms), len(kernels.kernels), ms, diff
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("-k", dest="pattern", action="append", help="only models whose name has it")
+    args = ap.parse_args()
+    without = _register_without()
+    print("| model | program | runtime transforms | kernels | run (median) | vs with "
+          "transposes | max abs diff vs PyTorch |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (factory, shape) in _models().items():
+            if args.pattern and not any(p in name for p in args.pattern):
+                continue
+            base = measure(name, factory, shape, without, args.repeat, Path(tmp))
+            ours = measure(name, factory, shape, "nhwc", args.repeat, Path(tmp))
+            for label, (t, k, ms, diff) in (("strided products", ours),
+                                            ("transposes as kernels", base)):
+                print(f"| {name} | {label} | {t} | {k} | {ms:.3f} ms | {ms / base[2]:.2f}x "
+                      f"| {diff:.2g} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

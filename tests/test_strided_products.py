@@ -1,0 +1,207 @@
+"""Matmuls that read and write through the transposes around them (`StridedProducts`).
+
+A matmul that is not attention (talking heads, cross-covariance attention, a raise that
+declined) is surrounded by the model's head splits and merges; each was a transpose kernel
+of its own. The product now reads its operands and writes its result through them: the
+transposes are gone, the value is the matmul's, and on a GPU dlight's Matmul rule schedules
+the product (checked statically: the rule is decided when compiling).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+from cl_validate.compile.passes.strided_products import PRODUCT_ATTR, find, strided_products
+from cl_validate.ir import count_permutes
+
+LLVM = tvm.target.Target({"kind": "llvm"})
+CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+
+
+class _TalkingHeads(nn.Module):
+    """CaiT's talking-heads attention: a Linear over the heads on each side of the softmax, so
+    the attention is not raised and its matmuls stay."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv, self.proj_l, self.proj_w = nn.Linear(8, 24), nn.Linear(2, 2), nn.Linear(2, 2)
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
+        a = (q * 0.5) @ k.transpose(-2, -1)
+        a = self.proj_l(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2).softmax(-1)
+        a = self.proj_w(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return x + self.proj((a @ v).transpose(1, 2).reshape(b, n, c))
+
+
+def _case(tmp_path, shape: tuple[int, ...], pipeline: str = "nhwc"):
+    from cl_validate.spec import load_case
+
+    path = tmp_path / f"c_{pipeline.replace(':', '_')}.toml"
+    path.write_text(f'model = "x:y"\npipeline = "{pipeline}"\n[[inputs]]\nname = "x"\n'
+                    f'shape = {list(shape)}\n[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+    return load_case(path)
+
+
+def without_strided_products(ctx):  # a pipeline: `nhwc` without the stage under test
+    from cl_validate.compile.pipeline import nhwc
+
+    return [s for s in nhwc(ctx) if s.name != "strided_products"]
+
+
+def _compiled(model: nn.Module, shape: tuple[int, ...], tmp_path, target: str = "llvm",
+              pipeline: str = "nhwc"):
+    """(kernel list, outputs of the llvm program, PyTorch's) of `model` as a case."""
+    from cl_validate.analysis.fused_kernels import read_kernel_list
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case
+    from cl_validate.session.execute import run_torch, run_tvm
+    from cl_validate.session.inputs import make_inputs, torch_inputs
+
+    case = _case(tmp_path, shape, pipeline)
+    torch.manual_seed(0)
+    model = model.eval()
+    arrays = make_inputs(case)
+    tensors = torch_inputs(case, arrays)
+    front = export_and_import(model, case, tensors)
+    compiled = compile_case(front, case, target, build=target == "llvm")
+    got = run_tvm(compiled.executable, case, arrays, tvm.cpu()) if target == "llvm" else None
+    return read_kernel_list(compiled), got, run_torch(model, tensors)
+
+
+@pytest.mark.compile
+def test_talking_heads_lose_every_transpose_and_compute_the_same(tmp_path, monkeypatch):
+    """Five transposes around CaiT's matmuls before: q, k and v into heads (one, shared by
+    the three), the scores heads-last for each Linear and back, the output's heads merged.
+    One after: the shared one (three slices read it, and q is scaled on the way). The
+    program computes what PyTorch does, exactly as it did with the transposes."""
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
+    model = _TalkingHeads()
+    kernels, got, want = _compiled(model, (1, 5, 8), tmp_path)
+    before, got_before, _ = _compiled(model, (1, 5, 8), tmp_path, pipeline=(
+        "tests.test_strided_products:without_strided_products"))
+    assert len(before.runtime_transforms) == 5, before.render()
+    assert [t.axes for t in kernels.runtime_transforms] == [(2, 0, 3, 1, 4)], kernels.render()
+    for g, b, w in zip(got, got_before, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(g, b)  # the same products summed in the same order
+
+
+@pytest.mark.compile
+def test_on_a_gpu_dlights_matmul_rule_schedules_every_product(tmp_path):
+    """Decided when compiling, so a CPU runner sees it: each product is a Matmul kernel (a
+    product dlight would leave to Fallback keeps its transposes instead)."""
+    kernels, _, _ = _compiled(_TalkingHeads(), (1, 5, 8), tmp_path, target="cuda")
+    products = [k for k in kernels.kernels if "matmul" in k.name]
+    assert len(products) == 6, kernels.render()  # qkv, q·kᵀ, proj_l, proj_w, ·v, proj
+    assert {k.schedule for k in products} == {"Matmul"}, kernels.render()
+    assert len(kernels.runtime_transforms) == 1, kernels.render()
+
+
+def test_a_depth_a_view_merged_from_two_axes_is_read_as_before():
+    """XCiT's projection: heads merged into the Linear's input channels after a transpose.
+    Read in place, the summed depth would jump every head (``k // 4``, ``k % 4``): slower
+    on a CPU than the transpose it saves, so that operand keeps its transpose."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((4, 2, 6), "float32"), w: R.Tensor((8, 3), "float32")
+                 ) -> R.Tensor((6, 3), "float32"):
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                t = R.permute_dims(x, axes=[2, 1, 0])
+                a = R.reshape(t, R.shape([6, 8]))
+                y = R.matmul(a, w)
+                R.output(y)
+            return y
+
+    assert find(Before["main"]) == []
+    tvm.ir.assert_structural_equal(strided_products(Before, LLVM), Before)
+
+
+def test_a_transpose_read_elsewhere_too_stays():
+    """The transposed k is also an output: the transpose runs anyway, the matmul reads it."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(q: R.Tensor((2, 5, 4), "float32"), k: R.Tensor((2, 5, 4), "float32")):
+            R.func_attr({"num_input": 2})
+            with R.dataflow():
+                kt = R.permute_dims(k, axes=[0, 2, 1])
+                s = R.matmul(q, kt)
+                out = (s, kt)
+                R.output(out)
+            return out
+
+    assert find(Before["main"]) == []
+
+
+def _run(mod: tvm.IRModule, args: list[np.ndarray]) -> np.ndarray:
+    ex = tvm.compile(relax.transform.LegalizeOps()(mod), target=LLVM)
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](*map(tvm.runtime.tensor, args))
+    return out.numpy()
+
+
+@st.composite
+def _products(draw):  # type: ignore[no-untyped-def]
+    """A matmul between head-split operands: each operand's (batch, tokens, heads, depth)
+    permuted into (batch, heads, rows, cols) by a random order of the batch-like axes, k
+    transposed or not, a broadcast of one batch, the result merged back or not."""
+    b, h = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 3]))
+    m, n, d = (draw(st.integers(1, 5)) for _ in range(3))
+    a_perm = draw(st.sampled_from([(0, 2, 1, 3), (2, 0, 1, 3)]))
+    b_transposed = draw(st.booleans())
+    b_batch = draw(st.sampled_from([b, 1]))
+    merge = draw(st.booleans())
+    return b, h, m, n, d, a_perm, b_transposed, b_batch, merge
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_products())
+def test_every_product_it_takes_is_the_matmul(drawn):
+    """Against numpy's matmul in float64 on the same operands: exact to float32 rounding for
+    every permutation, transposed operand, batch broadcast and merged output drawn; and
+    every transpose of the drawn chains is gone."""
+    b, h, m, n, d, a_perm, b_transposed, b_batch, merge = drawn
+    a_src = (b, m, h, d) if a_perm == (0, 2, 1, 3) else (h, b, m, d)
+    a_axes = [0, 2, 1, 3] if a_perm == (0, 2, 1, 3) else [1, 0, 2, 3]
+    b_src = (b_batch, n, h, d) if b_transposed else (b_batch, d, h, n)
+    b_axes = [0, 2, 3, 1] if b_transposed else [0, 2, 1, 3]
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(a_src, "float32"))
+    y = relax.Var("y", relax.TensorType(b_src, "float32"))
+    with bb.function("main", [x, y], {"num_input": 2}):
+        with bb.dataflow():
+            qa = bb.emit(relax.op.permute_dims(x, a_axes))
+            kb = bb.emit(relax.op.permute_dims(y, b_axes))
+            out = bb.emit(relax.op.matmul(qa, kb))
+            if merge:
+                out = bb.emit(relax.op.reshape(relax.op.permute_dims(out, [0, 2, 1, 3]),
+                                               (b, m, h * n)))
+            bb.emit_output(out)
+        bb.emit_func_output(out)
+    mod = bb.get()
+    new = strided_products(mod, LLVM)
+    assert count_permutes(new) == 0, new
+    assert all(PRODUCT_ATTR in f.attrs for gv, f in new.functions_items()
+               if isinstance(f, tvm.tirx.PrimFunc))
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype("float32") for s in (a_src, b_src)]
+    want = np.transpose(args[0], a_axes).astype(np.float64) @ np.transpose(args[1], b_axes)
+    if merge:
+        want = want.transpose(0, 2, 1, 3).reshape(b, m, h * n)
+    np.testing.assert_allclose(_run(new, args), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(_run(new, args), _run(mod, args))
