@@ -535,23 +535,11 @@ def test_talking_heads_by_linear_layers_stay_and_say_why():
     permuted heads-last, projected, permuted back). The matmuls stay, and the note says a
     Linear is on the scores; it said nothing before (the Linear is a matmul itself)."""
 
-    class TalkingHeads(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.qkv, self.proj_l, self.proj_w = nn.Linear(8, 24), nn.Linear(2, 2), \
-                nn.Linear(2, 2)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            b, n, c = x.shape
-            q, k, v = self.qkv(x).reshape(b, n, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
-            a = (q * 0.5) @ k.transpose(-2, -1)
-            a = self.proj_l(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2).softmax(-1)
-            a = self.proj_w(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-            return (a @ v).transpose(1, 2).reshape(b, n, c)
-
     from tvm.relax.frontend.torch import from_exported_program
 
-    ep = torch.export.export(TalkingHeads().eval(), (torch.randn(1, 5, 8),))
+    from tests.data.tiny_models import TalkingHeads
+
+    ep = torch.export.export(TalkingHeads(residual=False).eval(), (torch.randn(1, 5, 8),))
     mod = from_exported_program(ep, keep_params_as_input=True)
     matches, left = find(mod["main"])
     assert not matches and len(left) == 1, left

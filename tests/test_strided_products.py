@@ -22,27 +22,10 @@ from tvm.script import relax as R
 
 from cl_validate.compile.passes.strided_products import PRODUCT_ATTR, find, strided_products
 from cl_validate.ir import count_permutes
+from tests.data.tiny_models import TalkingHeads
 
 LLVM = tvm.target.Target({"kind": "llvm"})
 CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
-
-
-class _TalkingHeads(nn.Module):
-    """CaiT's talking-heads attention: a Linear over the heads on each side of the softmax, so
-    the attention is not raised and its matmuls stay."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.qkv, self.proj_l, self.proj_w = nn.Linear(8, 24), nn.Linear(2, 2), nn.Linear(2, 2)
-        self.proj = nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, n, c = x.shape
-        q, k, v = self.qkv(x).reshape(b, n, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
-        a = (q * 0.5) @ k.transpose(-2, -1)
-        a = self.proj_l(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2).softmax(-1)
-        a = self.proj_w(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-        return x + self.proj((a @ v).transpose(1, 2).reshape(b, n, c))
 
 
 def _case(tmp_path, shape: tuple[int, ...], pipeline: str = "nhwc"):
@@ -81,13 +64,12 @@ def _compiled(model: nn.Module, shape: tuple[int, ...], tmp_path, target: str = 
 
 
 @pytest.mark.compile
-def test_talking_heads_lose_every_transpose_and_compute_the_same(tmp_path, monkeypatch):
+def test_talking_heads_lose_every_transpose_and_compute_the_same(tmp_path):
     """Five transposes around CaiT's matmuls before: q, k and v into heads (one, shared by
     the three), the scores heads-last for each Linear and back, the output's heads merged.
     One after: the shared one (three slices read it, and q is scaled on the way). The
     program computes what PyTorch does, exactly as it did with the transposes."""
-    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
-    model = _TalkingHeads()
+    model = TalkingHeads()
     kernels, got, want = _compiled(model, (1, 5, 8), tmp_path)
     before, got_before, _ = _compiled(model, (1, 5, 8), tmp_path, pipeline=(
         "tests.test_strided_products:without_strided_products"))
@@ -102,7 +84,7 @@ def test_talking_heads_lose_every_transpose_and_compute_the_same(tmp_path, monke
 def test_on_a_gpu_dlights_matmul_rule_schedules_every_product(tmp_path):
     """Decided when compiling, so a CPU runner sees it: each product is a Matmul kernel (a
     product dlight would leave to Fallback keeps its transposes instead)."""
-    kernels, _, _ = _compiled(_TalkingHeads(), (1, 5, 8), tmp_path, target="cuda")
+    kernels, _, _ = _compiled(TalkingHeads(), (1, 5, 8), tmp_path, target="cuda")
     products = [k for k in kernels.kernels if "matmul" in k.name]
     assert len(products) == 6, kernels.render()  # qkv, q·kᵀ, proj_l, proj_w, ·v, proj
     assert {k.schedule for k in products} == {"Matmul"}, kernels.render()

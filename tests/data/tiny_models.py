@@ -594,3 +594,24 @@ def cumsum_then_pad() -> nn.Module:
     torch.manual_seed(0)
     return CumsumThenPad().eval()
 
+
+
+class TalkingHeads(nn.Module):
+    """CaiT's talking-heads attention: a Linear over the heads on each side of the softmax
+    (the scores permuted heads-last, projected, permuted back), so it is not attention's
+    computation and its matmuls stay; with `residual`, a projection and a residual add."""
+
+    def __init__(self, residual: bool = True) -> None:
+        super().__init__()
+        self.residual = residual
+        self.qkv, self.proj_l, self.proj_w = nn.Linear(8, 24), nn.Linear(2, 2), nn.Linear(2, 2)
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
+        a = (q * 0.5) @ k.transpose(-2, -1)
+        a = self.proj_l(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2).softmax(-1)
+        a = self.proj_w(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        out = (a @ v).transpose(1, 2).reshape(b, n, c)
+        return x + self.proj(out) if self.residual else out
