@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(Path(__file__).parent)]
+sys.path[:0] = [str(ROOT), str(ROOT / "model_cases"), str(Path(__file__).parent)]
 
 MODULE = "_strided_products_models"
 CASE = """
@@ -66,12 +66,23 @@ def _cait() -> Any:
     return TalkingHeads()
 
 
+def _lateral() -> Any:
+    from torch import nn
+
+    # an FPN lateral on an NCHW feature map: a pointwise convolution reads the input first
+    return nn.Sequential(nn.Conv2d(64, 64, 1), nn.ReLU(), nn.Conv2d(64, 64, 1))
+
+
 def _models() -> dict[str, tuple[Any, list[int]]]:
-    from wild_zoo import attention, variants
+    from wild_zoo import attention, mobile, variants
 
     return {"cait_talking_heads": (_cait, [1, 197, 384]),
             "efficientformerv2": (attention.MODELS["efficientformerv2"], [1, 3, 32, 32]),
-            "xcit": (variants.MODELS["xcit"], [1, 3, 32, 32])}
+            "xcit": (variants.MODELS["xcit"], [1, 3, 32, 32]),
+            "mobilevit_xxs": (mobile.MODELS["mobilevit_xxs"], [1, 3, 64, 64]),
+            "mobilevitv2_layer": (variants.MODELS["mobilevitv2_layer"], [1, 3, 32, 32]),
+            "rtdetr_deformable": (attention.MODELS["rtdetr_deformable"], [1, 3, 32, 32]),
+            "fpn_lateral": (_lateral, [1, 64, 56, 56])}
 
 
 def _register_without() -> str:

@@ -174,10 +174,12 @@ def main() -> None:
             rows.append(row)
             print("  ".join(_cells(row)), f"{row.seconds:.1f}s", row.error, flush=True)
     at = sum(r.at_floor for r in rows)
-    above = sum(r.nchw[0] - r.nchw[1] for r in rows if r.nchw is not None)
+    gaps = [r.nchw[0] - r.nchw[1] for r in rows if r.nchw is not None]
+    above, below = sum(g for g in gaps if g > 0), sum(-g for g in gaps if g < 0)
     plain = sum(r.plain for r in rows if r.plain is not None)
-    summary = (f"{at}/{len(rows)} at the floor derived from their graphs; NCHW input: {above} "
-               f"runtime transforms above it in all (nhwc-plain: {plain} transforms in all)")
+    summary = (f"{at}/{len(rows)} at the floor derived from their graphs or under it; NCHW "
+               f"input: {above} runtime transforms above it in all, {below} under it "
+               f"(nhwc-plain: {plain} transforms in all)")
     print(summary)
     if args.markdown:
         lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]

@@ -59,13 +59,15 @@ def test_tiling_patches_export_as_views() -> None:
 
 @pytest.mark.compile
 def test_mobilevit_v2_patches_cost_one_transpose_each_way(write_case) -> None:
-    """The floor, from the model: the NCHW input and output (2), and the unfold and the fold
-    (2), which reorder (row, pixel-row, column, pixel-column) in either layout. torch's
-    decomposition left 7 (the scatter-add stayed NCHW between transposes)."""
-    case = load_case(write_case(tiny_case(4, model="tiny_models:tiled_patches",
+    """The NCHW input and output (2), and the unfold (1), which reorders (row, pixel-row,
+    column, pixel-column) in either layout for the GroupNorm and the residual add that
+    read it. The fold is read in place by the pointwise convolution after it (a strided
+    product). torch's decomposition left 7 (the scatter-add stayed NCHW between
+    transposes); with the fold as a transpose of its own, 4."""
+    case = load_case(write_case(tiny_case(3, model="tiny_models:tiled_patches",
                                           tolerance=(1e-5, 1e-5))))
     (result,) = judge_in_process([case], RunOptions(isolate=False))
     for check in ("compile", "layout_transforms", "numerics"):
         assert result.check(check).status is Status.PASSED, result.check(check).message
     assert result.kernels is not None
-    assert len(result.kernels.runtime_transforms) == 4, result.kernels.render()
+    assert len(result.kernels.runtime_transforms) == 3, result.kernels.render()

@@ -67,14 +67,15 @@ def _compiled(model: nn.Module, shape: tuple[int, ...], tmp_path, target: str = 
 def test_talking_heads_lose_every_transpose_and_compute_the_same(tmp_path):
     """Five transposes around CaiT's matmuls before: q, k and v into heads (one, shared by
     the three), the scores heads-last for each Linear and back, the output's heads merged.
-    One after: the shared one (three slices read it, and q is scaled on the way). The
-    program computes what PyTorch does, exactly as it did with the transposes."""
+    None after: the qkv Linear writes its result (bias added) heads-first, the products
+    read and write the scores in the order each Linear wants, the output is read merged.
+    The program computes what PyTorch does, exactly as it did with the transposes."""
     model = TalkingHeads()
     kernels, got, want = _compiled(model, (1, 5, 8), tmp_path)
     before, got_before, _ = _compiled(model, (1, 5, 8), tmp_path, pipeline=(
         "tests.test_strided_products:without_strided_products"))
     assert len(before.runtime_transforms) == 5, before.render()
-    assert [t.axes for t in kernels.runtime_transforms] == [(2, 0, 3, 1, 4)], kernels.render()
+    assert kernels.runtime_transforms == [], kernels.render()
     for g, b, w in zip(got, got_before, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(g, b)  # the same products summed in the same order
@@ -88,7 +89,49 @@ def test_on_a_gpu_dlights_matmul_rule_schedules_every_product(tmp_path):
     products = [k for k in kernels.kernels if "matmul" in k.name]
     assert len(products) == 6, kernels.render()  # qkv, q·kᵀ, proj_l, proj_w, ·v, proj
     assert {k.schedule for k in products} == {"Matmul"}, kernels.render()
-    assert len(kernels.runtime_transforms) == 1, kernels.render()
+    assert kernels.runtime_transforms == [], kernels.render()
+
+
+class _Patches(nn.Module):
+    """MobileViT's unfold and fold around a transformer: a pointwise convolution, the map cut
+    into 2x2 patches (pixels of one patch position as a sequence of tokens), a LayerNorm
+    over the channels, the patches folded back, a pointwise convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(8, 8, 1), nn.Conv2d(8, 8, 1)
+        self.stem, self.norm = nn.Conv2d(3, 8, 3, padding=1), nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.c1(self.stem(x))
+        b, c, h, w = y.shape
+        p = y.reshape(b, c, h // 2, 2, w // 2, 2).permute(0, 3, 5, 2, 4, 1)
+        p = self.norm(p.reshape(b, 4, h * w // 4, c))
+        y = p.reshape(b, 2, 2, h // 2, w // 2, c).permute(0, 5, 3, 1, 4, 2).reshape(b, c, h, w)
+        return self.c2(y)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("target", ["llvm", "cuda"])
+def test_a_pointwise_convolution_reads_the_folded_patches_in_place(tmp_path, target):
+    """A 1x1 convolution on NHWC data is a Linear over the channels: the last one reads the
+    folded patches in place. What stays is what it would write down its columns (slower
+    on llvm than the transpose): the NCHW output, and here the unfold, which the cleanup
+    put channels-inner for the LayerNorm. On a GPU the products are Matmul kernels."""
+    model = _Patches()
+    kernels, got, want = _compiled(model, (1, 3, 8, 8), tmp_path, target=target)
+    sources = [t.attribution.source or "" for t in kernels.runtime_transforms]
+    assert len(sources) == 3 and sources[1].startswith("(permute at"), kernels.render()
+    convs = [k for k in kernels.kernels if k.name.startswith(("conv2d", "fused_conv2d"))]
+    assert len(convs) == 3, kernels.render()  # the stem, c1 and c2 (the product)
+    if target == "cuda":
+        assert {k.schedule for k in convs} == {"Matmul"}, kernels.render()
+        return
+    before, _, _ = _compiled(model, (1, 3, 8, 8), tmp_path, pipeline=(
+        "tests.test_strided_products:without_strided_products"))
+    assert len(before.runtime_transforms) == 4, before.render()
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
 def test_a_depth_a_view_merged_from_two_axes_is_read_as_before():
@@ -148,16 +191,21 @@ def _products(draw):  # type: ignore[no-untyped-def]
     b_transposed = draw(st.booleans())
     b_batch = draw(st.sampled_from([b, 1]))
     merge = draw(st.booleans())
-    return b, h, m, n, d, a_perm, b_transposed, b_batch, merge
+    # an epilogue before the merge: op, the constant first or not, its broadcast shape
+    epilogue = draw(st.sampled_from([None, "add", "subtract", "multiply", "divide"]))
+    const_first = draw(st.booleans())
+    const_shape = draw(st.sampled_from([(n,), (h, 1, n), (1, 1, m, 1), (b, h, m, n)]))
+    return (b, h, m, n, d, a_perm, b_transposed, b_batch, merge,
+            (epilogue, const_first, const_shape))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_products())
 def test_every_product_it_takes_is_the_matmul(drawn):
     """Against numpy's matmul in float64 on the same operands: exact to float32 rounding for
-    every permutation, transposed operand, batch broadcast and merged output drawn; and
-    every transpose of the drawn chains is gone."""
-    b, h, m, n, d, a_perm, b_transposed, b_batch, merge = drawn
+    every permutation, transposed operand, batch broadcast, epilogue with a constant (a
+    bias, a scale) and merged output drawn; and every transpose of the chains is gone."""
+    b, h, m, n, d, a_perm, b_transposed, b_batch, merge, (op, const_first, cshape) = drawn
     a_src = (b, m, h, d) if a_perm == (0, 2, 1, 3) else (h, b, m, d)
     a_axes = [0, 2, 1, 3] if a_perm == (0, 2, 1, 3) else [1, 0, 2, 3]
     b_src = (b_batch, n, h, d) if b_transposed else (b_batch, d, h, n)
@@ -170,6 +218,10 @@ def test_every_product_it_takes_is_the_matmul(drawn):
             qa = bb.emit(relax.op.permute_dims(x, a_axes))
             kb = bb.emit(relax.op.permute_dims(y, b_axes))
             out = bb.emit(relax.op.matmul(qa, kb))
+            const = np.random.default_rng(1).uniform(0.5, 2.0, cshape).astype("float32")
+            if op is not None:
+                pair = (relax.const(const), out) if const_first else (out, relax.const(const))
+                out = bb.emit(getattr(relax.op, op)(*pair))
             if merge:
                 out = bb.emit(relax.op.reshape(relax.op.permute_dims(out, [0, 2, 1, 3]),
                                                (b, m, h * n)))
@@ -183,6 +235,8 @@ def test_every_product_it_takes_is_the_matmul(drawn):
     rng = np.random.default_rng(0)
     args = [rng.standard_normal(s).astype("float32") for s in (a_src, b_src)]
     want = np.transpose(args[0], a_axes).astype(np.float64) @ np.transpose(args[1], b_axes)
+    if op is not None:
+        want = getattr(np, op)(*((const, want) if const_first else (want, const)))
     if merge:
         want = want.transpose(0, 2, 1, 3).reshape(b, m, h * n)
     np.testing.assert_allclose(_run(new, args), want, rtol=1e-5, atol=1e-5)

@@ -53,7 +53,8 @@ class _Forward(nn.Module):
     def __init__(self, fn) -> None:
         super().__init__()
         self.fn = fn
-        self.conv = nn.Conv2d(3, 4, 1)
+        # 3x3: a pointwise convolution would read the NCHW input in place (one transform)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.fn()
@@ -196,7 +197,7 @@ class _ReturnsItsBuffer(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(3, 4, 1)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
         self.register_buffer("state", torch.zeros(1, 4, 16, 16))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

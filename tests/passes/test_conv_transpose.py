@@ -69,7 +69,9 @@ def test_nhwc_conv_transpose_matches_pytorch_with_no_transform(write_case, kw):
     assert compiled.kept_layouts == []
     kernels = read_kernel_list(compiled)
     reasons = [t.attribution.reason for t in kernels.runtime_transforms]  # type: ignore[union-attr]
-    assert reasons == [Reason.INPUT_BOUNDARY, Reason.OUTPUT_BOUNDARY], kernels.render()
+    # the boundaries at most (a pointwise convolution first may read the NCHW input itself)
+    assert Reason.OUTPUT_BOUNDARY in reasons and set(reasons) <= {
+        Reason.INPUT_BOUNDARY, Reason.OUTPUT_BOUNDARY}, kernels.render()
     assert not any("conv2d_transpose" in k.name for k in kernels)
     with torch.no_grad():
         expected = model(x).numpy()

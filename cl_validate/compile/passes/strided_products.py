@@ -22,6 +22,7 @@ keeps its transposes. Each product's PrimFunc carries `PRODUCT_ATTR`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,15 +56,21 @@ _WRITES = (*_VIEWS, "relax.permute_dims")
 
 @dataclass(frozen=True)
 class _Step:
-    """One movement op of a chain: ``permute`` (`axes`), ``view`` or ``broadcast``."""
+    """One op of a chain: ``permute`` (`axes`), ``view`` or ``broadcast``; after the matmul
+    also ``epilogue``: `op` (add, subtract, multiply, divide) with a constant, elementwise,
+    the constant on the left when `const_first`."""
 
     kind: str
     src: tuple[int, ...]
     dst: tuple[int, ...]
     axes: tuple[int, ...] = ()
+    op: str = ""
+    const_first: bool = False
 
     def back(self, idx: Sequence[Any], ana: Any) -> list[Any]:
         """The index of the op's input holding the value at `idx` of its output."""
+        if self.kind == "epilogue":
+            return list(idx)
         if self.kind == "permute":
             out: list[Any] = [0] * len(self.src)
             for a, p in enumerate(self.axes):
@@ -102,17 +109,22 @@ class _Product:
     reads: tuple[tuple[_Step, ...], tuple[_Step, ...]]
     writes: tuple[_Step, ...]
     absorbed: tuple[relax.Var, ...]  # bindings the product replaces (all but `final`)
+    constants: tuple[relax.Expr, ...]  # of the epilogue steps of `writes`, in order
     shapes: tuple[tuple[int, ...], tuple[int, ...]]  # the matmul's operands
     dtype: str  # the matmul's result
+    name: str = "matmul"  # the op it computes: "matmul", or "conv2d" (a pointwise one)
 
-    def compute(self) -> Callable[[te.Tensor, te.Tensor], te.Tensor]:
+    def compute(self) -> Callable[..., te.Tensor]:
         return product_compute(self)
 
+    def inputs(self) -> list[relax.Expr]:
+        return [*self.sources, *self.constants]
+
     def prim_func(self) -> tirx.PrimFunc:
-        """The product alone, over placeholders of its sources (what a rule is asked)."""
-        a, b = (te.placeholder(known_shape(s), str(getattr(tensor_type(s), "dtype", "")),
-                               name=n) for s, n in zip(self.sources, "ab", strict=True))
-        return te.create_prim_func([a, b, self.compute()(a, b)])
+        """The product alone, over placeholders of its inputs (what a rule is asked)."""
+        args = [te.placeholder(known_shape(s), str(getattr(tensor_type(s), "dtype", "")),
+                               name=f"in{i}") for i, s in enumerate(self.inputs())]
+        return te.create_prim_func([*args, self.compute()(*args)])
 
 
 def _walk(steps: Sequence[_Step], idx: Sequence[Any], ana: Any) -> list[Any]:
@@ -140,50 +152,93 @@ def _final_shape(p: _Product) -> tuple[int, ...]:
     return p.writes[-1].dst if p.writes else _broadcast_matmul_shape(*p.shapes)
 
 
-def product_compute(p: _Product) -> Callable[[te.Tensor, te.Tensor], te.Tensor]:
-    """The product as a TE compute over the two chain sources."""
+_EPILOGUE_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "relax.add": lambda x, y: x + y, "relax.subtract": lambda x, y: x - y,
+    "relax.multiply": lambda x, y: x * y, "relax.divide": lambda x, y: x / y}
+
+
+def _bound(idx: Sequence[Any], shape: Sequence[int]) -> Any:
+    ana = Analyzer()
+    for v, n in zip(idx, shape, strict=True):
+        ana.bind(v, tvm.ir.Range(0, n))
+    return ana
+
+
+def product_compute(p: _Product) -> Callable[..., te.Tensor]:
+    """The product as a TE compute over the two chain sources (and the epilogue's constants:
+    a second stage, elementwise, in the same index space)."""
     final, depth = _final_shape(p), p.shapes[0][-1]
 
-    def compute(a: te.Tensor, b: te.Tensor) -> te.Tensor:
+    def compute(a: te.Tensor, b: te.Tensor, *constants: te.Tensor) -> te.Tensor:
         def body(*idx: Any) -> Any:
-            ana = Analyzer()
-            for v, n in zip(idx, final, strict=True):
-                ana.bind(v, tvm.ir.Range(0, n))
+            ana = _bound(idx, final)
             k = te.reduce_axis((0, depth), "k")
             ana.bind(k.var, tvm.ir.Range(0, depth))
             ia, ib = _indices(p, idx, k.var, ana)
             return te.sum(a[tuple(ia)].astype(p.dtype) * b[tuple(ib)].astype(p.dtype), axis=k)
 
-        return te.compute(final, body, name="matmul")
+        product = te.compute(final, body, name="matmul")
+        if not constants:
+            return product
+
+        def epilogue(*idx: Any) -> Any:
+            ana = _bound(idx, final)
+            applied, at = [], list(idx)
+            for step in reversed(p.writes):  # each epilogue's index, matmul side last
+                if step.kind == "epilogue":
+                    applied.append((step, at))
+                at = step.back(at, ana)
+            value = product[idx]
+            for (step, at), const in zip(reversed(applied), constants, strict=True):
+                c = const[tuple(_Step("broadcast", tuple(int(d) for d in const.shape),
+                                      step.dst).back(at, ana))]
+                value = _EPILOGUE_OPS[step.op](*((c, value) if step.const_first else
+                                                 (value, c)))
+            return value
+
+        return te.compute(final, epilogue, name="matmul_epilogue")
 
     return compute
 
 
+def _uses(expr: Any, var: Any) -> bool:
+    return not isinstance(expr, int) and \
+        any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
+
+
 def walks_one_axis(p: _Product) -> bool:
-    """Whether the summed depth is one axis of each source, walked with a fixed stride: a
-    depth that a view merged from two axes would be read split (``k // 8``, ``k % 8``), a
-    jump every few elements, which on a CPU costs more than the transpose it saves
-    (BENCHMARKS.md)."""
+    """Whether the product walks memory the way the matmul it replaces does, which on llvm
+    (no schedule: the loops as written) decides its speed:
+
+    - the summed depth is one axis of each source, walked with a fixed stride: a depth that
+      a view merged from two axes would be read split (``k // 8``, ``k % 8``), a jump every
+      few elements (XCiT's projection: 5% slower than with its transpose);
+    - the result's innermost axis is the matmul's columns, written along: a result written
+      down its columns (a pointwise convolution writing an NCHW output) took 2.2x the
+      time of the convolution and its transpose (BENCHMARKS.md).
+    """
     final, depth = _final_shape(p), p.shapes[0][-1]
-    ana = Analyzer()
     idx = [tirx.Var(f"i{a}", "int64") for a in range(len(final))]
-    for v, n in zip(idx, final, strict=True):
-        ana.bind(v, tvm.ir.Range(0, n))
+    ana = _bound(idx, final)
     k = tirx.Var("k", "int64")
     ana.bind(k, tvm.ir.Range(0, depth))
     for index in _indices(p, idx, k, ana):
-        reading = [e for e in index if not isinstance(e, int) and
-                   any(v.same_as(k) for v in tirx.analysis.undefined_vars(e))]
+        reading = [e for e in index if _uses(e, k)]
         if len(reading) != 1 or not ana.can_prove_equal(reading[0], k):
             return False
-    return True
+    if not p.writes:
+        return True
+    m, inner = _walk(p.writes, idx, ana), idx[-1]
+    rest = _walk(p.writes, [*idx[:-1], tirx.const(0, "int64")], ana)[-1]  # inner at 0
+    return not any(_uses(e, inner) for e in m[:-1]) and \
+        ana.can_prove_equal(m[-1] - rest, inner)
 
 
 def _broadcast_matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     ba, bb = a[:-2], b[:-2]
     n = max(len(ba), len(bb))
     ba, bb = (1,) * (n - len(ba)) + ba, (1,) * (n - len(bb)) + bb
-    return tuple(max(x, y) for x, y in zip(ba, bb, strict=True)) + (a[-2], b[-1])
+    return (*(max(x, y) for x, y in zip(ba, bb, strict=True)), a[-2], b[-1])
 
 
 def _moves(steps: Sequence[_Step]) -> bool:
@@ -227,60 +282,120 @@ def find(func: relax.Function) -> list[_Product]:
             return operand, [], []  # folded when compiled; a quantized product is not ours
         return source, [s for _, s in links], [v for v, _ in links]
 
-    def write_chain(var: relax.Var) -> tuple[relax.Var, list[_Step], list[relax.Var]]:
-        """(the last var, steps from `var` to it, the vars before it the steps replace)."""
-        links: list[tuple[relax.Var, _Step]] = []  # (the step's output, the step)
+    def epilogue(call: relax.Call, cur: relax.Var) -> tuple[_Step, relax.Expr] | None:
+        """`call` as an epilogue step of `cur`: an elementwise op with a constant that
+        broadcasts to `cur`'s shape."""
+        if op_name(call) not in _EPILOGUE_OPS or len(call.args) != 2:
+            return None
+        first = not call.args[0].same_as(cur)
+        const = call.args[0] if first else call.args[1]
+        shape, cshape = known_shape(cur), known_shape(const)
+        if shape is None or cshape is None or known_shape(call) != shape or \
+                not is_weight_derived(const, derived) or len(cshape) > len(shape) or \
+                any(c not in (1, n) for c, n in zip(cshape, shape[len(shape) - len(cshape):],
+                                                    strict=True)) or \
+                str(getattr(tensor_type(const), "dtype", "")) != \
+                str(getattr(tensor_type(cur), "dtype", "")):
+            return None
+        return _Step("epilogue", shape, shape, op=str(op_name(call)), const_first=first), const
+
+    def write_chain(var: relax.Var
+                    ) -> tuple[relax.Var, list[_Step], list[relax.Var], list[relax.Expr]]:
+        """(the last var, steps from `var` to it, the vars before it the steps replace, the
+        constants of its epilogue steps)."""
+        links: list[tuple[relax.Var, _Step, relax.Expr | None]] = []  # (output, step, const)
         cur = var
         while only_reader(cur):
             user = uses[cur][0]
-            step = _step(producers[user]) if op_name(producers.get(user)) in _WRITES else None
+            call = producers.get(user)
+            step = _step(call) if op_name(call) in _WRITES else None
+            const = None
+            if step is None and call is not None:
+                found_epilogue = epilogue(call, cur)
+                step, const = found_epilogue if found_epilogue else (None, None)
             if step is None:
                 break
-            links.append((user, step))
+            links.append((user, step, const))
             cur = user
         while links and links[-1][1].kind != "permute":  # views after it stay views
             links.pop()
-        if not _moves([s for _, s in links]):
-            return var, [], []
-        return links[-1][0], [s for _, s in links], [var, *(v for v, _ in links[:-1])]
+        if not _moves([s for _, s, _ in links]):
+            return var, [], [], []
+        return (links[-1][0], [s for _, s, _ in links], [var, *(v for v, _, _ in links[:-1])],
+                [c for _, _, c in links if c is not None])
 
     found = []
     for var, call in producers.items():
-        if op_name(call) != "relax.matmul":
+        operands = _as_matmul(call, derived)
+        if operands is None:
             continue
-        shapes = [known_shape(a) for a in call.args]
+        (a, b), b_steps = operands
+        shapes = [known_shape(a), known_shape(b) if not b_steps else b_steps[-1].dst]
         if any(s is None or len(s) < 2 for s in shapes) or known_shape(var) is None or \
-                any(not str(getattr(tensor_type(a), "dtype", "")).startswith("float")
-                    for a in call.args):
+                any(not str(getattr(tensor_type(x), "dtype", "")).startswith("float")
+                    for x in (a, b)):
             continue
-        chains = [read_chain(a) for a in call.args]
-        final, writes, vw = write_chain(var)
-        # an operand whose depth a view split (`walks_one_axis`) is read as the matmul had it
-        for keep in ((True, True), (True, False), (False, True), (False, False)):
-            (sa, ra, va), (sb, rb, vb) = (c if k else (a, [], []) for c, k, a in
-                                          zip(chains, keep, call.args, strict=True))
-            if not (ra or rb or writes):
+        # a pointwise convolution's weight is read as the (Cin, Cout) matrix it is
+        chains = [read_chain(a), (b, b_steps, []) if b_steps else read_chain(b)]
+        final, writes, vw, constants = write_chain(var)
+        variants = []
+        # Every subset of the chains, most first: a chain another product takes too, or an
+        # operand whose depth a view split (`walks_one_axis`), is left as it was.
+        for keep in sorted(itertools.product((True, False), repeat=3), key=lambda k: -sum(k)):
+            (sa, ra, va), (sb, rb, vb) = (c if k or (i == 1 and b_steps) else (x, [], [])
+                                          for i, (c, k, x) in enumerate(zip(
+                                              chains, keep, (a, b), strict=False)))
+            w = (final, writes, vw, constants) if keep[2] else (var, [], [], [])
+            if not (ra or (rb and not b_steps) or w[1]):
                 continue
-            p = _Product(var, final, (sa, sb), (tuple(ra), tuple(rb)), tuple(writes),
-                         (*va, *vb, *vw), (shapes[0], shapes[1]),  # type: ignore[arg-type]
-                         str(tensor_type(var).dtype))  # type: ignore[union-attr]
+            p = _Product(var, w[0], (sa, sb), (tuple(ra), tuple(rb)), tuple(w[1]),
+                         (*va, *vb, *w[2]), tuple(w[3]),
+                         (shapes[0], shapes[1]),  # type: ignore[arg-type]
+                         str(tensor_type(var).dtype),  # type: ignore[union-attr]
+                         "conv2d" if b_steps else "matmul")
             if walks_one_axis(p):
-                found.append(p)
-                break
+                variants.append(p)
+        if variants:
+            found.append(variants)
     return _disjoint(found)
 
 
-def _disjoint(found: list[_Product]) -> list[_Product]:
-    """Products whose absorbed bindings overlap (one matmul's output chain is the next one's
-    operand chain) keep the first."""
+def _as_matmul(call: relax.Call, derived: set[relax.Var]
+               ) -> tuple[tuple[relax.Expr, relax.Expr], tuple[_Step, ...]] | None:
+    """A matmul's operands (and no steps), or a pointwise convolution's data and weight with
+    the steps that read its OHWI weight as the (Cin, Cout) matrix of a Linear over the
+    channels: NHWC, a constant 1x1 kernel, stride 1, no padding or dilation, one group."""
+    name = op_name(call)
+    if name == "relax.matmul":
+        return (call.args[0], call.args[1]), ()
+    if name != "relax.nn.conv2d":
+        return None
+    attrs, w = call.attrs, known_shape(call.args[1])
+    if w is None or len(w) != 4 or w[1:3] != (1, 1) or int(attrs.groups) != 1 or \
+            (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != \
+            ("NHWC", "OHWI", "NHWC") or \
+            any(int(x) != 1 for x in (*attrs.strides, *attrs.dilation)) or \
+            any(int(x) != 0 for x in attrs.padding) or \
+            not is_weight_derived(call.args[1], derived):
+        return None
+    cout, _, _, cin = w
+    return (call.args[0], call.args[1]), (_Step("view", w, (cout, cin)),
+                                          _Step("permute", (cout, cin), (cin, cout), (1, 0)))
+
+
+def _disjoint(found: list[list[_Product]]) -> list[_Product]:
+    """One product per matmul, none absorbing a binding another one absorbs (one matmul's
+    output chain is the next one's operand chain): in program order, each takes its first
+    variant that is still free."""
     taken: set[Any] = set()
     out = []
-    for p in found:
-        mine = {*p.absorbed, p.final}
-        if mine & taken:
-            continue
-        taken |= mine
-        out.append(p)
+    for variants in found:
+        for p in variants:
+            mine = {*p.absorbed, p.final}
+            if not mine & taken:
+                taken |= mine
+                out.append(p)
+                break
     return out
 
 
@@ -300,8 +415,8 @@ class _Rewriter(PyExprMutator):  # type: ignore[misc]
         if p is None:
             super().visit_var_binding_(binding)
             return
-        srcs = [self.visit_expr(s) for s in p.sources]
-        value = self.builder_.call_te(p.compute(), *srcs, primfunc_name_hint="matmul")
+        srcs = [self.visit_expr(s) for s in p.inputs()]
+        value = self.builder_.call_te(p.compute(), *srcs, primfunc_name_hint=p.name)
         gvar = value.args[0]
         prim = self.builder_.get()[gvar].with_attrs(
             {PRODUCT_ATTR: True, "op_pattern": _OUT_ELEMWISE_FUSABLE})
