@@ -260,3 +260,47 @@ def test_a_model_pinning_its_own_thread_is_not_told_it_reached_outside(tmp_path)
     assert code != ExitCode.OK, out
     assert "or one of its own threads by its thread id (os.sched_setaffinity(" in out, out
     assert "a thread sets its own with 0" in out, out
+
+
+@pytest.mark.compile
+def test_a_module_that_newly_shadows_an_imported_one_is_seen(tmp_path):
+    """The model imports a helper from a folder late on the import path; a file of the same
+    name put later in an earlier folder (the case's own) is what Python imports next time.
+    Only the files read were stamped, so the warm run reused the measurement made with the
+    other module; the places searched first are stamped absent now."""
+    folder = _stamped_folder(tmp_path, "imports_its_helper_from_lib")
+    (folder / "lib").mkdir()
+    (folder / "lib" / "cl_test_shadowed.py").write_text("SCALE = 1.0\n")
+    run = _runs(folder, tmp_path, {})
+    assert run().returncode == ExitCode.OK
+    warm = run()
+    assert "cache: 1 of 1" in warm.stdout and _builds(folder) == 1, warm.stdout
+    (folder / "cl_test_shadowed.py").write_text("SCALE = 1.5\n")
+    assert run().returncode == ExitCode.OK
+    assert _builds(folder) == 2
+    assert "cache: 1 of 1" in run().stdout and _builds(folder) == 2  # stamped again: a hit
+
+
+def test_the_places_searched_before_a_module_are_stamped_absent(tmp_path):
+    """In a process of its own (the recorder's hook stays): a package's module found in its
+    second folder has every name the path finder takes in the first stamped absent."""
+    import json
+    import subprocess
+    import sys
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    (second / "pkg_shadow_probe").mkdir(parents=True)
+    (second / "pkg_shadow_probe" / "__init__.py").write_text("")
+    code = ("import json, sys\nfrom cl_validate.session.file_record import FileRecorder\n"
+            f"sys.path[:0] = [{str(first)!r}, {str(second)!r}]\n"
+            "r = FileRecorder()\nr.start()\nimport pkg_shadow_probe\n"
+            "print(json.dumps([(s.path, s.absent) for s in r.stamps('/')]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    stamps = dict(json.loads(out))
+    assert stamps[str(second / "pkg_shadow_probe" / "__init__.py")] is False
+    absent = {p for p, a in stamps.items() if a}
+    assert str(first / "pkg_shadow_probe") in absent and \
+        str(first / "pkg_shadow_probe.py") in absent, absent
+    assert not any(p.startswith(str(second)) for p in absent), absent

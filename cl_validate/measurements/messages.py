@@ -110,6 +110,9 @@ class FileStamp:
     #: a symbolic link on the way to a file the case read (the path as the model named it):
     #: where it pointed; the other fields are then unused
     link: str | None = None
+    #: a path where a module would have been found before the one imported (a file put
+    #: there later shadows it): it did not exist; the other fields are then unused
+    absent: bool = False
 
 
 @dataclass(frozen=True)

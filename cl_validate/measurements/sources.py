@@ -228,8 +228,10 @@ def link_stamp(path: str) -> FileStamp | None:
 def matches(s: FileStamp, root: Path) -> bool:
     """Whether the file of `s` (a relative path: under `root`) is still as it was: the same
     size and mtime (trusted, as ccache trusts them), else the same content; a link, still
-    pointing where it did."""
+    pointing where it did; a path where nothing was, still empty."""
     path = os.path.join(root, s.path)
+    if s.absent:
+        return not os.path.lexists(path)
     if s.link is not None:
         try:
             return os.readlink(path) == s.link

@@ -7,7 +7,10 @@ and the modules that were imported while the case ran are read off ``sys.modules
 stamps each file (size, mtime, SHA-256) as it is first read: a file edited while the case
 runs keeps the stamp of what the case read, so the next run sees the edit; a path is
 resolved against the working directory of that moment (a later ``chdir`` changes nothing). A
-module's compiled ``.pyc`` stands for its source too: the source is stamped beside it. The
+module's compiled ``.pyc`` stands for its source too: the source is stamped beside it. Where
+the import system looked for a module before the place it found it (the import path's
+earlier folders, a package's earlier ``__path__`` entries), each name it would have taken
+there is stamped absent: a module put there later shadows the one the case imported. The
 next run checks the stamps against the files as they are then
 (`cl_validate.measurements.cache.Cache.recall`, without running any of the model's code) and
 reuses the measurement when none changed, as ccache's direct mode does.
@@ -16,14 +19,16 @@ Left out, because the cache key covers them otherwise: files of TVM, tvm-ffi, to
 (their versions are in the key), of cl_validate (its source is), of the Python standard
 library (the Python version is), and the cache's own entries. Not seen: files opened by
 native code without Python (a C library's ``fopen``), a path opened relative to a
-directory descriptor (``dir_fd``: the audit event does not carry it), a module put earlier
-on the import path than one stamped, and what is not a file (environment variables, the
-clock, the network): a model that depends on those needs ``--no-cache``. Devices and
+directory descriptor (``dir_fd``: the audit event does not carry it), and what is not a file
+(environment variables, the clock, the network): a model that depends on those needs
+``--no-cache``. Devices and
 ``/proc`` are not files to stamp; a regular file under ``/dev/shm`` is.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -58,6 +63,42 @@ def _left_out(extra: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(roots))
 
 
+class _Searches(importlib.abc.MetaPathFinder):
+    """First on ``sys.meta_path``: notes where each module is looked for (the import path,
+    or its package's ``__path__``, as the path finder will search it), finds nothing."""
+
+    def __init__(self) -> None:
+        self.searched: dict[str, tuple[str, ...]] = {}
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> None:
+        if fullname not in self.searched:
+            entries = sys.path if path is None else path
+            self.searched[fullname] = tuple(os.path.abspath(e) for e in list(entries)
+                                            if isinstance(e, str))
+        return None
+
+
+def _shadows(name: str, origin: str, searched: tuple[str, ...]) -> list[str]:
+    """The paths where a module `name` found at `origin` would have been found first: each
+    name the path finder takes (``mod.py``, ``mod/``, ``mod.so``, ...) in every folder it
+    searched before the one that held it."""
+    leaf = name.rpartition(".")[2]
+    home = os.path.dirname(origin)
+    if os.path.basename(origin).startswith("__init__."):
+        home = os.path.dirname(home)
+    home = os.path.realpath(home)
+    before = []
+    for entry in searched:
+        if os.path.realpath(entry) == home:
+            break
+        if os.path.isdir(entry):
+            before.append(entry)
+    else:
+        return []  # not found on the path searched (a loader of its own): nothing to shadow
+    names = [leaf, *(leaf + suffix for suffix in importlib.machinery.all_suffixes())]
+    return [os.path.join(entry, n) for entry in before for n in names]
+
+
 class FileRecorder:
     """Notes the files this process opens for reading and the modules it imports, from
     `start` on; `stamps` hashes them."""
@@ -71,6 +112,7 @@ class FileRecorder:
         self._skip: tuple[str, ...] = ()
         #: absolute path as opened → its stamp and its links', taken when first read
         self._stamped: dict[str, list[tuple[str, FileStamp]]] = {}
+        self._searches = _Searches()
 
     def start(self) -> None:
         """Begin recording (an audit hook: it lasts as long as the process, which is the
@@ -79,6 +121,7 @@ class FileRecorder:
         self._skip = _left_out(self._extra)
         self._active = True
         sys.addaudithook(self._hook)
+        sys.meta_path.insert(0, self._searches)
 
     def stop(self) -> None:
         self._active = False
@@ -137,13 +180,31 @@ class FileRecorder:
                 out.append((source, s))
         return out
 
-    def _module_files(self) -> set[str]:
-        out = set()
+    def _new_modules(self) -> dict[str, str]:
+        """Each module imported since `start` that came from a file: name → the file."""
+        out = {}
         for name in set(sys.modules) - self._modules:
             spec = getattr(sys.modules.get(name), "__spec__", None)
             origin = getattr(spec, "origin", None) if spec is not None else None
             if isinstance(origin, str) and origin not in ("built-in", "frozen"):
-                out.add(origin)
+                out[name] = origin
+        return out
+
+    def _module_files(self) -> set[str]:
+        return set(self._new_modules().values())
+
+    def _absent(self, since: frozenset[str]) -> dict[str, FileStamp]:
+        """Where each new module not left out would have been found first, stamped absent
+        (none of a module seen before `since`)."""
+        out: dict[str, FileStamp] = {}
+        for name, origin in self._new_modules().items():
+            real = os.path.realpath(origin)
+            if origin in since or real.startswith(self._skip) or name not in \
+                    self._searches.searched:
+                continue
+            for path in _shadows(name, real, self._searches.searched[name]):
+                if not os.path.lexists(path):
+                    out.setdefault(path, FileStamp(path, 0, 0, "", absent=True))
         return out
 
     def seen(self) -> frozenset[str]:
@@ -167,6 +228,8 @@ class FileRecorder:
             for path, s in taken:
                 if path not in found:
                     found[path] = replace(s, path=_relative(path, root))
+        for path, s in self._absent(since).items():
+            found.setdefault(path, replace(s, path=_relative(path, root)))
         return tuple(found[p] for p in sorted(found))
 
 

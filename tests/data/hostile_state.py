@@ -403,3 +403,14 @@ def pins_its_own_thread() -> nn.Module:
     if errors:
         raise errors[0]
     return conv_relu()
+
+
+def imports_its_helper_from_lib() -> nn.Module:
+    """Imports ``cl_test_shadowed`` from ``lib/``, a folder it appends to the import path:
+    after the case's own folder, where a module of that name would be found first."""
+    here = Path(os.environ.get("CL_VALIDATE_TEST_DIR", "."))
+    _build_note(here)
+    sys.path.append(str(here / "lib"))
+    import cl_test_shadowed
+
+    return _scaled(float(cl_test_shadowed.SCALE))
