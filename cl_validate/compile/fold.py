@@ -19,6 +19,10 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from cl_validate.ir import num_input, replace_function
 
 _PREFIX = "cl_validate_const"
+#: LLVM's optimization level for the weight transforms: they run once, so compiling them
+#: fast matters, not running them fast. The values are the same at any level (LLVM does not
+#: reorder float arithmetic without fast-math).
+_FOLD_OPT_LEVEL = 0
 
 
 @mutator
@@ -61,7 +65,7 @@ def fold_params(mod: tvm.IRModule, params: dict[str, Any], *, entry: str = "main
     lifted = relax.transform.LiftTransformParams()(tvm.IRModule({entry: func}))
     transform_name = f"{entry}_transform_params"
     new_entry = lifted[entry]
-    host = tvm.target.Target({"kind": "llvm"})
+    host = tvm.target.Target({"kind": "llvm", "opt-level": _FOLD_OPT_LEVEL})
     prep = tvm.IRModule({transform_name: lifted[transform_name]})
     exe = tvm.compile(prep, target=host)
     vm = relax.VirtualMachine(exe, tvm.cpu())
