@@ -4,7 +4,9 @@ the same program with those transposes as kernels, on llvm, in one process.
 Per model, the ``nhwc`` pipeline compiles twice through the case session: as it is, and with
 the ``strided_products`` stage left out (a pipeline registered here, ``nhwc`` minus that
 stage). For each program: the runtime transforms, the kernels, the median run time (TVM's
-time evaluator, `--repeat` x 5 runs) and the largest difference from PyTorch's output.
+time evaluator: the median of `--repeat` timings of 5 runs each, the two programs' timings
+interleaved so that drift on a shared machine hits both) and the largest difference from
+PyTorch's output.
 
 - ``cait_talking_heads``: CaiT's talking-heads attention at ViT-S/16's size (197 tokens, 6
   heads of 64): the scores mixed across heads by a Linear before and after the softmax, so
@@ -96,9 +98,9 @@ def _register_without() -> str:
     return f"{MODULE}:without"
 
 
-def measure(name: str, factory: Any, shape: list[int], pipeline: str, repeat: int,
-            folder: Path) -> tuple[int, int, float, float]:
-    """(runtime transforms, kernels, median ms, max |tvm - torch|)."""
+def prepare(name: str, factory: Any, shape: list[int], pipeline: str, folder: Path
+            ) -> tuple[int, int, float, Any]:
+    """(runtime transforms, kernels, max |tvm - torch|, a timer of one run of the program)."""
     import numpy as np
     import tvm
 
@@ -123,14 +125,16 @@ def measure(name: str, factory: Any, shape: list[int], pipeline: str, repeat: in
     vm = tvm.relax.VirtualMachine(compiled.executable, dev)
     args = [tvm.runtime.tensor(a, dev) for a in arrays] + list(
         session.unbound_params(compiled))
-    timer = vm.time_evaluator("main", dev, number=5, repeat=repeat)
-    ms = float(timer(*args).median) * 1e3
-    return len(kernels.runtime_transforms), len(kernels.kernels), ms, diff
+    timer = vm.time_evaluator("main", dev, number=5, repeat=1)
+    return len(kernels.runtime_transforms), len(kernels.kernels), diff, lambda: float(
+        timer(*args).median) * 1e3
 
 
 def main() -> None:
+    import statistics
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=10, help="timings of each, interleaved")
     ap.add_argument("-k", dest="pattern", action="append", help="only models whose name has it")
     args = ap.parse_args()
     without = _register_without()
@@ -141,11 +145,18 @@ def main() -> None:
         for name, (factory, shape) in _models().items():
             if args.pattern and not any(p in name for p in args.pattern):
                 continue
-            base = measure(name, factory, shape, without, args.repeat, Path(tmp))
-            ours = measure(name, factory, shape, "nhwc", args.repeat, Path(tmp))
-            for label, (t, k, ms, diff) in (("strided products", ours),
-                                            ("transposes as kernels", base)):
-                print(f"| {name} | {label} | {t} | {k} | {ms:.3f} ms | {ms / base[2]:.2f}x "
+            progs = {label: prepare(name, factory, shape, pipeline, Path(tmp))
+                     for label, pipeline in (("transposes as kernels", without),
+                                             ("strided products", "nhwc"))}
+            times: dict[str, list[float]] = {label: [] for label in progs}
+            for _ in range(args.repeat):  # interleaved: drift on a shared machine hits both
+                for label, (*_, run) in progs.items():
+                    times[label].append(run())
+            base = statistics.median(times["transposes as kernels"])
+            for label in ("strided products", "transposes as kernels"):
+                t, k, diff, _ = progs[label]
+                ms = statistics.median(times[label])
+                print(f"| {name} | {label} | {t} | {k} | {ms:.3f} ms | {ms / base:.2f}x "
                       f"| {diff:.2g} |", flush=True)
 
 

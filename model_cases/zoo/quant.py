@@ -121,3 +121,30 @@ def quant_yolo(size: int = 64, width: int = 16) -> nn.Module:
     dequantize and a quantize, the convolutions around it in integers."""
     net = finalize(_YoloBackbone(width), (4, 3, size, size)).eval()
     return pt2e_quantize(net, torch.randn(1, 3, size, size), _x86())
+
+
+class _ViTBlock(nn.Module):
+    """A pre-norm ViT encoder block: LayerNorm, multi-head attention (a qkv Linear, SDPA, an
+    output projection), LayerNorm, a GELU MLP; tokens (B, N, C) in and out."""
+
+    def __init__(self, dim: int = 192, heads: int = 3, mlp: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.n1, self.n2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, mlp * dim), nn.Linear(mlp * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(self.n1(x)).reshape(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, n, c))
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.n2(x))))
+
+
+def quant_vit_block(tokens: int = 65, dim: int = 192) -> nn.Module:
+    """A ViT-Ti encoder block (65 tokens of 192, 3 heads) quantized by PT2E for x86: the
+    four Linears (qkv, projection, MLP) read uint8 activations and int8 weights per output
+    channel; LayerNorm, the attention and GELU run in float between them."""
+    block = _ViTBlock(dim).eval()
+    return pt2e_quantize(block, torch.randn(1, tokens, dim), _x86())
