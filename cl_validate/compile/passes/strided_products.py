@@ -12,12 +12,19 @@ and writes its result through the chain after it, in one kernel: what a strided 
 does. The value is exactly the matmul's: the same products, summed in the same order, in the
 same dtype as TVM's own lowering of ``relax.matmul``.
 
+A 1x1 convolution on NHWC data (stride 1, no padding, one group, a constant weight) is a
+Linear over the channels and is taken the same way (MobileViT's unfold and fold, a border
+after a convolution pinned to NCHW). An elementwise op with a constant between a product
+and the permute after it (a bias, a scale) is applied in the product's kernel, in a second
+stage over the same indices.
+
 Taken only where it removes a run-time transpose (a chain holds a permute of a computed
 value, and the chain's values have no other reader), with static shapes and float operands
-(quantized products are `IntegerCompute`'s, and the float QDQ count's). On a GPU only where
-dlight's Matmul rule schedules the product, as it schedules the matmul it replaces: a
-product it would leave to the generic Fallback (threads bound to loops, nothing shared)
-keeps its transposes. Each product's PrimFunc carries `PRODUCT_ATTR`.
+(quantized products are `IntegerCompute`'s, and the float QDQ count's), and where the
+product walks memory as the matmul did (`walks_one_axis`). On a GPU only where dlight's
+Matmul rule schedules the product, as it schedules the matmul it replaces: a product it
+would leave to the generic Fallback (threads bound to loops, nothing shared) keeps its
+transposes. Each product's PrimFunc carries `PRODUCT_ATTR`.
 """
 
 from __future__ import annotations
