@@ -18,10 +18,11 @@ reuses the measurement when none changed, as ccache's direct mode does.
 Left out, because the cache key covers them otherwise: files of TVM, tvm-ffi, torch and NumPy
 (their versions are in the key), of cl_validate (its source is), of the Python standard
 library (the Python version is), and the cache's own entries. Not seen: files opened by
-native code without Python (a C library's ``fopen``), a path opened relative to a
-directory descriptor (``dir_fd``: the audit event does not carry it), and what is not a file
-(environment variables, the clock, the network): a model that depends on those needs
-``--no-cache``. Devices and
+native code without Python (a C library's ``fopen``) and what is not a file (environment
+variables, the clock, the network): a model that depends on those needs ``--no-cache``. A
+path opened relative to a directory descriptor (``os.open(name, flags, dir_fd=fd)``) is
+stamped where the descriptor points: ``os.open`` is wrapped, because the audit event does
+not carry the descriptor. Devices and
 ``/proc`` are not files to stamp; a regular file under ``/dev/shm`` is.
 """
 
@@ -31,6 +32,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import posix
 import sys
 import sysconfig
 from collections.abc import Iterable
@@ -116,12 +118,31 @@ class FileRecorder:
 
     def start(self) -> None:
         """Begin recording (an audit hook: it lasts as long as the process, which is the
-        case's own)."""
+        case's own; ``os.open`` wrapped, for the directory a ``dir_fd`` stands for)."""
         self._modules = set(sys.modules)
         self._skip = _left_out(self._extra)
         self._active = True
         sys.addaudithook(self._hook)
         sys.meta_path.insert(0, self._searches)
+        os.open = posix.open = self._open_at(os.open)  # type: ignore[assignment]
+
+    def _open_at(self, original: Any) -> Any:
+        """`original` (``os.open``), noting a path opened relative to a directory descriptor
+        where it is: the audit event carries the path but not the descriptor."""
+
+        def open_(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None
+                  ) -> int:
+            if dir_fd is not None and self._active and not isinstance(path, int):
+                try:
+                    name = os.fsdecode(path)
+                    if not os.path.isabs(name):
+                        self._record(os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"),
+                                                  name), "", flags)
+                except (OSError, TypeError, ValueError):
+                    pass
+            return original(path, flags, mode, dir_fd=dir_fd)  # type: ignore[no-any-return]
+
+        return open_
 
     def stop(self) -> None:
         self._active = False
@@ -136,11 +157,14 @@ class FileRecorder:
         if isinstance(path, int):
             return  # an fd: opened before
         flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
-        text = str(mode or "")
         try:
             name = os.fsdecode(path)
         except (TypeError, ValueError):
             return
+        self._record(name, str(mode or ""), flags)
+
+    def _record(self, name: str, text: str, flags: int) -> None:
+        """`name` opened with mode `text` or `flags`: noted and stamped if it is read."""
         only_writes = (flags & os.O_ACCMODE) == os.O_WRONLY or (
             text and "r" not in text and "+" not in text)
         truncates = "w" in text or bool(flags & os.O_TRUNC)

@@ -414,3 +414,17 @@ def imports_its_helper_from_lib() -> nn.Module:
     import cl_test_shadowed
 
     return _scaled(float(cl_test_shadowed.SCALE))
+
+
+def reads_its_scale_by_dir_fd() -> nn.Module:
+    """Reads ``data/scale.txt`` with ``os.open("scale.txt", dir_fd=<data/>)``."""
+    here = Path(os.environ.get("CL_VALIDATE_TEST_DIR", "."))
+    _build_note(here)
+    folder = os.open(here / "data", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = os.open("scale.txt", os.O_RDONLY, dir_fd=folder)
+        with os.fdopen(fd) as f:
+            scale = float(f.read())
+    finally:
+        os.close(folder)
+    return _scaled(scale)
