@@ -188,10 +188,12 @@ def test_a_file_edited_while_the_case_runs_is_stamped_as_it_was_read(tmp_path):
 
 
 @pytest.mark.compile
-def test_a_file_read_after_chdir_is_stamped_where_it_was(tmp_path):
-    """Read by a relative path inside ``contextlib.chdir``: resolved against the run's
-    directory at the end, the stamp was of no file (or another), and an edit was missed."""
-    folder = _stamped_folder(tmp_path, "reads_its_scale_after_chdir")
+@pytest.mark.parametrize("model", ["reads_its_scale_after_chdir", "reads_its_scale_by_dir_fd"])
+def test_a_file_read_by_a_relative_path_is_stamped_where_it_is(tmp_path, model):
+    """Read by a relative path inside ``contextlib.chdir``, or with ``os.open(name,
+    dir_fd=fd)`` (the audit event carries the name, not the descriptor): resolved against
+    the run's directory, the stamp was of no file (or another), and an edit was missed."""
+    folder = _stamped_folder(tmp_path, model)
     (folder / "data").mkdir()
     (folder / "data" / "scale.txt").write_text("1.0")
     run = _runs(folder, tmp_path, {})
@@ -305,19 +307,3 @@ def test_the_places_searched_before_a_module_are_stamped_absent(tmp_path):
         str(first / "pkg_shadow_probe.py") in absent, absent
     assert not any(p.startswith(str(second)) for p in absent), absent
 
-
-@pytest.mark.compile
-def test_a_file_opened_relative_to_a_directory_descriptor_is_stamped_where_it_is(tmp_path):
-    """``os.open("scale.txt", dir_fd=fd)``: the audit event carries the name, not the
-    descriptor, so the name was resolved against the working directory (no file there) and
-    an edit to the file read was a stale cached PASS."""
-    folder = _stamped_folder(tmp_path, "reads_its_scale_by_dir_fd")
-    (folder / "data").mkdir()
-    (folder / "data" / "scale.txt").write_text("1.0")
-    run = _runs(folder, tmp_path, {})
-    assert run().returncode == ExitCode.OK
-    warm = run()
-    assert "cache: 1 of 1" in warm.stdout and _builds(folder) == 1, warm.stdout
-    (folder / "data" / "scale.txt").write_text("1.5")
-    assert run().returncode == ExitCode.OK
-    assert _builds(folder) == 2
