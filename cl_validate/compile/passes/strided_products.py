@@ -110,7 +110,7 @@ def _step(call: relax.Call) -> _Step | None:
 
 @dataclass
 class _Product:
-    matmul: relax.Var
+    out_shape: tuple[int, ...]  # the matmul's result, as TVM inferred it
     final: relax.Var  # the var the product binds: the end of the chain after the matmul
     sources: tuple[relax.Expr, relax.Expr]
     reads: tuple[tuple[_Step, ...], tuple[_Step, ...]]
@@ -156,7 +156,7 @@ def _indices(p: _Product, idx: Sequence[Any], k: Any, ana: Any) -> tuple[list[An
 
 
 def _final_shape(p: _Product) -> tuple[int, ...]:
-    return p.writes[-1].dst if p.writes else _broadcast_matmul_shape(*p.shapes)
+    return p.writes[-1].dst if p.writes else p.out_shape
 
 
 _EPILOGUE_OPS: dict[str, Callable[[Any, Any], Any]] = {
@@ -241,19 +241,14 @@ def walks_one_axis(p: _Product) -> bool:
         ana.can_prove_equal(m[-1] - rest, inner)
 
 
-def _broadcast_matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    ba, bb = a[:-2], b[:-2]
-    n = max(len(ba), len(bb))
-    ba, bb = (1,) * (n - len(ba)) + ba, (1,) * (n - len(bb)) + bb
-    return (*(max(x, y) for x, y in zip(ba, bb, strict=True)), a[-2], b[-1])
-
-
 def _moves(steps: Sequence[_Step]) -> bool:
     return any(s.kind == "permute" and not is_identity(s.axes) for s in steps)
 
 
-def find(func: relax.Function) -> list[_Product]:
-    """The matmuls worth reading and writing through their chains.
+def find(func: relax.Function, accept: Callable[[_Product], bool] = lambda _p: True
+         ) -> list[_Product]:
+    """The matmuls worth reading and writing through their chains (each variant also as
+    `accept` says: on a GPU, `gpu_schedules`).
 
     A chain is absorbed from its first permute (reading) or up to its last (writing): the
     views outside those stay reshapes, which cost nothing, and the product's loops stay
@@ -338,7 +333,8 @@ def find(func: relax.Function) -> list[_Product]:
             continue
         (a, b), b_steps = operands
         shapes = [known_shape(a), known_shape(b) if not b_steps else b_steps[-1].dst]
-        if any(s is None or len(s) < 2 for s in shapes) or known_shape(var) is None or \
+        out_shape = known_shape(var)
+        if any(s is None or len(s) < 2 for s in shapes) or out_shape is None or \
                 any(not str(getattr(tensor_type(x), "dtype", "")).startswith("float")
                     for x in (a, b)):
             continue
@@ -346,21 +342,24 @@ def find(func: relax.Function) -> list[_Product]:
         chains = [read_chain(a), (b, b_steps, []) if b_steps else read_chain(b)]
         final, writes, vw, constants = write_chain(var)
         variants = []
-        # Every subset of the chains, most first: a chain another product takes too, or an
-        # operand whose depth a view split (`walks_one_axis`), is left as it was.
-        for keep in sorted(itertools.product((True, False), repeat=3), key=lambda k: -sum(k)):
-            (sa, ra, va), (sb, rb, vb) = (c if k or (i == 1 and b_steps) else (x, [], [])
-                                          for i, (c, k, x) in enumerate(zip(
-                                              chains, keep, (a, b), strict=False)))
-            w = (final, writes, vw, constants) if keep[2] else (var, [], [], [])
+        # Every subset of the chains, most first: a chain another product takes too, or one
+        # the product would walk badly (`walks_one_axis`) or a GPU rule refuses, is left as
+        # it was. (A pointwise convolution's weight chain is always read.)
+        for keep_a, keep_b, keep_w in sorted(itertools.product((True, False), repeat=3),
+                                             key=lambda k: -sum(k)):
+            if b_steps and not keep_b:
+                continue  # the same variant as with it
+            sa, ra, va = chains[0] if keep_a else (a, [], [])
+            sb, rb, vb = chains[1] if keep_b else (b, [], [])
+            w = (final, writes, vw, constants) if keep_w else (var, [], [], [])
             if not (ra or (rb and not b_steps) or w[1]):
                 continue
-            p = _Product(var, w[0], (sa, sb), (tuple(ra), tuple(rb)), tuple(w[1]),
+            p = _Product(out_shape, w[0], (sa, sb), (tuple(ra), tuple(rb)), tuple(w[1]),
                          (*va, *vb, *w[2]), tuple(w[3]),
                          (shapes[0], shapes[1]),  # type: ignore[arg-type]
                          str(tensor_type(var).dtype),  # type: ignore[union-attr]
                          "conv2d" if b_steps else "matmul")
-            if walks_one_axis(p):
+            if walks_one_axis(p) and accept(p):
                 variants.append(p)
         if variants:
             found.append(variants)
@@ -448,8 +447,7 @@ def gpu_schedules(target: tvm.target.Target) -> Callable[[_Product], bool]:
 def strided_products(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """Every matmul of ``main`` that `find` takes, read and written through its chains."""
     func = mod["main"]
-    accept = gpu_schedules(target)
-    products = [p for p in find(func) if accept(p)]
+    products = find(func, gpu_schedules(target))
     if not products:
         return mod
     rewriter = _Rewriter(mod, products)
