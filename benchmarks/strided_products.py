@@ -1,5 +1,6 @@
 """Matmuls that read and write through the transposes around them (`StridedProducts`) against
-the same program with those transposes as kernels, on llvm, in one process.
+the same program with those transposes as kernels, on llvm or (``--target cuda``) a GPU, in
+one process.
 
 Per model, the ``nhwc`` pipeline compiles twice through the case session: as it is, and with
 the ``strided_products`` stage left out (a pipeline registered here, ``nhwc`` minus that
@@ -14,7 +15,7 @@ PyTorch's output.
 - ``efficientformerv2`` and ``xcit`` (benchmarks/wild_zoo): EfficientFormerV2's attention
   with talking heads (1x1 convs over the heads) and XCiT's cross-covariance attention.
 
-    python benchmarks/strided_products.py [--repeat N] [-k NAME]
+    python benchmarks/strided_products.py [--target llvm|cuda] [--repeat N] [-k NAME]
 """
 
 from __future__ import annotations
@@ -98,14 +99,15 @@ def _register_without() -> str:
     return f"{MODULE}:without"
 
 
-def prepare(name: str, factory: Any, shape: list[int], pipeline: str, folder: Path
-            ) -> tuple[int, int, float, Any]:
+def prepare(name: str, factory: Any, shape: list[int], pipeline: str, folder: Path,
+            target: str) -> tuple[int, int, float, Any]:
     """(runtime transforms, kernels, max |tvm - torch|, a timer of one run of the program)."""
     import numpy as np
     import tvm
 
     from cl_validate.analysis.fused_kernels import read_kernel_list
     from cl_validate.session.case_session import CaseSession
+    from cl_validate.session.inputs import program_args
     from cl_validate.spec import load_case
 
     setattr(sys.modules.setdefault(MODULE, types.ModuleType(MODULE)), name, factory)
@@ -115,16 +117,15 @@ def prepare(name: str, factory: Any, shape: list[int], pipeline: str, folder: Pa
     error = session.prepare()
     if error is not None:
         raise RuntimeError(error.message)
-    compiled = session.compiled("llvm")
+    compiled = session.compiled(target)
     kernels = read_kernel_list(compiled)
     arrays = session.samples[0][1]
-    out = session.run_program("llvm", arrays)
+    out = session.run_program(target, arrays)
     diff = max(float(np.max(np.abs(o - r))) for o, r in zip(out, session.expected[0],
                                                               strict=True))
-    dev = tvm.cpu()
+    dev = tvm.device(target, 0)
     vm = tvm.relax.VirtualMachine(compiled.executable, dev)
-    args = [tvm.runtime.tensor(a, dev) for a in arrays] + list(
-        session.unbound_params(compiled))
+    args = program_args(session.case, arrays, dev, session.unbound_params(compiled))
     timer = vm.time_evaluator("main", dev, number=5, repeat=1)
     return len(kernels.runtime_transforms), len(kernels.kernels), diff, lambda: float(
         timer(*args).median) * 1e3
@@ -134,6 +135,7 @@ def main() -> None:
     import statistics
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", choices=("llvm", "cuda"), default="llvm")
     ap.add_argument("--repeat", type=int, default=10, help="timings of each, interleaved")
     ap.add_argument("-k", dest="pattern", action="append", help="only models whose name has it")
     args = ap.parse_args()
@@ -145,7 +147,7 @@ def main() -> None:
         for name, (factory, shape) in _models().items():
             if args.pattern and not any(p in name for p in args.pattern):
                 continue
-            progs = {label: prepare(name, factory, shape, pipeline, Path(tmp))
+            progs = {label: prepare(name, factory, shape, pipeline, Path(tmp), args.target)
                      for label, pipeline in (("transposes as kernels", without),
                                              ("strided products", "nhwc"))}
             times: dict[str, list[float]] = {label: [] for label in progs}
