@@ -3,12 +3,13 @@
 A GPU runtime does not survive ``fork()``: once a process has asked CUDA anything (TVM's
 ``Device.exist`` included), every process forked from it fails its first CUDA call with
 ``cudaErrorInitializationError``. The zygote forks every case process and each case process
-forks its target processes, so neither may ever touch a device runtime. The question "which
+forks its target processes, so none of them may touch a device runtime. The question "which
 devices are here, and what are their limits" is asked once, by a short-lived probe
 (``python -m cl_validate.compile.devices``, a fresh interpreter started with fork+exec), and
 its answer is plain data the run keeps: the zygote asks it before its first fork and every
-process forked after inherits it. Only a target process, a leaf that forks nothing, opens a
-device to run a program on it.
+process forked after inherits it. Programs run on a GPU in a device host
+(`cl_validate.session.device_host`), a fresh interpreter too; `cuda_driver_initialized` tells,
+without initializing it, whether a process initialized the driver.
 
 Every device type TVM has a target kind for is probed, not cuda alone; a GPU's answer
 carries the limits TVM's ``Target.from_device`` reads from it (shared memory per block,
@@ -17,6 +18,7 @@ threads, warp size, architecture), so a cuda target schedules for the GPU at han
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import subprocess
@@ -29,8 +31,9 @@ from cl_validate.spec.targets import DEVICES
 
 #: How long the probe may take: creating a CUDA context on a large GPU can take seconds.
 PROBE_TIMEOUT_S = 120.0
-#: Where `keep_torch_off_gpus` keeps torch's own ``is_available``.
+#: Where `keep_torch_off_gpus` keeps torch's own ``is_available`` and device-guard check.
 _REAL_AVAILABLE = "_cl_validate_real_is_available"
+_REAL_GUARD = "_cl_validate_real_ensureCUDADeviceGuardSet"
 
 
 def keep_torch_off_gpus() -> None:
@@ -40,29 +43,51 @@ def keep_torch_off_gpus() -> None:
     ``torch.cuda.is_available()`` says yes (``preserve_rng_state`` saves the CUDA RNG state;
     seen with torch 2.11 on an H200), and from then on every process forked from this one
     fails "Cannot re-initialize CUDA in forked subprocess". Models are exported and run by
-    PyTorch on the CPU here, so torch needs no GPU in a process that forks. The GPU itself
-    stays visible to the CUDA libraries (CUDA_VISIBLE_DEVICES may be read when the driver
-    loads, so a fork could not show a hidden GPU again). A target process, which forks
-    nothing, gives torch its answer back (`let_torch_see_gpus`)."""
+    PyTorch on the CPU here, so torch needs no GPU in any process of a case; programs run on
+    a GPU in a device host, which does not import torch. The GPU itself stays visible to the
+    CUDA libraries (CUDA_VISIBLE_DEVICES is read when the driver loads: a device host,
+    started from here, would not see it either)."""
     import torch  # lazy: called where torch is about to load anyway
 
     cuda = torch.cuda
     if not hasattr(cuda, _REAL_AVAILABLE):
         setattr(cuda, _REAL_AVAILABLE, cuda.is_available)
         cuda.is_available = _no_gpu
-
-
-def let_torch_see_gpus() -> None:
-    """Undo `keep_torch_off_gpus` (in a target process)."""
-    torch = sys.modules.get("torch")
-    real = getattr(torch.cuda, _REAL_AVAILABLE, None) if torch is not None else None
-    if real is not None:
-        torch.cuda.is_available = real  # type: ignore[union-attr]
-        delattr(torch.cuda, _REAL_AVAILABLE)  # type: ignore[union-attr]
+    # Told there is no GPU, torch's export (FakeTensorMode.__enter__) makes sure a CUDA device
+    # guard is set, and on a CUDA build that asks c10's device count: cudaGetDeviceCount,
+    # which initializes the driver (seen with torch 2.11+cu130 under a stand-in driver that
+    # names its callers). Where a GPU is present the call sets nothing: skipped here.
+    guard = getattr(torch._C, "_ensureCUDADeviceGuardSet", None)
+    if guard is not None and not hasattr(torch._C, _REAL_GUARD):
+        setattr(torch._C, _REAL_GUARD, guard)
+        torch._C._ensureCUDADeviceGuardSet = _no_guard
 
 
 def _no_gpu() -> bool:
     return False
+
+
+def _no_guard() -> None:
+    return None
+
+
+#: The CUDA driver's answer to a call made before ``cuInit`` (CUDA_ERROR_NOT_INITIALIZED).
+_CUDA_NOT_INITIALIZED = 3
+
+
+def cuda_driver_initialized() -> bool:
+    """Whether the CUDA driver was initialized (``cuInit``) in this process, asked without
+    initializing it: only where the driver's library is already loaded, with a call that
+    answers CUDA_ERROR_NOT_INITIALIZED before ``cuInit``. A process forked from one where
+    this is true cannot use the GPU (``cudaErrorInitializationError``)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        lib = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:  # never loaded here: never initialized here
+        return False
+    count = ctypes.c_int(0)
+    return int(lib.cuDeviceGetCount(ctypes.byref(count))) != _CUDA_NOT_INITIALIZED
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,12 @@ def main(fd: int) -> None:
         sys.path[:] = json.loads(path)
     # lazy: torch, TVM and the session, with the parent's import path in place; torch
     # answers that it has no GPU from the start
-    from cl_validate.compile.devices import Probe, keep_torch_off_gpus, kinds_present
+    from cl_validate.compile.devices import (
+        Probe,
+        cuda_driver_initialized,
+        keep_torch_off_gpus,
+        kinds_present,
+    )
 
     keep_torch_off_gpus()
     # lazy: torch, TVM and the session, once torch answers that it has no GPU
@@ -104,6 +109,9 @@ def main(fd: int) -> None:
         print(f"zygote: warm-up failed ({type(exc).__name__}: {exc})", file=sys.stderr)
     devices = kinds_present(probe.answer())
     print(f"zygote: warm in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    if cuda_driver_initialized():  # harmless to the cases (a GPU opens in a device host)
+        print("zygote: the warm-up initialized the CUDA driver here", file=sys.stderr,
+              flush=True)
     _send(sock, Ready(devices))
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
