@@ -1,15 +1,25 @@
-"""No process that forks case processes ever touches a device runtime.
+"""No process that forks ever touches a device runtime; programs run on devices in hosts.
 
-A CUDA context does not survive ``fork()``: a zygote (or case process) that asked TVM
-``Device.exist`` once breaks every process forked from it, and on a GPU machine every case
-errors with ``cudaErrorInitializationError``. A CPU runner cannot see that failure, so this
-test watches the cause: a spy (tests/data/device_spy/sitecustomize.py) notes every device query
-of TVM's runtime with the pid that made it, during a real isolated run, and the test asserts
-that only the device probe and the target processes (leaves that fork nothing) asked.
+A CUDA context does not survive ``fork()``: a zygote (or case or target process) that started
+the CUDA driver once breaks every process forked from it, and on a GPU machine every case
+errors with ``cudaErrorInitializationError``. A CPU runner cannot see that failure, so these
+tests watch its causes during one real isolated run of two cases (llvm and cuda targets, with
+``--profile``, and the CPU's programs sent through device hosts too: ``CL_VALIDATE_HOST_CPU``):
+
+- a spy (tests/data/device_spy/sitecustomize.py) notes every device query of TVM's runtime and
+  torch's with the pid that made it: only the device probe and device hosts (interpreters
+  started fresh) may ask, and every program must have run in a host;
+- a stand-in CUDA driver (tests/data/stand_in_driver/libcuda.c, built with ``cc``, found by
+  TVM's CUDA runtime before any real one) notes every call into the driver: only the probe
+  may call it. This sees what the spy cannot: a call made from C (torch's CUDA build counted
+  devices in its export, which started the driver in the zygote's warm-up on an H200).
 """
 
 from __future__ import annotations
 
+import ctypes
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,11 +30,22 @@ from tests.conftest import DATA, by_case, passed, run_parent, tiny_case
 
 pytestmark = pytest.mark.compile
 SPY = DATA / "device_spy"
+DRIVER = DATA / "stand_in_driver" / "libcuda.c"
+
+
+def _cuda_runtime_here() -> bool:
+    """Whether TVM's CUDA runtime can load here (its CUDA runtime library is installed), so
+    that it looks for a driver at all."""
+    try:
+        ctypes.CDLL("libcudart.so.13")
+    except OSError:
+        return False
+    return True
 
 
 def _processes(log: Path) -> tuple[dict[int, str], list[tuple[int, int, str]]]:
     """The spy's log: interpreters started (pid → command line) and queries (pid, ppid,
-    what)."""
+    what), the stand-in driver's calls among them (``driver NAME``)."""
     started: dict[int, str] = {}
     queries: list[tuple[int, int, str]] = []
     for line in log.read_text().splitlines():
@@ -32,34 +53,78 @@ def _processes(log: Path) -> tuple[dict[int, str], list[tuple[int, int, str]]]:
         if kind == "start":
             started[int(pid)] = rest
         else:
-            queries.append((int(pid), int(ppid), rest))
+            queries.append((int(pid), int(ppid), rest if kind == "query" else f"driver {rest}"))
     return started, queries
 
 
-def test_no_forking_process_asks_a_device(tmp_path):
-    (tmp_path / "cases").mkdir()
+@pytest.fixture(scope="module")
+def watched_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fork_safety")
+    (tmp / "cases").mkdir()
     for name in ("a", "b"):
-        (tmp_path / "cases" / f"{name}.toml").write_text(tiny_case(targets=("llvm", "cuda")))
-    log = tmp_path / "spy.log"
-    junit = tmp_path / "r.xml"
-    proc = run_parent(["run", str(tmp_path / "cases"), "-j", "2", "--junit", str(junit),
-                       "--no-cache"],
-                      {"CL_VALIDATE_TEST_DEVICE_SPY": str(log),
-                       "PYTHONPATH": f"{SPY}:{DATA}"})
+        (tmp / "cases" / f"{name}.toml").write_text(tiny_case(targets=("llvm", "cuda")))
+    log = tmp / "spy.log"
+    env = {"CL_VALIDATE_TEST_DEVICE_SPY": str(log), "PYTHONPATH": f"{SPY}:{DATA}",
+           "CL_VALIDATE_HOST_CPU": "1"}
+    driver = False
+    if shutil.which("cc") and shutil.which("nvcc") and _cuda_runtime_here():
+        (tmp / "driver").mkdir()
+        subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o",
+                        str(tmp / "driver" / "libcuda.so.1"), str(DRIVER)], check=True)
+        env |= {"LD_LIBRARY_PATH": str(tmp / "driver"), "CL_VALIDATE_TEST_DRIVER_LOG": str(log),
+                # with a driver library present TVM builds CUDA itself, by NVRTC's Python
+                # binding unless told to use nvcc (the toolkit beside the runtime library)
+                "TVM_CUDA_COMPILE_MODE": "nvcc"}
+        driver = True
+    junit = tmp / "r.xml"
+    proc = run_parent(["run", str(tmp / "cases"), "-j", "2", "--junit", str(junit),
+                       "--no-cache", "--profile"], env)
     assert proc.returncode == ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-3000:]
     cases = by_case(JUnitXml.fromfile(str(junit)))
     assert set(cases) == {"a", "b"} and all(passed(c) for c in cases.values())
+    return (*_processes(log), driver)
 
-    started, queries = _processes(log)
-    zygotes = {pid for pid, cmd in started.items() if "cl_validate.session.zygote" in cmd}
-    parents = {pid for pid, cmd in started.items() if "cl_validate.cli import main" in cmd}
-    probes = {pid for pid, cmd in started.items() if "cl_validate.compile.devices" in cmd}
-    assert len(zygotes) >= 1 and len(parents) == 1, started
-    forking = {pid: "the parent" for pid in parents} | {pid: "a zygote" for pid in zygotes}
+
+def _roles(started: dict[int, str]) -> dict[str, set[int]]:
+    def having(text: str) -> set[int]:
+        return {pid for pid, cmd in started.items() if text in cmd}
+
+    return {"zygote": having("cl_validate.session.zygote"),
+            "parent": having("cl_validate.cli import main"),
+            "probe": having("cl_validate.compile.devices"),
+            "host": having("cl_validate.session.device_host")}
+
+
+def test_no_forking_process_asks_a_device(watched_run):
+    started, queries, _ = watched_run
+    roles = _roles(started)
+    assert len(roles["zygote"]) >= 1 and len(roles["parent"]) == 1, started
     for pid, ppid, what in queries:
-        assert pid not in forking, f"{forking[pid]} asked a device runtime: {what}"
-        if pid not in started:  # forked, not started: a case process or a target process
-            assert ppid not in zygotes, f"a case process (forked by a zygote) asked: {what}"
+        if what.startswith("driver"):
+            continue
+        # forked, not started: a case process or a target process; or the parent, a zygote
+        assert pid in roles["probe"] | roles["host"], f"process {pid} (of {ppid}) asked: {what}"
     # the spy works: the probe asked about every device type (cuda included) in its process
-    probed = {what.split()[0] for pid, _, what in queries if pid in probes}
-    assert probes and {"1", "2"} <= probed, queries  # DLPack's kDLCPU = 1, kDLCUDA = 2
+    probed = {what.split()[0] for pid, _, what in queries if pid in roles["probe"]}
+    assert roles["probe"] and {"1", "2"} <= probed, queries  # DLPack's kDLCPU 1, kDLCUDA 2
+
+
+def test_every_program_runs_in_a_device_host(watched_run):
+    started, _, _ = watched_run
+    hosts = _roles(started)["host"]
+    # one host per target that ran a program: llvm of each case (cuda has no device here)
+    assert len(hosts) == 2, started
+    assert all("cl_validate.session.device_host cpu " in started[pid] for pid in hosts)
+
+
+def test_no_forking_process_calls_the_driver(watched_run):
+    started, queries, driver = watched_run
+    if not driver:
+        pytest.skip("no cc, nvcc or CUDA runtime library (libcudart.so.13): TVM's CUDA "
+                    "runtime does not load here, so it would call no driver")
+    roles = _roles(started)
+    calls = [(pid, ppid, what) for pid, ppid, what in queries if what.startswith("driver")]
+    callers = {pid for pid, _, _ in calls}
+    assert callers & roles["probe"], calls  # the stand-in is reached: the probe asked
+    assert callers <= roles["probe"] | roles["host"], [
+        c for c in calls if c[0] not in roles["probe"] | roles["host"]]

@@ -169,3 +169,34 @@ def test_a_process_cannot_be_made_the_parents_child():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["-1", str(errno.EPERM), "-1", str(errno.ENOSYS), "7",
                                    "thread"], proc.stdout
+
+
+@walled
+def test_a_case_that_opens_a_gpu_may_name_its_threads():
+    """The CUDA driver (570 and later) names the threads it starts by writing
+    ``/proc/PID/task/TID/comm`` and fails to start without (an H200 under the /proc wall saw
+    no GPU); a process started after the wall went up (the device host) has a /proc folder
+    no rule could name beforehand. With `proc_writes`, such a process names its threads;
+    without, it cannot — and a signal outside the case stays refused either way."""
+    name_a_thread = ("import os, threading\n"
+                     "tid = threading.get_native_id()\n"
+                     "try:\n"
+                     "    with open(f'/proc/{os.getpid()}/task/{tid}/comm', 'w') as f:\n"
+                     "        f.write('host')\n"
+                     "    print('named')\n"
+                     "except PermissionError:\n"
+                     "    print('refused')\n")
+    body = ("import subprocess, sys\n"
+            f"code = {name_a_thread!r}\n"
+            "print(subprocess.run([sys.executable, '-c', code], capture_output=True,\n"
+            "                     text=True).stdout.strip())\n"
+            "try:\n    os.kill(PARENT, 0)\nexcept PermissionError:\n    print('signal refused')\n")
+    for proc_writes, named in ((True, "named"), (False, "refused")):
+        code = ("import os, signal, sys\nfrom cl_validate.session import sandbox\n"
+                f"PARENT = {os.getpid()}\nwhy = sandbox.confine(proc_writes={proc_writes})\n"
+                "assert why is None, why\n" + body)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split("\n") == [named, "signal refused", ""], (proc_writes,
+                                                                          proc.stdout)

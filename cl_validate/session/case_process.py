@@ -35,7 +35,7 @@ from pathlib import Path
 
 from cl_validate import procs
 from cl_validate.checks.compile import CaseKind
-from cl_validate.compile.devices import let_torch_see_gpus
+from cl_validate.compile.tvm_targets import device_available
 from cl_validate.errors import ErrorRecord, first_line
 from cl_validate.measurements import wire
 from cl_validate.measurements.measurement import Measurement
@@ -55,6 +55,7 @@ from cl_validate.paths import repo_root
 from cl_validate.session import sandbox
 from cl_validate.session.case_session import CaseSession
 from cl_validate.session.file_record import FileRecorder
+from cl_validate.spec.options import selected_targets
 
 #: A grant: the target to measure and the pipe to report it on.
 _Granted = tuple[str, int]
@@ -120,7 +121,8 @@ def case_main(msg: StartCase, result_fd: int, control_fd: int, log_fd: int,
                 os.close(fd)
         # The kernel's wall, before any thread or model code: from here on this process and
         # what it starts may signal and trace only each other (`sandbox`).
-        sandbox.confine()  # where the kernel cannot, the parent's defence stands alone
+        # where the kernel cannot, the parent's defence stands alone
+        sandbox.confine(proc_writes=_opens_a_gpu(msg))
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides about interrupts
         os.setpgid(0, 0)
         procs.become_subreaper()
@@ -148,6 +150,13 @@ def case_main(msg: StartCase, result_fd: int, control_fd: int, log_fd: int,
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+
+def _opens_a_gpu(msg: StartCase) -> bool:
+    """Whether a target of this case runs its programs on a GPU of this machine (in a device
+    host, which the CUDA driver needs ``/proc`` writes for)."""
+    return any(d != "cpu" and device_available(d) for d in (
+        msg.case.target_def(t).device for t in selected_targets(msg.case, msg.options)))
 
 
 def _run(msg: StartCase, result_fd: int, control: _Control) -> None:
@@ -236,7 +245,6 @@ def _target_main(session: CaseSession, target: str, key: str | None, fd: int,
     """A target process: measure `target`, report it on `fd`, exit; never returns."""
     code = 0
     try:
-        let_torch_see_gpus()  # a leaf: the one process of the case that may open a GPU
         for f in close:  # the case process's pipes and socket: not this target's
             with contextlib.suppress(OSError):
                 os.close(f)

@@ -42,7 +42,6 @@ from cl_validate.compile.program import Compiled, compile_case, op_level_stage
 from cl_validate.compile.tvm_targets import (
     build_unavailable,
     device_available,
-    device_for,
     make_target,
 )
 from cl_validate.errors import (
@@ -59,7 +58,8 @@ from cl_validate.measurements.kinds import SkipKind
 from cl_validate.measurements.measurement import Measurement, Sample, Skip
 from cl_validate.measurements.selection import TooManyItems
 from cl_validate.paths import display_path
-from cl_validate.session.execute import float64_model, run_torch64, run_torch_named, run_tvm
+from cl_validate.session.device_host import DeviceHostError, close_hosts
+from cl_validate.session.execute import float64_model, run_program, run_torch64, run_torch_named
 from cl_validate.session.first_break import bisect, bisect_failure
 from cl_validate.session.inputs import make_inputs, torch_inputs
 from cl_validate.session.kernel_timer import profile_case, wants_profile
@@ -240,8 +240,8 @@ class CaseSession:
         """The compiled program of `target` on this machine's device, on `arrays`; outputs
         in PyTorch's layout."""
         compiled = self.compiled(target)
-        return run_tvm(compiled.executable, self.case, arrays,
-                       device_for(self.plan(target).tdef.device), self.unbound_params(compiled))
+        return run_program(compiled.executable, self.case, arrays, self.plan(target).tdef.device,
+                           self.unbound_params(compiled))
 
     # -- measuring --------------------------------------------------------------------------
     def measure_or_reuse(self, emit: Emit) -> None:
@@ -361,6 +361,12 @@ class CaseSession:
         """One target, after `prepare`: compile, read the kernel list, run the numerics where
         they run, find the stage that broke them if they fail, time the kernels when asked.
         The first target measured carries the time `prepare` took."""
+        try:
+            return self._measure(target)
+        finally:
+            close_hosts()  # a GPU's device host ends with its target's measurement
+
+    def _measure(self, target: str) -> Measurement:
         case = self.case
         shared_seconds, self._prepared_seconds = self._prepared_seconds, 0.0
         reference64_error = self._reference64_error
@@ -440,6 +446,9 @@ class CaseSession:
                            self.samples, actual, self.expected, strict=True))]
         except RpcError as exc:
             m.numerics_error = ErrorRecord(f"{exc} ({target})", exc.kind, exc.detail)
+        except DeviceHostError as exc:  # what failed in the device host, as it said it
+            m.numerics_error = ErrorRecord(f"running the compiled program failed ({target}): "
+                                           f"{exc}", NumericsKind.RUNTIME_ERROR, exc.detail)
         except Exception as exc:
             m.numerics_error = ErrorRecord(
                 f"running the compiled program failed ({target}): "

@@ -14,24 +14,12 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from tvm import relax
-from tvm.runtime import Tensor as TvmTensor
 
 from cl_validate.compile.model_outputs import is_flat, named_outputs
-from cl_validate.session.inputs import program_args
+from cl_validate.compile.tvm_targets import device_for
+from cl_validate.session.device_host import flatten_outputs, host_for, hosted
+from cl_validate.session.inputs import program_args, program_arrays
 from cl_validate.spec import CaseSpec
-
-
-def flatten_outputs(out: Any) -> list[Any]:
-    """A VM result as a flat list of tensors (tuples and lists flattened in order); a
-    model's result is `named_outputs`'."""
-    if isinstance(out, (tuple, list)):
-        return [leaf for o in out for leaf in flatten_outputs(o)]
-    # tvm.runtime containers (Array / tuple objects) are sequences
-    if not isinstance(out, TvmTensor) and hasattr(out, "__len__") and hasattr(
-            out, "__getitem__") and not hasattr(out, "numpy"):
-        return [leaf for i in range(len(out)) for leaf in flatten_outputs(out[i])]
-    return [out]
-
 
 #: The float dtypes numpy holds as they are.
 _NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
@@ -132,8 +120,22 @@ def run_tvm(executable: Any, case: CaseSpec, arrays: Sequence[np.ndarray], devic
     `params` are weights a pipeline left as parameters of main (not bound as constants).
     """
     vm = relax.VirtualMachine(executable, device)
-    outs = [_to_numpy(o) for o in flatten_outputs(vm["main"](*program_args(
-        case, arrays, device, params)))]
+    return torch_layout(case, [_to_numpy(o) for o in flatten_outputs(vm["main"](*program_args(
+        case, arrays, device, params)))])
+
+
+def run_program(executable: Any, case: CaseSpec, arrays: Sequence[np.ndarray], device: str,
+                params: Sequence[Any] = ()) -> list[np.ndarray]:
+    """`run_tvm` on this machine's `device` (``cpu``, ``cuda``...): a GPU's in a device host
+    (`device_host`: a GPU runtime does not survive the forks this process came from)."""
+    if not hosted(device):
+        return run_tvm(executable, case, arrays, device_for(device), params)
+    outs = host_for(device).run_main(executable, program_arrays(case, arrays, params))
+    return torch_layout(case, [np.array(o, copy=True) for o in outs])
+
+
+def torch_layout(case: CaseSpec, outs: list[np.ndarray]) -> list[np.ndarray]:
+    """A program's outputs in PyTorch's layout (an output the case declares NHWC, back)."""
     for i, o in enumerate(outs):
         if case.output_layout(i) == "NHWC" and o.ndim == 4:
             outs[i] = np.ascontiguousarray(np.transpose(o, (0, 3, 1, 2)))

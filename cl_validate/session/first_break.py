@@ -72,7 +72,7 @@ def bisect(case: CaseSpec, target: str, compiled: Compiled, front: Frontend, *,
         # every stage holds here: which of the target's own kernels is wrong on its device
         try:
             kernels = tuple(k.text(target) for k in wrong_kernels(
-                compiled, device_for(tdef.device), deadline=deadline))
+                compiled, tdef.device, deadline=deadline))
         except Exception as exc:  # the stage table stands without it
             kernels = (f"(the kernel-by-kernel check failed: {_reason(exc)})",)
     return Bisection(HOST, label, tuple(runs), stopped, kernels)

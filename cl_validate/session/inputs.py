@@ -62,10 +62,16 @@ def program_args(case: CaseSpec, arrays: Sequence[np.ndarray], device: Any,
                  params: Sequence[Any] = ()) -> list[Any]:
     """The compiled program's arguments on `device`: inputs in the layouts the case declares,
     then the weights a pipeline left as parameters."""
-    args = []
+    return [tvm.runtime.tensor(a, device) for a in program_arrays(case, arrays, params)]
+
+
+def program_arrays(case: CaseSpec, arrays: Sequence[np.ndarray], params: Sequence[Any] = ()
+                   ) -> list[np.ndarray]:
+    """`program_args` as NumPy arrays (for a program run in a device host)."""
+    out = []
     for spec, a in zip(case.inputs, arrays, strict=True):
         if spec.layout == "NHWC":
             a = np.ascontiguousarray(np.transpose(a, (0, 2, 3, 1)))
-        args.append(tvm.runtime.tensor(a, device))
-    args.extend(tvm.runtime.tensor(p.numpy(), device) for p in params)
-    return args
+        out.append(a)
+    out.extend(p.numpy() for p in params)
+    return out

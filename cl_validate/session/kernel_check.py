@@ -27,6 +27,7 @@ from tvm import relax, tirx
 
 from cl_validate.compile.program import Compiled
 from cl_validate.ir import SCHEDULE_ATTR
+from cl_validate.session.device_host import host_for, hosted
 
 #: A kernel is wrong when a buffer differs by more than this share of its largest value.
 RELATIVE_LIMIT = 1e-3
@@ -44,7 +45,7 @@ class WrongKernel:
                 "the CPU")
 
 
-def wrong_kernels(compiled: Compiled, device: Any, *, deadline: float | None = None,
+def wrong_kernels(compiled: Compiled, device: str, *, deadline: float | None = None,
                   seed: int = 0) -> list[WrongKernel]:
     """The scheduled kernels of `compiled` (a GPU target's) that disagree with their
     unscheduled selves on the CPU, worst first; [] when the pipeline has no `fuse` stage to
@@ -67,8 +68,7 @@ def wrong_kernels(compiled: Compiled, device: Any, *, deadline: float | None = N
         if buffers is None:
             continue  # symbolic shapes: no one size to try
         got = _run(func, compiled.target, device, buffers)
-        want = _run(plain[gv.name_hint], tvm.target.Target({"kind": "llvm"}), tvm.cpu(),
-                    buffers)
+        want = _run(plain[gv.name_hint], tvm.target.Target({"kind": "llvm"}), "cpu", buffers)
         error = max((_relative(g, w) for g, w in zip(got, want, strict=True)), default=0.0)
         if error > RELATIVE_LIMIT:
             wrong.append(WrongKernel(gv.name_hint, str(func.attrs[SCHEDULE_ATTR]), error))
@@ -89,12 +89,14 @@ def _buffers(func: tirx.PrimFunc, rng: np.random.Generator) -> list[np.ndarray] 
     return out
 
 
-def _run(func: tirx.PrimFunc, target: Any, device: Any, buffers: list[np.ndarray]
+def _run(func: tirx.PrimFunc, target: Any, device: str, buffers: list[np.ndarray]
          ) -> list[np.ndarray]:
     with target:  # the arch from the target, not from the device (`compile_case`)
         lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
                           target=target)
-    args = [tvm.runtime.tensor(b, device) for b in buffers]
+    if hosted(device):  # a GPU opens in a process of its own (`device_host`)
+        return host_for(device).run_kernel(lib, buffers)
+    args = [tvm.runtime.tensor(b, tvm.device(device, 0)) for b in buffers]
     lib["main"](*args)
     return [a.numpy() for a in args]
 

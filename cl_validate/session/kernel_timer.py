@@ -17,12 +17,8 @@ a few microseconds read high, whole networks do not. Runs in a target's process 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-from tvm import relax
-from tvm.runtime.vm import VMInstrumentReturnKind
 
 from cl_validate.checks.transform_time_share import TimeShareKind
 from cl_validate.compile.program import Compiled
@@ -32,7 +28,8 @@ from cl_validate.measurements.kernel_list import KernelList
 from cl_validate.measurements.kinds import SkipKind
 from cl_validate.measurements.measurement import Skip
 from cl_validate.measurements.profile import Profile
-from cl_validate.session.inputs import make_inputs, program_args
+from cl_validate.session.device_host import host_for, hosted, time_calls
+from cl_validate.session.inputs import make_inputs, program_args, program_arrays
 from cl_validate.spec import CaseSpec
 from cl_validate.spec.options import RunOptions
 from cl_validate.spec.placement import placement
@@ -47,34 +44,7 @@ def profile_program(executable: Any, device: Any, args: Sequence[Any], kernels: 
                     repeats: int, at: Mapping[str, int] | None = None) -> Profile:
     """Run the program ``1 + repeats`` times with a timer around every call the VM makes;
     each kernel's time in each of the last `repeats` runs."""
-    vm = relax.VirtualMachine(executable, device)
-    calls: list[tuple[str, int]] = []
-    started = [0]
-
-    def instrument(func: Any, symbol: str, before: bool, ret: Any, *call_args: Any) -> int:
-        device.sync()
-        now = time.perf_counter_ns()
-        if before:
-            started[0] = now
-        else:
-            calls.append((str(symbol), now - started[0]))
-        return int(VMInstrumentReturnKind.NO_OP)
-
-    vm["main"](*args)  # warm-up, untimed
-    vm.set_instrument(instrument)
-    names = [k.name for k in kernels]
-    per_kernel: list[list[int]] = [[] for _ in names]
-    for _ in range(repeats):
-        calls.clear()
-        vm["main"](*args)
-        pos = 0  # the kernel list is in execution order; builtins come between kernels
-        for symbol, ns in calls:
-            # the next kernel of that name: a call that matches none (a builtin, or a kernel
-            # not in the list) leaves the matching of the kernels after it intact
-            hit = next((i for i in range(pos, len(names)) if names[i] == symbol), None)
-            if hit is not None:
-                per_kernel[hit].append(ns)
-                pos = hit + 1
+    per_kernel = time_calls(executable, device, args, [k.name for k in kernels], repeats)
     return Profile(str(device), repeats, tuple(tuple(ts) for ts in per_kernel), dict(at or {}))
 
 
@@ -98,8 +68,14 @@ def profile_case(case: CaseSpec, compiled: Compiled, params: Mapping[str, Any], 
                           SkipKind.DEVICE_UNAVAILABLE)
     sizes = case.max_sizes()
     try:
-        device = device_for(tdef.device)
         unbound = [params[p.name] for p in weight_params(compiled.final["main"])]
+        if hosted(tdef.device):  # a GPU opens in a process of its own (`device_host`)
+            arrays = program_arrays(case, make_inputs(case, sizes), unbound)
+            timed = host_for(tdef.device).profile_main(
+                compiled.executable, arrays, [k.name for k in kernels], options.profile_repeats)
+            return Profile(timed.device, options.profile_repeats,
+                           tuple(tuple(ts) for ts in timed.per_kernel), dict(sizes)), None
+        device = device_for(tdef.device)
         args = program_args(case, make_inputs(case, sizes), device, unbound)
         return profile_program(compiled.executable, device, args, kernels,
                                options.profile_repeats, sizes), None

@@ -20,7 +20,11 @@ Two more walls go up with it, so a case cannot change the run from outside its p
   another ABI (i386's ``int 0x80`` from a 64-bit process, x32's numbers), which would reach
   the same kernel functions under numbers the filter does not compare;
 - Landlock refuses writing files under ``/proc`` (``/proc/PID/oom_score_adj`` of the parent,
-  say); writing anywhere else is as before.
+  say); writing anywhere else is as before. Not for a case with a target whose programs run
+  on a GPU of this machine: the CUDA driver (570 and later) writes its threads' names to
+  ``/proc/PID/task/TID/comm`` when it starts and fails without (on an H200, Landlock's rule
+  left the GPU unseen), and a Landlock rule names existing folders only, so it cannot allow
+  the ``/proc/PID`` of a process (the device host) that does not exist yet.
 
 The parent's report writes then never depend on limits a case could set (a case that lowered
 the parent's ``RLIMIT_FSIZE`` hard limit made every report write fail, and the parent cannot
@@ -89,10 +93,12 @@ def available() -> bool:
     return not os.environ.get(UNCONFINED_ENV) and abi() >= _SIGNAL_SCOPE_ABI
 
 
-def confine() -> str | None:
+def confine(proc_writes: bool = False) -> str | None:
     """Confine this process and everything it starts from now on to signalling and tracing
     only themselves. Call it while the process has one thread (right after a fork): the
     kernel confines the calling thread, and the threads and processes it starts after.
+    `proc_writes` leaves files under ``/proc`` writable (a case that opens a GPU: its
+    driver names its threads in ``/proc/PID/task/TID/comm``, and fails without).
     Returns None when confined, else why not (the run goes on unconfined)."""
     global confined
     if os.environ.get(UNCONFINED_ENV):
@@ -105,13 +111,13 @@ def confine() -> str | None:
         return (f"the kernel's Landlock ABI is {version}, signal scoping needs "
                 f"{_SIGNAL_SCOPE_ABI} (Linux 6.12)")
     # Writing files is handled, and allowed beneath every top-level folder but /proc.
-    attr = struct.pack("=QQQ", _FS_WRITE_FILE, 0, _SCOPE_SIGNAL)
+    attr = struct.pack("=QQQ", 0 if proc_writes else _FS_WRITE_FILE, 0, _SCOPE_SIGNAL)
     buf = ctypes.create_string_buffer(attr, len(attr))
     fd = libc.syscall(_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
     if fd < 0:
         return f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}"
     try:
-        why = _allow_writes_but_proc(libc, fd)
+        why = None if proc_writes else _allow_writes_but_proc(libc, fd)
         if why is not None:
             return why
         # Required of a process without CAP_SYS_ADMIN; from now on nothing this process runs
