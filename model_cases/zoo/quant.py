@@ -42,8 +42,14 @@ CALIBRATION_BATCHES = 4
 def pt2e_quantize(model: nn.Module, example: torch.Tensor, quantizer: object,
                   batches: int = CALIBRATION_BATCHES) -> nn.Module:
     """`model` (in eval mode) quantized by PT2E with `quantizer`, calibrated on `batches`
-    random batches shaped like `example` (drawn from the case's seed)."""
-    exported = torch.export.export(model, (example,)).module()
+    random batches shaped like `example` (drawn from the case's seed).
+
+    Exported strict (TorchDynamo): the quantizers find convolutions and Linears by the
+    ``source_fn_stack`` each node carries, which only a strict export records. torch 2.13's
+    ``get_source_partitions`` falls back to ``nn_module_stack`` for a non-strict export;
+    torch 2.11's does not, finds nothing to annotate, and ``convert_pt2e`` returns the float
+    model without a quantize in it. Strict, both versions quantize alike."""
+    exported = torch.export.export(model, (example,), strict=True).module()
     prepared = prepare_pt2e(exported, quantizer)  # type: ignore[arg-type]
     with torch.no_grad():
         for _ in range(batches):
