@@ -27,6 +27,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from cl_validate.compile.attention import attention_legalizations
 from cl_validate.compile.attribution import annotate_transforms
 from cl_validate.compile.context import PipelineContext
+from cl_validate.compile.pad_into_conv import pad_into_conv
 from cl_validate.ir import (
     AXES_ATTR,
     SOURCE_ATTR,
@@ -92,13 +93,14 @@ class _QuantizeAsPyTorch(PyExprMutator):  # type: ignore[misc]
 
 
 def legalize(ctx: PipelineContext) -> Callable[[tvm.IRModule], tvm.IRModule]:
-    """The ``legalize`` stage: attribute every transform, quantize as PyTorch does, then
-    lower ops to PrimFuncs (attention to the kernel of `cl_validate.compile.attention`)."""
+    """The ``legalize`` stage: attribute every transform, quantize as PyTorch does, pad inside
+    convolutions (`pad_into_conv`), then lower ops to PrimFuncs (attention to the kernel of
+    `cl_validate.compile.attention`)."""
 
     def run(mod: tvm.IRModule) -> tvm.IRModule:
         mod = annotate_transforms(mod, ctx.sources, ctx.case.layout_overrides,
                                   ctx.keep_layouts, ctx.case.layout)
-        mod = quantize_as_pytorch(mod)
+        mod = pad_into_conv(quantize_as_pytorch(mod))
         with ctx.target:
             return tvm.transform.Sequential([
                 relax.backend.DispatchSampling(),
