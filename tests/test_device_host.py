@@ -95,3 +95,15 @@ def test_the_kernel_check_runs_the_targets_kernels_in_a_host(monkeypatch):
     finally:
         device_host.close_hosts()
     assert started == ["cpu"]  # one host for every kernel of the target's device
+
+
+def test_a_program_that_cannot_be_linked_is_named(prepared, monkeypatch):
+    """The host loads the program as a shared library: without a compiler to link it, the
+    target's verdict says so and how to get one, not a traceback."""
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    host = DeviceHost("cpu")
+    try:
+        with pytest.raises(DeviceHostError, match=r"cannot link the program .* install g\+\+"):
+            host.run_main(prepared.compiled("llvm").executable, [])
+    finally:
+        host.close()

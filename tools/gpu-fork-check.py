@@ -2,8 +2,9 @@
 machine with an NVIDIA GPU, TVM and torch on the import path.
 
 A run forks: the zygote forks a case process, which confines itself (`session.sandbox`) and
-forks a target process that compiles and runs the program. A CUDA runtime does not survive
-``fork()``, and a wall may refuse a call the driver makes. Each line below forks from a
+forks a target process, which compiles the program and runs it in a device host (a fresh
+interpreter: `session.device_host`). A CUDA runtime does not survive ``fork()``, and a wall
+may refuse a call the driver makes. Each line below forks from a
 parent that imported torch and TVM the way the zygote does and never touched the driver,
 does one thing more, and then opens the GPU in the (grand)child and copies a tensor there:
 

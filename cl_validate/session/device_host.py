@@ -181,7 +181,14 @@ class DeviceHost:
         held = self._libs.get(id(module))
         if held is None:
             path = str(Path(self._tmp.name) / f"program{len(self._libs)}.so")
-            module.export_library(path)
+            try:
+                module.export_library(path)
+            except Exception as exc:  # no C compiler to link it with, most often
+                raise DeviceHostError(
+                    f"cannot link the program for the {self.device} device host: "
+                    f"{type(exc).__name__}: {first_line(exc)} (hint: the host loads it as a "
+                    "shared library, linked by a C++ compiler: install g++, or name one in "
+                    "CXX)", str(exc)) from exc
             held = self._libs[id(module)] = (module, path)  # held: its id stays its own
         return held[1]
 
@@ -266,7 +273,8 @@ def time_calls(executable: Any, device: Any, args: Sequence[Any], names: Sequenc
     """The nanoseconds of each call of ``main`` to the kernel `names[i]`, in each of
     `repeats` runs after an untimed one (the device synchronized at both ends of every
     call; the names in execution order)."""
-    from tvm import relax  # lazy: a host imports TVM after its exec
+    # lazy: TVM, imported where a program runs (a host after its exec, or a target process)
+    from tvm import relax
     from tvm.runtime.vm import VMInstrumentReturnKind
 
     vm = relax.VirtualMachine(executable, device)
@@ -303,7 +311,8 @@ def time_calls(executable: Any, device: Any, args: Sequence[Any], names: Sequenc
 
 
 def _answer(request: Request, device: Any, libs: dict[str, Any]) -> Reply:
-    import tvm  # lazy: the host's own import, after its fork+exec
+    # lazy: TVM, the host's own import, after its fork+exec
+    import tvm
     from tvm import relax
 
     lib = libs.get(request.lib)
