@@ -107,3 +107,26 @@ def test_a_program_that_cannot_be_linked_is_named(prepared, monkeypatch):
             host.run_main(prepared.compiled("llvm").executable, [])
     finally:
         host.close()
+
+
+def test_a_cuda_build_without_nvrtcs_binding_says_what_to_install(prepared, monkeypatch):
+    """TVM compiles CUDA with NVRTC through the cuda-bindings package: a GPU machine without
+    it gets the two ways out in the verdict, not only TVM's message."""
+    from cl_validate.compile import program
+    from cl_validate.errors import CompileStageError
+
+    real = program.tvm.compile
+
+    def no_binding(mod, target=None, **kwargs):  # type: ignore[no-untyped-def]
+        if target is None or str(target.kind.name) != "cuda":
+            return real(mod, target=target, **kwargs)  # the weights' folding, on llvm
+        raise RuntimeError("Failed to compile CUDA with NVRTC because the `cuda-bindings` "
+                           "package is not available.")
+
+    monkeypatch.setattr(program.tvm, "compile", no_binding)
+    monkeypatch.setattr(program, "build_unavailable", lambda target: None)
+    with pytest.raises(CompileStageError) as err:
+        prepared.compiled("cuda")
+    assert str(err.value).startswith("build failed: RuntimeError: Failed to compile CUDA")
+    assert "hint: pip install cuda-bindings" in str(err.value)
+    assert "TVM_CUDA_COMPILE_MODE=nvcc" in str(err.value)
