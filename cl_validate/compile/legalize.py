@@ -27,6 +27,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from cl_validate.compile.attention import attention_legalizations
 from cl_validate.compile.attribution import annotate_transforms
 from cl_validate.compile.context import PipelineContext
+from cl_validate.compile.contiguous_weights import contiguous_weights
 from cl_validate.compile.pad_into_conv import pad_into_conv
 from cl_validate.ir import (
     AXES_ATTR,
@@ -94,13 +95,14 @@ class _QuantizeAsPyTorch(PyExprMutator):  # type: ignore[misc]
 
 def legalize(ctx: PipelineContext) -> Callable[[tvm.IRModule], tvm.IRModule]:
     """The ``legalize`` stage: attribute every transform, quantize as PyTorch does, pad inside
-    convolutions (`pad_into_conv`), then lower ops to PrimFuncs (attention to the kernel of
+    convolutions (`pad_into_conv`), read integer matmuls' weights along the reduction on a
+    CPU (`contiguous_weights`), then lower ops to PrimFuncs (attention to the kernel of
     `cl_validate.compile.attention`)."""
 
     def run(mod: tvm.IRModule) -> tvm.IRModule:
         mod = annotate_transforms(mod, ctx.sources, ctx.case.layout_overrides,
                                   ctx.keep_layouts, ctx.case.layout)
-        mod = pad_into_conv(quantize_as_pytorch(mod))
+        mod = contiguous_weights(pad_into_conv(quantize_as_pytorch(mod)), ctx.target)
         with ctx.target:
             return tvm.transform.Sequential([
                 relax.backend.DispatchSampling(),

@@ -69,3 +69,19 @@ def run_llvm() -> Callable[..., list[np.ndarray]]:
         return [o.numpy() for o in outs]
 
     return run
+
+
+def kernels_and_output(mod: Any, args: list[np.ndarray]) -> tuple[int, np.ndarray]:
+    """`mod` legalized, fused and built for llvm: how many kernels it has, and its output on
+    `args` (for the legalization-time rewrites: one kernel fewer, the same output)."""
+    import tvm
+    from tvm import relax
+
+    llvm = tvm.target.Target({"kind": "llvm"})
+    with llvm:
+        mod = relax.transform.LegalizeOps()(mod)
+        mod = relax.transform.FuseOps()(relax.transform.AnnotateTIROpPattern()(mod))
+        mod = relax.transform.FuseTIR()(mod)
+    kernels = sum(isinstance(f, tvm.tirx.PrimFunc) for f in mod.functions.values())
+    vm = relax.VirtualMachine(tvm.compile(mod, llvm), tvm.cpu())
+    return kernels, vm["main"](*[tvm.runtime.tensor(a) for a in args]).numpy()

@@ -9,6 +9,7 @@ import tvm
 from tvm import relax
 
 from cl_validate.compile.pad_into_conv import pad_into_conv
+from tests.passes.conftest import kernels_and_output
 
 LLVM = tvm.target.Target({"kind": "llvm"})
 
@@ -34,16 +35,6 @@ def _module(dtype: str, value: float, *, pad_channels: bool = False, shared: boo
     return bb.get()
 
 
-def _kernels_and_outputs(mod: tvm.IRModule, args: list[np.ndarray]) -> tuple[int, np.ndarray]:
-    with LLVM:
-        mod = relax.transform.LegalizeOps()(mod)
-        mod = relax.transform.FuseOps()(relax.transform.AnnotateTIROpPattern()(mod))
-        mod = relax.transform.FuseTIR()(mod)
-    kernels = sum(isinstance(f, tvm.tirx.PrimFunc) for f in mod.functions.values())
-    vm = relax.VirtualMachine(tvm.compile(mod, LLVM), tvm.cpu())
-    return kernels, vm["main"](*[tvm.runtime.tensor(a) for a in args]).numpy()
-
-
 def _args(dtype: str, groups: int = 1) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
     if "int" in dtype:
@@ -64,8 +55,8 @@ def test_one_kernel_and_the_same_outputs(dtype, value, groups):
     before = _module(dtype, value, groups=groups)
     after = pad_into_conv(before)
     args = _args(dtype, groups)
-    k_before, y_before = _kernels_and_outputs(before, args)
-    k_after, y_after = _kernels_and_outputs(after, args)
+    k_before, y_before = kernels_and_output(before, args)
+    k_after, y_after = kernels_and_output(after, args)
     assert (k_before, k_after) == (2, 1)
     np.testing.assert_array_equal(y_after, y_before)
     ops = [str(b.value.op.name) for b in after["main"].body.blocks[0].bindings
