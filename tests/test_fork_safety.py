@@ -18,8 +18,10 @@ tests watch its causes during one real isolated run of two cases (llvm and cuda 
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,28 @@ def test_no_forking_process_calls_the_driver(watched_run):
     assert callers & roles["probe"], calls  # the stand-in is reached: the probe asked
     assert callers <= roles["probe"] | roles["host"], [
         c for c in calls if c[0] not in roles["probe"] | roles["host"]]
+
+
+@pytest.mark.skipif(not shutil.which("cc"), reason="no cc to build the stand-in driver")
+def test_whether_the_driver_was_started_is_asked_without_starting_it(tmp_path):
+    """`cuda_driver_initialized` (how the zygote and tools/gpu-fork-check.py tell a poisoned
+    process) answers no where the driver is not loaded or not started, yes once it was
+    started, and never starts it itself."""
+    lib = tmp_path / "libcuda.so.1"
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(lib),
+                    str(DRIVER)], check=True)
+    log = tmp_path / "driver.log"
+    code = ("import ctypes, os\n"
+            "from cl_validate.compile.devices import cuda_driver_initialized as asked\n"
+            "answers = [asked()]\n"
+            f"lib = ctypes.CDLL({str(lib)!r}, mode=os.RTLD_GLOBAL)\n"
+            "answers += [asked(), asked()]\n"
+            "lib.cuInit(0)\n"
+            "answers.append(asked())\n"
+            "print(answers)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "CL_VALIDATE_TEST_DRIVER_LOG": str(log)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[False, False, False, True]"
+    calls = [line.split()[-1] for line in log.read_text().splitlines()]
+    assert calls == ["cuInit"]  # the test's own call, and only it: asking started nothing

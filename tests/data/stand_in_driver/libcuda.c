@@ -2,9 +2,9 @@
  * CUDA runtime links or looks up writes "driver PID PPID NAME" to the file named by
  * CL_VALIDATE_TEST_DRIVER_LOG and answers CUDA_ERROR_NO_DEVICE (100), so a machine without a
  * GPU shows which process would have started the driver. cuDeviceGetCount answers
- * CUDA_ERROR_NOT_INITIALIZED (3) without writing: that is how a process asks, without
- * starting it, whether the driver was started (cl_validate.compile.devices). Built by the
- * test with the system's cc. */
+ * CUDA_ERROR_NOT_INITIALIZED (3) until cuInit was called, and 0 devices after, without
+ * writing: that is how a process asks, without starting it, whether the driver was started
+ * (cl_validate.compile.devices). Built by the tests with the system's cc. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -21,8 +21,12 @@ static int note(const char *name) {
     return 100;
 }
 
+static int started = 0;
+
+/* Started, even if it finds no device: what cuDeviceGetCount tells from then on. */
+int cuInit(unsigned int flags) { (void)flags; started = 1; return note("cuInit"); }
+
 #define ENTRY(name) int name(void) { return note(#name); }
-ENTRY(cuInit)
 ENTRY(cuDriverGetVersion)
 ENTRY(cuGetProcAddress)
 ENTRY(cuGetProcAddress_v2)
@@ -41,4 +45,8 @@ ENTRY(cuModuleLoadData)
 ENTRY(cuModuleUnload)
 ENTRY(cuTensorMapEncodeTiled)
 
-int cuDeviceGetCount(int *count) { (void)count; return 3; }
+int cuDeviceGetCount(int *count) {
+    if (!started) return 3;
+    *count = 0;
+    return 0;
+}
