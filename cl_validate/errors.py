@@ -93,7 +93,7 @@ class CompileStageError(ClValidateError):
     """A pipeline stage raised: a verdict (`error`) about the case, naming the stage."""
 
     def __init__(self, stage: str, exc: BaseException, summary: str | None = None,
-                 at: str | None = None) -> None:
+                 at: str | None = None, hint: str | None = None) -> None:
         if summary is None:
             first = (str(exc).strip().splitlines() or [""])[0]
             # TVM errors carry a long C++ backtrace; the first line says what went wrong.
@@ -102,7 +102,8 @@ class CompileStageError(ClValidateError):
                 first = lines[-1].strip() if lines else type(exc).__name__
             summary = f"{type(exc).__name__}: {first[:300]}"
         # `at`: the op it failed on and the model's source (`cl_validate.compile.culprit`)
-        super().__init__(f"{stage} failed: {summary}" + (f" at {at}" if at else ""))
+        super().__init__(f"{stage} failed: {summary}" + (f" at {at}" if at else "")
+                         + (f" (hint: {hint})" if hint else ""))
         self.stage = stage
         self.detail = str(exc)
 

@@ -302,3 +302,9 @@ def peak_rss_mb() -> float:
     except (OSError, ValueError):
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def python_env() -> dict[str, str]:
+    """This process's environment for a Python it starts (the device probe, a device host):
+    its import path as ``PYTHONPATH``, so the new interpreter imports what this one does."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}

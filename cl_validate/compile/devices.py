@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cl_validate import procs
 from cl_validate.spec.targets import DEVICES
 
 #: How long the probe may take: creating a CUDA context on a large GPU can take seconds.
@@ -111,10 +112,9 @@ class Probe:
     so the wait overlaps other work (the zygote's warm-up)."""
 
     def __init__(self) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
         self._proc = subprocess.Popen(
             [sys.executable, "-m", __name__], stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=procs.python_env())
 
     def answer(self) -> dict[str, DeviceFacts]:
         """The probe's answer; a probe that fails or hangs leaves only the CPU (and says why

@@ -108,12 +108,11 @@ def compile_case(front: Frontend, case: CaseSpec, target_name: str, *,
             with target:
                 compiled.executable = tvm.compile(mod, target=target, relax_pipeline=lower)
         except Exception as exc:
-            error = CompileStageError("build", exc)
-            if "cuda-bindings" in str(exc):  # TVM compiles CUDA with NVRTC's Python binding
-                error = CompileStageError("build", exc, summary=str(error).removeprefix(
-                    "build failed: ") + " (hint: pip install cuda-bindings for this machine's "
-                    "CUDA, or set TVM_CUDA_COMPILE_MODE=nvcc with nvcc on the PATH)")
-            raise error from exc
+            # TVM compiles CUDA with NVRTC's Python binding unless told to use nvcc
+            hint = ("pip install cuda-bindings for this machine's CUDA, or set "
+                    "TVM_CUDA_COMPILE_MODE=nvcc with nvcc on the PATH"
+                    if "cuda-bindings" in str(exc) else None)
+            raise CompileStageError("build", exc, hint=hint) from exc
     return compiled
 
 

@@ -118,6 +118,36 @@ def frame(obj: Any) -> bytes:
     return _LENGTH.pack(len(payload)) + payload
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Every byte of `data` to `fd` (a blocking pipe), however many writes it takes."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int, limit: int = MAX_FRAME) -> bytes | None:
+    """The next whole frame's message from `fd` (a blocking pipe), or None at its end; a
+    frame over `limit` is a `WireError` before any of it is read."""
+    head = _read_exact(fd, _LENGTH.size)
+    if head is None:
+        return None
+    (n,) = _LENGTH.unpack(head)
+    if n > limit:
+        raise WireError(f"a message of {n} bytes, over the {limit >> 20} MB limit")
+    return _read_exact(fd, n)
+
+
 class FrameReader:
     """Whole frames out of bytes that arrive in pieces; refuses a frame over `limit` bytes
     (the length is checked as soon as it is read, so nothing that large is ever buffered)."""

@@ -61,15 +61,8 @@ from cl_validate.spec.options import selected_targets
 _Granted = tuple[str, int]
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
 def _send(fd: int, msg: FromCase) -> None:
-    _write_all(fd, frame(msg))
+    wire.write_all(fd, frame(msg))
 
 
 class _Control:

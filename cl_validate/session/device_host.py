@@ -32,7 +32,6 @@ import atexit
 import contextlib
 import os
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from cl_validate import procs
 from cl_validate.errors import first_line
 from cl_validate.measurements import wire
 
@@ -52,7 +52,6 @@ from cl_validate.measurements import wire
 HOST_CPU_ENV = "CL_VALIDATE_HOST_CPU"
 #: How long `close` waits for a host to leave after its pipe closed.
 _LEAVE_S = 10.0
-_LENGTH = struct.Struct(">Q")
 
 
 def hosted(device: str) -> bool:
@@ -79,7 +78,7 @@ class RunMain(msgspec.Struct, tag=True):
 
 
 class ProfileMain(msgspec.Struct, tag=True):
-    """Time every call of ``main`` (`kernel_timer.profile_program`)."""
+    """Time every call of ``main`` (`time_calls`, for `kernel_timer.profile_case`)."""
 
     lib: str
     args: list[np.ndarray]
@@ -122,33 +121,6 @@ class DeviceHostError(RuntimeError):
         self.detail = detail
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _read_exact(fd: int, n: int) -> bytes | None:
-    chunks, left = [], n
-    while left:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def _read_frame(fd: int) -> bytes | None:
-    head = _read_exact(fd, _LENGTH.size)
-    if head is None:
-        return None
-    (n,) = _LENGTH.unpack(head)
-    if n > wire.MAX_FRAME:
-        raise wire.WireError(f"a message of {n} bytes, over the limit")
-    return _read_exact(fd, n)
-
-
 def _plain(a: np.ndarray) -> np.ndarray:
     """An array that can travel: bfloat16 and the float8s (ml_dtypes, not numbers to the
     wire) as float32, which holds them exactly."""
@@ -163,12 +135,10 @@ class DeviceHost:
         self.device = device
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        env = {**os.environ,
-               "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", __name__, device, str(req_r), str(rep_w)],
-                pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL, env=env)
+                pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL, env=procs.python_env())
         finally:
             os.close(req_r)
             os.close(rep_w)
@@ -213,8 +183,8 @@ class DeviceHost:
 
     def _ask(self, request: Request) -> Reply:
         try:
-            _write_all(self._w, wire.frame(request))
-            data = _read_frame(self._r)
+            wire.write_all(self._w, wire.frame(request))
+            data = wire.read_frame(self._r)
         except (BrokenPipeError, ConnectionResetError):
             data = None
         if data is None:
@@ -338,7 +308,7 @@ def serve(device_type: str, req_fd: int, rep_fd: int) -> None:
     device = tvm.device(device_type, 0)
     libs: dict[str, Any] = {}
     while True:
-        data = _read_frame(req_fd)
+        data = wire.read_frame(req_fd)
         if data is None:
             return
         try:
@@ -346,7 +316,7 @@ def serve(device_type: str, req_fd: int, rep_fd: int) -> None:
             reply = _answer(request, device, libs)
         except Exception as exc:
             reply = Failed(f"{type(exc).__name__}: {first_line(exc)}", traceback.format_exc())
-        _write_all(rep_fd, wire.frame(reply))
+        wire.write_all(rep_fd, wire.frame(reply))
 
 
 if __name__ == "__main__":

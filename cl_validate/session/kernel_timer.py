@@ -17,7 +17,7 @@ a few microseconds read high, whole networks do not. Runs in a target's process 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from cl_validate.checks.transform_time_share import TimeShareKind
@@ -38,14 +38,6 @@ from cl_validate.spec.placement import placement
 def wants_profile(case: CaseSpec, target: str, options: RunOptions) -> bool:
     """``--profile``, ``profile = true`` in the case, or a ``transform_time_share`` budget."""
     return options.profile or case.profiled(target)
-
-
-def profile_program(executable: Any, device: Any, args: Sequence[Any], kernels: KernelList,
-                    repeats: int, at: Mapping[str, int] | None = None) -> Profile:
-    """Run the program ``1 + repeats`` times with a timer around every call the VM makes;
-    each kernel's time in each of the last `repeats` runs."""
-    per_kernel = time_calls(executable, device, args, [k.name for k in kernels], repeats)
-    return Profile(str(device), repeats, tuple(tuple(ts) for ts in per_kernel), dict(at or {}))
 
 
 def profile_case(case: CaseSpec, compiled: Compiled, params: Mapping[str, Any], target: str,
@@ -69,16 +61,18 @@ def profile_case(case: CaseSpec, compiled: Compiled, params: Mapping[str, Any], 
     sizes = case.max_sizes()
     try:
         unbound = [params[p.name] for p in weight_params(compiled.final["main"])]
+        names, repeats = [k.name for k in kernels], options.profile_repeats
         if hosted(tdef.device):  # a GPU opens in a process of its own (`device_host`)
             arrays = program_arrays(case, make_inputs(case, sizes), unbound)
-            timed = host_for(tdef.device).profile_main(
-                compiled.executable, arrays, [k.name for k in kernels], options.profile_repeats)
-            return Profile(timed.device, options.profile_repeats,
-                           tuple(tuple(ts) for ts in timed.per_kernel), dict(sizes)), None
-        device = device_for(tdef.device)
-        args = program_args(case, make_inputs(case, sizes), device, unbound)
-        return profile_program(compiled.executable, device, args, kernels,
-                               options.profile_repeats, sizes), None
+            timed = host_for(tdef.device).profile_main(compiled.executable, arrays, names,
+                                                       repeats)
+            where, per_kernel = timed.device, timed.per_kernel
+        else:
+            device = device_for(tdef.device)
+            args = program_args(case, make_inputs(case, sizes), device, unbound)
+            where = str(device)
+            per_kernel = time_calls(compiled.executable, device, args, names, repeats)
+        return Profile(where, repeats, tuple(tuple(ts) for ts in per_kernel), dict(sizes)), None
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         return None, Skip(f"profiling failed ({target}): {type(exc).__name__}: {first}",
