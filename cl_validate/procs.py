@@ -242,14 +242,16 @@ def ended_children() -> Iterator[tuple[int, int]]:
         yield pid, status
 
 
-def end_descendants(pid: int, *, settle_s: float = 2.0) -> list[str]:
-    """Kill every process below `pid` (repeatedly: a dying process may leave orphans that
-    are re-parented a moment later); returns a description of each, as found first."""
+def end_descendants(pid: int, *, settle_s: float = 2.0, keep: tuple[int, ...] = ()
+                    ) -> list[str]:
+    """Kill every process below `pid` but those in `keep` (repeatedly: a dying process may
+    leave orphans that are re-parented a moment later); returns a description of each, as
+    found first."""
     found: list[str] = []
     seen: set[int] = set()
     deadline = time.monotonic() + settle_s
     while True:
-        below = descendants(pid)
+        below = [p for p in descendants(pid) if p not in keep]
         new = [p for p in below if p not in seen]
         found.extend(describe(p) for p in new)
         seen.update(new)

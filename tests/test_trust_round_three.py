@@ -14,6 +14,11 @@ from cl_validate.errors import ExitCode
 from cl_validate.session import sandbox
 from tests.conftest import DATA, run_cli, tiny_case
 
+#: tests of what only the open watcher sees (it starts where cases are confined)
+watched = pytest.mark.skipif(
+    not sandbox.available() or os.uname().machine not in sandbox.WATCHED,
+    reason="cases are not confined here, so no open watcher starts")
+
 
 @pytest.mark.compile
 def test_an_output_that_is_the_models_own_buffer_is_kept_as_it_was(tmp_path):
@@ -188,11 +193,16 @@ def test_a_file_edited_while_the_case_runs_is_stamped_as_it_was_read(tmp_path):
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("model", ["reads_its_scale_after_chdir", "reads_its_scale_by_dir_fd"])
+@pytest.mark.parametrize("model", [
+    "reads_its_scale_after_chdir", "reads_its_scale_by_dir_fd",
+    pytest.param("reads_its_scale_natively", marks=watched),
+    pytest.param("reads_its_scale_natively_in_a_worker", marks=watched)])
 def test_a_file_read_by_a_relative_path_is_stamped_where_it_is(tmp_path, model):
     """Read by a relative path inside ``contextlib.chdir``, or with ``os.open(name,
     dir_fd=fd)`` (the audit event carries the name, not the descriptor): resolved against
-    the run's directory, the stamp was of no file (or another), and an edit was missed."""
+    the run's directory, the stamp was of no file (or another), and an edit was missed.
+    Read by the C library's ``fopen`` (in the case process, or in a worker it forked):
+    Python never saw it, and an edit was missed; the open watcher stamps it."""
     folder = _stamped_folder(tmp_path, model)
     (folder / "data").mkdir()
     (folder / "data" / "scale.txt").write_text("1.0")

@@ -132,6 +132,9 @@ class CaseDone:
     #: the files the case read (its model's sources, data files): what the cache's direct
     #: key is checked against on the next run
     inputs: tuple[FileStamp, ...] = ()
+    #: why what the case read is not known whole (a process of it its open watcher could
+    #: not read): then it is not kept in the cache; "" when it is known
+    unseen: str = ""
 
 
 @dataclass(frozen=True)

@@ -55,10 +55,13 @@ from cl_validate.paths import repo_root
 from cl_validate.session import sandbox
 from cl_validate.session.case_session import CaseSession
 from cl_validate.session.file_record import FileRecorder
+from cl_validate.session.open_watch import OpenWatch
 from cl_validate.spec.options import selected_targets
 
 #: A grant: the target to measure and the pipe to report it on.
 _Granted = tuple[str, int]
+#: This case's own helpers among its children (its open watcher): not strays to end.
+_KEEP: tuple[int, ...] = ()
 
 
 def _send(fd: int, msg: FromCase) -> None:
@@ -112,10 +115,6 @@ def case_main(msg: StartCase, result_fd: int, control_fd: int, log_fd: int,
         for fd in close:  # the zygote's own descriptors: not the case's business
             with contextlib.suppress(OSError):
                 os.close(fd)
-        # The kernel's wall, before any thread or model code: from here on this process and
-        # what it starts may signal and trace only each other (`sandbox`).
-        # where the kernel cannot, the parent's defence stands alone
-        sandbox.confine(proc_writes=_opens_a_gpu(msg))
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides about interrupts
         os.setpgid(0, 0)
         procs.become_subreaper()
@@ -127,12 +126,22 @@ def case_main(msg: StartCase, result_fd: int, control_fd: int, log_fd: int,
         os.close(null)
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        left_out = _left_out(msg)
+        watch = _start_watch(left_out)
+        # The kernel's wall, before any thread or model code: from here on this process and
+        # what it starts may signal and trace only each other (`sandbox`), and its opens are
+        # seen by the watcher; where the kernel cannot, the parent's defence stands alone.
+        sandbox.confine(proc_writes=_opens_a_gpu(msg),
+                        watch=watch.hand_over if watch is not None else None)
+        if watch is not None and not watch.watching:
+            watch.abandon()
+            watch = None
         control = _Control(control_fd)
         os.environ["TVM_NUM_THREADS"] = str(msg.threads)
         import torch  # lazy: already imported by the zygote; the threads are this case's
 
         torch.set_num_threads(msg.threads)
-        _run(msg, result_fd, control)
+        _run(msg, result_fd, control, watch, left_out)
     except BaseException:  # pragma: no cover - a bug here; said on the pipe if possible
         code = 71
         with contextlib.suppress(BaseException):
@@ -152,10 +161,34 @@ def _opens_a_gpu(msg: StartCase) -> bool:
         msg.case.target_def(t).device for t in selected_targets(msg.case, msg.options)))
 
 
-def _run(msg: StartCase, result_fd: int, control: _Control) -> None:
-    print(f"=== {msg.case.label}", flush=True)
+def _left_out(msg: StartCase) -> list[str]:
+    """Folders whose files are not the case's inputs: the cache's and the baselines'."""
     left_out = [msg.options.cache_dir] if msg.options.cache_dir else []
     left_out.append(str(msg.case.path.resolve().parent / "baselines"))
+    return left_out
+
+
+def _start_watch(left_out: list[str]) -> OpenWatch | None:
+    """An open watcher for this case, where the wall will go up and can hold opens; None
+    elsewhere, or when it did not start (said in the case's log)."""
+    global _KEEP
+    if not sandbox.available() or os.uname().machine not in sandbox.WATCHED:
+        return None
+    try:
+        watch = OpenWatch(left_out)
+    except OSError as exc:
+        print(f"open watcher not started: {exc}", file=sys.stderr)
+        return None
+    if not watch.ready():
+        print("open watcher not started: it did not say it was up", file=sys.stderr)
+        return None
+    _KEEP = (watch.pid,)
+    return watch
+
+
+def _run(msg: StartCase, result_fd: int, control: _Control, watch: OpenWatch | None,
+         left_out: list[str]) -> None:
+    print(f"=== {msg.case.label}", flush=True)
     recorder = FileRecorder(left_out)
     recorder.start()
     root = repo_root(msg.case.path)
@@ -163,7 +196,7 @@ def _run(msg: StartCase, result_fd: int, control: _Control) -> None:
     def emit(m: Measurement, key: str | None, cached: bool) -> None:
         if not cached:
             m.peak_rss_mb = procs.peak_rss_mb()
-            m.stray_processes = procs.end_descendants(os.getpid())
+            m.stray_processes = procs.end_descendants(os.getpid(), keep=_KEEP)
         _send(result_fd, TargetMeasured(m, key, cached))
 
     procs.reset_peak_rss()
@@ -187,8 +220,15 @@ def _run(msg: StartCase, result_fd: int, control: _Control) -> None:
                                     CaseKind.INTERNAL_ERROR, tb))
         return
     recorder.stop()
-    procs.end_descendants(os.getpid())
-    _send(result_fd, CaseDone(recorder.stamps(root)))
+    procs.end_descendants(os.getpid(), keep=_KEEP)
+    unseen = ""
+    if watch is not None:  # what the case's processes opened, Python or not
+        watched = watch.collect()
+        recorder.merge(watched.taken)
+        unseen = watched.unseen
+        if unseen:
+            print(f"not kept in the cache: {unseen}", flush=True)
+    _send(result_fd, CaseDone(recorder.stamps(root), unseen))
 
 
 def _serve(session: CaseSession, keys: dict[str, str], result_fd: int, control: _Control,
@@ -197,7 +237,7 @@ def _serve(session: CaseSession, keys: dict[str, str], result_fd: int, control: 
     ended, until every target was measured."""
     # What the model's code started while the case was prepared and left running: ended now,
     # and reported with the first target measured (after this, a target process's own).
-    strays = procs.end_descendants(os.getpid())
+    strays = procs.end_descendants(os.getpid(), keep=_KEEP)
     prep_peak = procs.peak_rss_mb()  # so is the memory the preparation took
     _send(result_fd, Prepared(tuple(session.targets)))
     left = set(session.targets)
@@ -228,7 +268,7 @@ def _serve(session: CaseSession, keys: dict[str, str], result_fd: int, control: 
             if target:
                 _send(result_fd, ChildExited(target, status))
         for orphan in procs.children(me):  # left by a target process that ended: end them
-            if orphan not in children:
+            if orphan not in children and orphan not in _KEEP:
                 procs.kill([*procs.descendants(orphan), orphan])
 
 

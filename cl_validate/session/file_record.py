@@ -17,9 +17,12 @@ reuses the measurement when none changed, as ccache's direct mode does.
 
 Left out, because the cache key covers them otherwise: files of TVM, tvm-ffi, torch and NumPy
 (their versions are in the key), of cl_validate (its source is), of the Python standard
-library (the Python version is), and the cache's own entries. Not seen: files opened by
-native code without Python (a C library's ``fopen``) and what is not a file (environment
-variables, the clock, the network): a model that depends on those needs ``--no-cache``. A
+library (the Python version is), the cache's own entries, and a file the case made itself
+(created or truncated, then read back). Files opened by native code without Python (a C
+library's ``fopen``) are stamped by the case's open watcher (`cl_validate.session.open_watch`)
+where cases are confined, and merged here (`merge`). Not seen: what is not a file
+(environment variables, the clock, the network): a model that depends on those needs
+``--no-cache``. A
 path opened relative to a directory descriptor (``os.open(name, flags, dir_fd=fd)``) is
 stamped where the descriptor points: ``os.open`` is wrapped, because the audit event does
 not carry the descriptor. Devices and
@@ -43,9 +46,15 @@ from typing import Any
 from cl_validate.measurements.messages import FileStamp
 from cl_validate.measurements.sources import link_stamp, stamp
 
+#: What a recorder stamped: each path as opened, with its stamp and its links' (real path,
+#: stamp) — `FileRecorder.taken`, as an open watcher sends it
+Taken = tuple[tuple[str, tuple[tuple[str, FileStamp], ...]], ...]
 #: Packages whose versions are in the cache key: their files are not stamped.
 _VERSIONED = ("torch", "tvm", "tvm_ffi", "numpy", "cl_validate")
 _SYSTEM = ("/proc/", "/sys/")
+#: The dynamic loader's index of libraries: how a library was found, not an input (the
+#: library it found is stamped)
+_LOADER = ("/etc/ld.so.cache",)
 
 
 def _package_dir(name: str) -> str | None:
@@ -107,6 +116,7 @@ class FileRecorder:
 
     def __init__(self, left_out: Iterable[str] = ()) -> None:
         self._paths: set[str] = set()
+        self._written: set[str] = set()  # made (created or truncated) by the case itself
         self._modules = set(sys.modules)
         self._active = False
         self._busy = False  # stamping opens the file: not recorded again
@@ -163,15 +173,36 @@ class FileRecorder:
             return
         self._record(name, str(mode or ""), flags)
 
+    def note(self, name: str, flags: int) -> None:
+        """An absolute path opened with `flags` by another process of the case (as an open
+        watcher, `cl_validate.session.open_watch`, sees it): recorded and stamped now."""
+        if not self._skip:
+            self._skip = _left_out(self._extra)
+        self._record(name, "", flags)
+
+    def taken(self) -> Taken:
+        """Every stamp taken so far, for `merge` in another process."""
+        return tuple((path, tuple(pairs)) for path, pairs in self._stamped.items())
+
+    def merge(self, taken: Taken) -> None:
+        """Stamps another process took (an open watcher's): recorded as if read here; a
+        path stamped here already keeps its own (both were taken as it was first read)."""
+        for path, pairs in taken:
+            self._paths.add(path)
+            self._stamped.setdefault(path, list(pairs))
+
     def _record(self, name: str, text: str, flags: int) -> None:
-        """`name` opened with mode `text` or `flags`: noted and stamped if it is read."""
+        """`name` opened with mode `text` or `flags`: noted and stamped if it is read, and
+        not a file the case made itself (created or truncated before)."""
         only_writes = (flags & os.O_ACCMODE) == os.O_WRONLY or (
             text and "r" not in text and "+" not in text)
         truncates = "w" in text or bool(flags & os.O_TRUNC)
         may_create = "x" in text or bool(flags & os.O_CREAT)
-        if only_writes or truncates or (may_create and not os.path.exists(name)):
-            return  # the case's output, not its input
         absolute = os.path.abspath(name)  # against the working directory of this moment
+        if truncates or (may_create and not os.path.exists(name)):
+            self._written.add(absolute)  # read back later, it is still the case's own
+        if only_writes or absolute in self._written:
+            return  # the case's output, not its input
         self._paths.add(absolute)
         if absolute not in self._stamped and not self._busy:
             self._busy = True
@@ -185,7 +216,7 @@ class FileRecorder:
         ``.pyc``, its source: (real path, stamp) pairs; none for a file left out."""
         out: list[tuple[str, FileStamp]] = []
         path = os.path.realpath(absolute)
-        if path.startswith(self._skip) or path.startswith(_SYSTEM):
+        if path.startswith(self._skip) or path.startswith(_SYSTEM) or path in _LOADER:
             return out
         s = stamp(path)
         if s is not None:

@@ -19,6 +19,9 @@ Two more walls go up with it, so a case cannot change the run from outside its p
   pid — while a case may still set its own and read anyone's; and every call made through
   another ABI (i386's ``int 0x80`` from a 64-bit process, x32's numbers), which would reach
   the same kernel functions under numbers the filter does not compare;
+- with an open watcher (`cl_validate.session.open_watch`, for the measurement cache), the
+  same filter holds each ``open``/``openat``/``openat2`` for the watcher to stamp the file,
+  and refuses ``io_uring`` (ENOSYS), which opens files past any filter;
 - Landlock refuses writing files under ``/proc`` (``/proc/PID/oom_score_adj`` of the parent,
   say); writing anywhere else is as before. Not for a case with a target whose programs run
   on a GPU of this machine: the CUDA driver (570 and later) writes its threads' names to
@@ -48,6 +51,7 @@ import re
 import struct
 import sys
 import traceback
+from collections.abc import Callable
 
 #: Landlock's system calls have one number on every architecture below (Linux ≥ 5.13).
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
@@ -93,12 +97,16 @@ def available() -> bool:
     return not os.environ.get(UNCONFINED_ENV) and abi() >= _SIGNAL_SCOPE_ABI
 
 
-def confine(proc_writes: bool = False) -> str | None:
+def confine(proc_writes: bool = False,
+            watch: Callable[[int], None] | None = None) -> str | None:
     """Confine this process and everything it starts from now on to signalling and tracing
     only themselves. Call it while the process has one thread (right after a fork): the
     kernel confines the calling thread, and the threads and processes it starts after.
     `proc_writes` leaves files under ``/proc`` writable (a case that opens a GPU: its
-    driver names its threads in ``/proc/PID/task/TID/comm``, and fails without).
+    driver names its threads in ``/proc/PID/task/TID/comm``, and fails without). `watch`
+    (an open watcher's `hand_over`, `cl_validate.session.open_watch`) is given the filter's
+    listener, and every open of this process and what it starts waits for it; where the
+    kernel has no listener to give, it is not called.
     Returns None when confined, else why not (the run goes on unconfined)."""
     global confined
     if os.environ.get(UNCONFINED_ENV):
@@ -124,7 +132,7 @@ def confine(proc_writes: bool = False) -> str | None:
         # gains privileges through a setuid program either.
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             return f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}"
-        why = _deny_foreign_limits(libc)
+        why = _deny_foreign_limits(libc, watch)
         if why is not None:
             return why
         if libc.syscall(_RESTRICT_SELF, fd, ctypes.c_uint32(0)) != 0:
@@ -162,6 +170,10 @@ def _allow_writes_but_proc(libc: ctypes.CDLL, ruleset: int) -> str | None:
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _RET_ALLOW, _RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
 _RET_ENOSYS = 0x00050000 | errno.ENOSYS
+_RET_USER_NOTIF = 0x7FC00000  # hold the call for the filter's listener (an open watcher)
+_SECCOMP = {"x86_64": 317, "aarch64": 277, "arm64": 277}  # seccomp(2)
+_SET_MODE_FILTER, _FLAG_NEW_LISTENER = 1, 1 << 3
+_IO_URING_SETUP = 425  # one number on every architecture
 #: clone's flag that makes the new process a child of the caller's parent (the zygote):
 #: outside the case's process tree, its accounting and its memory cap
 _CLONE_PARENT = 0x00008000
@@ -182,6 +194,12 @@ _SYSCALLS = {
                              "clone3": 435}),
 }
 _SYSCALLS["arm64"] = _SYSCALLS["aarch64"]
+#: the calls a watched filter holds for its listener (`cl_validate.session.open_watch`)
+WATCHED = {
+    "x86_64": {"open": 2, "openat": 257, "openat2": 437},
+    "aarch64": {"openat": 56, "openat2": 437},
+}
+WATCHED["arm64"] = WATCHED["aarch64"]
 
 
 def _arg(i: int, high: bool = False) -> int:
@@ -189,9 +207,11 @@ def _arg(i: int, high: bool = False) -> int:
     return 16 + 8 * i + (4 if high else 0)
 
 
-def filter_program(arch: str, pid: int) -> list[tuple[int, int, int, int]] | None:
+def filter_program(arch: str, pid: int, watch: bool = False
+                   ) -> list[tuple[int, int, int, int]] | None:
     """The filter for a process `pid` on `arch` as BPF instructions ``(code, jt, jf, k)``,
-    or None for an architecture it does not know."""
+    or None for an architecture it does not know. With `watch`, opens are held for the
+    filter's listener and ``io_uring`` (which opens files past any filter) is refused."""
     if arch not in _SYSCALLS:
         return None
     audit, nr = _SYSCALLS[arch]
@@ -227,7 +247,11 @@ def filter_program(arch: str, pid: int) -> list[tuple[int, int, int, int]] | Non
     emit(_JEQ, nr["setpriority"], "setpriority", None)
     emit(_JEQ, nr["ioprio_set"], "ioprio", None)
     emit(_JEQ, nr["clone"], "clone", None)
-    emit(_JEQ, nr["clone3"], "clone3", None)
+    emit(_JEQ, nr["clone3"], "enosys", None)
+    if watch:
+        for number in WATCHED[arch].values():
+            emit(_JEQ, number, "notify", None)
+        emit(_JEQ, _IO_URING_SETUP, "enosys", None)
     for call in ("sched_setaffinity", "sched_setparam", "sched_setscheduler", "sched_setattr"):
         emit(_JEQ, nr[call], "by_pid", None)
     emit(_RET, _RET_ALLOW)
@@ -251,8 +275,12 @@ def filter_program(arch: str, pid: int) -> list[tuple[int, int, int, int]] | Non
     label("clone")  # clone(flags, ...): never CLONE_PARENT (its flags are argument 0 on
     emit(_LD_ABS, _arg(0))  # x86-64 and arm64 alike)
     emit(_JSET, _CLONE_PARENT, "deny", "allow")
-    label("clone3")  # clone3(args, size): its flags are in memory a filter cannot read, so
-    emit(_RET, _RET_ENOSYS)  # "not implemented": the C library falls back to clone
+    # clone3(args, size): its flags are in memory a filter cannot read, so "not implemented":
+    label("enosys")  # the C library falls back to clone (io_uring's users to plain calls)
+    emit(_RET, _RET_ENOSYS)
+    if watch:
+        label("notify")
+        emit(_RET, _RET_USER_NOTIF)
     label("deny")
     emit(_RET, _RET_EPERM)
     label("allow")
@@ -266,16 +294,28 @@ def filter_program(arch: str, pid: int) -> list[tuple[int, int, int, int]] | Non
     return out
 
 
-def _deny_foreign_limits(libc: ctypes.CDLL) -> str | None:
-    prog = filter_program(platform.machine(), os.getpid())
-    if prog is None:
-        return None  # an architecture without its numbers here: Landlock's walls still hold
-    raw = b"".join(struct.pack("=HBBI", *ins) for ins in prog)
-    filt = ctypes.create_string_buffer(raw, len(raw))
-    fprog = struct.pack("@HP", len(prog), ctypes.addressof(filt))  # struct sock_fprog
-    fbuf = ctypes.create_string_buffer(fprog, len(fprog))
-    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, fbuf, 0, 0) != 0:
-        return f"prctl(PR_SET_SECCOMP): {os.strerror(ctypes.get_errno())}"
+def _deny_foreign_limits(libc: ctypes.CDLL, watch: Callable[[int], None] | None
+                         ) -> str | None:
+    arch = platform.machine()
+    for watching in ((True, False) if watch is not None and arch in _SECCOMP else (False,)):
+        prog = filter_program(arch, os.getpid(), watch=watching)
+        if prog is None:
+            return None  # an architecture without its numbers here: Landlock's walls hold
+        raw = b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+        filt = ctypes.create_string_buffer(raw, len(raw))
+        fprog = struct.pack("@HP", len(prog), ctypes.addressof(filt))  # struct sock_fprog
+        fbuf = ctypes.create_string_buffer(fprog, len(fprog))
+        if not watching:
+            if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, fbuf, 0, 0) != 0:
+                return f"prctl(PR_SET_SECCOMP): {os.strerror(ctypes.get_errno())}"
+            return None
+        listener = libc.syscall(_SECCOMP[arch], ctypes.c_uint(_SET_MODE_FILTER),
+                                ctypes.c_uint(_FLAG_NEW_LISTENER), fbuf)
+        if listener >= 0:
+            assert watch is not None
+            watch(int(listener))  # before any open of this process, which now waits for it
+            return None
+        # no user notification here (Linux < 5.5), or a listener already: not watched
     return None
 
 

@@ -92,6 +92,7 @@ class Job:
     received: int = 0  # bytes of results it sent
     keys: dict[str, str] = field(default_factory=dict)  # target → cache key
     inputs: dict[str, FileStamp] = field(default_factory=dict)
+    unseen: str = ""  # why its inputs are not known whole (then not remembered)
     over_at: float | None = None  # when the case process finished (or its pipe closed)
 
     # -- its lifecycle -----------------------------------------------------------------------
@@ -125,8 +126,10 @@ class Job:
         self.advance(CaseState.PREPARED)
         self.waiting = [t for t in self.pending if t in targets]
 
-    def reported(self, inputs: Sequence[FileStamp]) -> None:
-        """The case process said it is done, having read `inputs`."""
+    def reported(self, inputs: Sequence[FileStamp], unseen: str = "") -> None:
+        """The case process said it is done, having read `inputs` (and more, when `unseen`
+        says why: then its measurements are not kept for the next run)."""
+        self.unseen = unseen
         self.main.done = True
         self.over_at = time.perf_counter()
         self.note_inputs(inputs)

@@ -108,6 +108,6 @@ def _case_news(job: Job, payload: bytes | memoryview, owner: CaseOwner) -> None:
             raise wire.WireError(f"an exit of target {msg.target!r} it was not granted")
         job.exited[msg.target] = msg.status
     elif isinstance(msg, CaseDone):
-        job.reported(msg.inputs)
+        job.reported(msg.inputs, msg.unseen)
     elif isinstance(msg, CaseFailed):
         owner.fail(job, msg.message, msg.kind, msg.detail)

@@ -145,7 +145,7 @@ class RunLoop:
             return
         self.running.pop(job.id)
         ok = not job.failed
-        if ok and self.on_inputs is not None and job.keys and job.inputs:
+        if ok and self.on_inputs is not None and job.keys and job.inputs and not job.unseen:
             self.on_inputs(job.case, dict(job.keys),
                            tuple(job.inputs[p] for p in sorted(job.inputs)))
         self.retire(job)

@@ -428,3 +428,45 @@ def reads_its_scale_by_dir_fd() -> nn.Module:
     finally:
         os.close(folder)
     return _scaled(scale)
+
+
+def _read_natively(path: str) -> str:
+    """`path` read by the C library (``fopen``/``fread``), which Python's audit hook never
+    sees (a safetensors or TorchScript loader reads so)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fopen.restype = ctypes.c_void_p
+    f = libc.fopen(os.fsencode(path), b"r")
+    if not f:
+        raise OSError(ctypes.get_errno(), f"fopen {path}")
+    buf = ctypes.create_string_buffer(64)
+    n = libc.fread(buf, 1, 63, ctypes.c_void_p(f))
+    libc.fclose(ctypes.c_void_p(f))
+    return buf.raw[:n].decode()
+
+
+def reads_its_scale_natively() -> nn.Module:
+    """Reads ``scale.txt`` with the C library, by a relative path inside ``chdir(data/)``."""
+    import contextlib
+
+    here = Path(os.environ.get("CL_VALIDATE_TEST_DIR", "."))
+    _build_note(here)
+    with contextlib.chdir(here / "data"):
+        return _scaled(float(_read_natively("scale.txt")))
+
+
+def reads_its_scale_natively_in_a_worker() -> nn.Module:
+    """A forked worker reads ``data/scale.txt`` with the C library and sends it back."""
+    here = Path(os.environ.get("CL_VALIDATE_TEST_DIR", "."))
+    _build_note(here)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(w, _read_natively(str(here / "data" / "scale.txt")).encode())
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    text = os.read(r, 64).decode()
+    os.close(r)
+    return _scaled(float(text))

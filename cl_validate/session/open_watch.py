@@ -1,0 +1,285 @@
+"""The files a case's native code opens, seen by the kernel: an *open watcher* stamps each as it
+is opened, for the measurement cache (`cl_validate.session.file_record` sees what Python
+opens; this sees the rest).
+
+A C library's ``fopen`` (through ctypes, a safetensors or TorchScript loader, any extension
+module) opens a file without Python's audit hook seeing it: an edit of that file was missed
+and a cached PASS stood. So a case process that confines itself (`cl_validate.session.sandbox`)
+also has the kernel hold each ``open``, ``openat`` and ``openat2`` of its processes
+(seccomp's user notification) and hand it to its open watcher: a small process it starts
+before it confines itself (fork+exec: the standard library and this package's stamping, not
+torch, nor the model, so it adds tens of MB, not the case's memory). For each call the
+watcher reads the path from the opening process's memory (``/proc/PID/mem``), resolves a
+relative one against that process's working directory or directory descriptor, stamps the
+file as it is at that moment by `FileRecorder`'s rules (a file the case creates or
+truncates is its output, read back later too; the packages whose versions are in the key
+are left out),
+and lets the call go on. When the case ends, the case process asks for what was stamped and
+adds it to its own.
+
+Whose opens are stamped: those of the processes that run the case's program — the case
+process, its target processes, a ``fork`` or ``multiprocessing`` worker of the model's (the
+same executable and command line). A process that exec'd another program (a compiler TVM
+runs, the device host, a tool the model runs) reads what that program reads: not stamped.
+Where the watcher cannot read the memory of a process of the case (Linux's Yama ptrace scope
+admits it for the processes forked by Python's ``os.fork``, not for one a C library forks),
+the case is measured but not kept in the cache: what it read is not known whole.
+
+What it costs: each open of the case's processes waits for the watcher (tens of
+microseconds; a case opens a few hundred files), and ``io_uring``, which could open files
+past the filter, is refused (ENOSYS: libraries fall back to plain calls). Where the kernel
+offers no user notification (before Linux 5.5), or the case is not confined, no watcher
+starts, and native opens are not seen.
+
+    python -m cl_validate.session.open_watch SOCKET_FD CASE_PID [LEFT_OUT...]   (by `OpenWatch`)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+import select
+import socket
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import msgspec
+
+from cl_validate import procs
+from cl_validate.session.file_record import FileRecorder, Taken
+from cl_validate.session.sandbox import WATCHED
+
+# struct seccomp_notif (80 bytes), seccomp_notif_resp (24) and their ioctls ('!' magic).
+_NOTIF = struct.Struct("=QIIiIQ6Q")
+_RESP = struct.Struct("=QqiI")
+_RECV = 0xC0000000 | (_NOTIF.size << 16) | 0x2100
+_SEND = 0xC0000000 | (_RESP.size << 16) | 0x2101
+_ID_VALID = 0x40000000 | (8 << 16) | 0x2102
+_CONTINUE = 1  # SECCOMP_USER_NOTIF_FLAG_CONTINUE
+_AT_FDCWD = -100
+_PATH_MAX = 4096
+_O_PATH = 0o10000000
+_PR_SET_PTRACER = 0x59616D61  # Yama: let this process be traced (read) by one other
+#: How long the case waits for the watcher's answer before it gives up on it.
+_ASK_S = 30.0
+
+
+@dataclass(frozen=True)
+class Watched:
+    """The watcher's answer: what it stamped (`FileRecorder.taken`'s form), and why some of
+    what the case read may be missing from it ("" when nothing is)."""
+
+    taken: Taken
+    unseen: str = ""
+
+
+def _allow_tracing_by(pid: int) -> None:
+    """Let `pid` read this process's memory where Yama restricts it to ancestors (the
+    watcher is the case process's child); nothing where Yama is not there."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PTRACER, pid, 0, 0, 0)
+
+
+class OpenWatch:
+    """An open watcher for this (case) process, started now; `hand_over` gives it the
+    filter's listener, `collect` asks what it stamped."""
+
+    def __init__(self, left_out: list[str]) -> None:
+        ours, theirs = socket.socketpair()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(theirs.fileno()), str(os.getpid()),
+                 *left_out],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=procs.python_env())
+        finally:
+            theirs.close()
+        self._sock = ours
+        self.pid = self._proc.pid
+        self.watching = False
+        _allow_tracing_by(self.pid)
+        # every process forked from here by Python (a target process, a model's worker) too
+        os.register_at_fork(after_in_child=lambda: _allow_tracing_by(self.pid))
+
+    def ready(self, timeout: float = _ASK_S) -> bool:
+        """Wait until the watcher is up (it says so once its imports are done); False when
+        it is not (it died, or took longer than `timeout`): then it is abandoned."""
+        try:
+            self._sock.settimeout(timeout)
+            up = self._sock.recv(1) == b"R"
+        except OSError:
+            up = False
+        if not up:
+            self.abandon()
+        return up
+
+    def hand_over(self, listener: int) -> None:
+        """Give the watcher the filter's listener (`sandbox.confine` calls this right after
+        the filter is in: until the watcher has it, an open of this process waits)."""
+        socket.send_fds(self._sock, [b"L"], [listener])
+        os.close(listener)
+        self.watching = True
+
+    def abandon(self) -> None:
+        """No filter was put in: the watcher leaves (its socket reads end-of-file)."""
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+    def collect(self) -> Watched:
+        """What the watcher stamped so far; a `Watched` saying why when it cannot answer."""
+        if not self.watching:
+            return Watched((), "")
+        try:
+            self._sock.settimeout(_ASK_S)
+            self._sock.sendall(b"?")
+            head = _recv_exact(self._sock, 8)
+            (n,) = struct.unpack(">Q", head)
+            return msgspec.msgpack.decode(_recv_exact(self._sock, n), type=Watched)
+        except (OSError, ValueError, msgspec.DecodeError) as exc:
+            return Watched((), f"the open watcher did not answer ({exc or type(exc).__name__})")
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    if n > 1 << 30:
+        raise ValueError(f"an answer of {n} bytes")
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(min(n - len(out), 1 << 20))
+        if not chunk:
+            raise ValueError("the open watcher left")
+        out += chunk
+    return bytes(out)
+
+
+# -- the watcher ------------------------------------------------------------------------------
+def _image(pid: int) -> tuple[str, bytes] | None:
+    """The program `pid` runs: its executable and command line (None once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return os.readlink(f"/proc/{pid}/exe"), f.read()
+    except OSError:
+        return None
+
+
+def _noted(flags: int) -> bool:
+    """Whether an open with `flags` is of interest: it may read the file, or it makes it
+    (creates or truncates: what the case reads back from it later is its own); not an
+    ``O_PATH`` handle, nor an append to a file."""
+    if flags & _O_PATH:
+        return False
+    return (flags & os.O_ACCMODE) != os.O_WRONLY or bool(flags & (os.O_TRUNC | os.O_CREAT))
+
+
+class _Watcher:
+    def __init__(self, listener: int, case_pid: int, left_out: list[str]) -> None:
+        self.listener = listener
+        self.image = _image(case_pid)
+        self.recorder = FileRecorder(left_out)
+        self.unseen = ""
+        numbers = WATCHED.get(os.uname().machine, {})
+        self.open, self.openat, self.openat2 = (numbers.get(n, -1)
+                                                for n in ("open", "openat", "openat2"))
+
+    def serve_one(self) -> None:
+        """Take one held call, note its file, let the call go on."""
+        buf = bytearray(_NOTIF.size)
+        try:
+            fcntl.ioctl(self.listener, _RECV, buf, True)
+        except OSError as exc:  # ENOENT: the caller went away (a signal) before it was read
+            if exc.errno not in (errno.ENOENT, errno.EINTR):
+                raise
+            return
+        nid, pid, _, nr, _, _, *args = _NOTIF.unpack(buf)
+        try:
+            self._note(nid, pid, nr, args)
+        except Exception as exc:  # never keep a call waiting for a fault here
+            self.unseen = self.unseen or f"the open watcher failed: {type(exc).__name__}: {exc}"
+        finally:
+            with contextlib.suppress(OSError):  # ENOENT: the caller went away meanwhile
+                fcntl.ioctl(self.listener, _SEND,
+                            bytearray(_RESP.pack(nid, 0, 0, _CONTINUE)), True)
+
+    def _note(self, nid: int, pid: int, nr: int, args: list[int]) -> None:
+        if nr == self.open:
+            dirfd, where, flags = _AT_FDCWD, args[0], args[1]
+        elif nr == self.openat:
+            dirfd, where, flags = ctypes.c_int32(args[0]).value, args[1], args[2]
+        elif nr == self.openat2:  # its flags are in memory (struct open_how), read below
+            dirfd, where, flags = ctypes.c_int32(args[0]).value, args[1], None
+        else:
+            return
+        if flags is not None and not _noted(flags):
+            return
+        if self.image is None or _image(pid) != self.image:
+            return  # another program (a compiler, the device host): its reads are its own
+        try:
+            fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno in (errno.EPERM, errno.EACCES):
+                self.unseen = self.unseen or (
+                    f"process {pid} of the case opened a file the open watcher may not read "
+                    f"({os.strerror(exc.errno)}: Yama's ptrace scope, for a process forked "
+                    "outside Python)")
+            return
+        try:
+            raw = os.pread(fd, _PATH_MAX, where)
+            if flags is None:
+                flags = struct.unpack("=Q", os.pread(fd, 8, args[2]))[0]
+        except OSError:
+            return  # a bad pointer: the call fails on its own (EFAULT)
+        finally:
+            os.close(fd)
+        try:  # the memory read was still that call's (not a reused pid's)
+            fcntl.ioctl(self.listener, _ID_VALID, bytearray(struct.pack("=Q", nid)), True)
+        except OSError:
+            return
+        name = os.fsdecode(raw.split(b"\0", 1)[0])
+        if not name or not _noted(flags):
+            return
+        if not name.startswith("/"):
+            base = f"/proc/{pid}/cwd" if dirfd == _AT_FDCWD else f"/proc/{pid}/fd/{dirfd}"
+            try:
+                name = os.path.join(os.readlink(base), name)
+            except OSError:
+                return
+        self.recorder.note(name, flags)
+
+    def answer(self) -> bytes:
+        payload = msgspec.msgpack.encode(Watched(self.recorder.taken(), self.unseen))
+        return struct.pack(">Q", len(payload)) + payload
+
+
+def main(sock_fd: int, case_pid: int, left_out: list[str]) -> None:
+    sock = socket.socket(fileno=sock_fd)
+    sock.sendall(b"R")
+    msg, fds, _, _ = socket.recv_fds(sock, 16, 1)
+    if msg != b"L" or len(fds) != 1:
+        return  # the case put no filter in (or is gone)
+    watcher = _Watcher(fds[0], case_pid, left_out)
+    poller = select.poll()
+    poller.register(fds[0], select.POLLIN)
+    poller.register(sock, select.POLLIN)
+    while True:
+        for fd, events in poller.poll():
+            if fd == fds[0]:
+                if events & select.POLLIN:
+                    watcher.serve_one()
+                elif events & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                    return  # every process of the case has ended
+            else:
+                data = b""
+                with contextlib.suppress(OSError):
+                    data = sock.recv(64)
+                if not data:  # the case closed its end: held calls are still served
+                    poller.unregister(sock)
+                elif b"?" in data:
+                    with contextlib.suppress(OSError):
+                        sock.sendall(watcher.answer())
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])
