@@ -123,7 +123,7 @@ def prepare(name: str, factory: Any, shape: list[int], pipeline: str, folder: Pa
     out = session.run_program(target, arrays)
     diff = max(float(np.max(np.abs(o - r))) for o, r in zip(out, session.expected[0],
                                                               strict=True))
-    dev = tvm.device(target, 0)
+    dev = tvm.device(session.case.target_def(target).device, 0)
     vm = tvm.relax.VirtualMachine(compiled.executable, dev)
     args = program_args(session.case, arrays, dev, session.unbound_params(compiled))
     timer = vm.time_evaluator("main", dev, number=5, repeat=1)
@@ -131,9 +131,30 @@ def prepare(name: str, factory: Any, shape: list[int], pipeline: str, folder: Pa
         timer(*args).median) * 1e3
 
 
-def main() -> None:
+def compare(models: dict[str, tuple[Any, list[int]]], variants: tuple[tuple[str, str], ...],
+            target: str, repeat: int) -> None:
+    """Per model, each (label, pipeline) of `variants` compiled and timed, the timings
+    interleaved (drift on a shared machine hits both); a Markdown row each, the last variant
+    first, timed against the first."""
     import statistics
 
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (factory, shape) in models.items():
+            progs = {label: prepare(name, factory, shape, pipeline, Path(tmp), target)
+                     for label, pipeline in variants}
+            times: dict[str, list[float]] = {label: [] for label in progs}
+            for _ in range(repeat):
+                for label, (*_, run) in progs.items():
+                    times[label].append(run())
+            base = statistics.median(times[variants[0][0]])
+            for label, _ in reversed(variants):
+                t, k, diff, _ = progs[label]
+                ms = statistics.median(times[label])
+                print(f"| {name} | {label} | {t} | {k} | {ms:.3f} ms | {ms / base:.2f}x "
+                      f"| {diff:.2g} |", flush=True)
+
+
+def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", choices=("llvm", "cuda"), default="llvm")
     ap.add_argument("--repeat", type=int, default=10, help="timings of each, interleaved")
@@ -143,23 +164,10 @@ def main() -> None:
     print("| model | program | runtime transforms | kernels | run (median) | vs with "
           "transposes | max abs diff vs PyTorch |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, (factory, shape) in _models().items():
-            if args.pattern and not any(p in name for p in args.pattern):
-                continue
-            progs = {label: prepare(name, factory, shape, pipeline, Path(tmp), args.target)
-                     for label, pipeline in (("transposes as kernels", without),
-                                             ("strided products", "nhwc"))}
-            times: dict[str, list[float]] = {label: [] for label in progs}
-            for _ in range(args.repeat):  # interleaved: drift on a shared machine hits both
-                for label, (*_, run) in progs.items():
-                    times[label].append(run())
-            base = statistics.median(times["transposes as kernels"])
-            for label in ("strided products", "transposes as kernels"):
-                t, k, diff, _ = progs[label]
-                ms = statistics.median(times[label])
-                print(f"| {name} | {label} | {t} | {k} | {ms:.3f} ms | {ms / base:.2f}x "
-                      f"| {diff:.2g} |", flush=True)
+    models = {name: m for name, m in _models().items()
+              if not args.pattern or any(p in name for p in args.pattern)}
+    compare(models, (("transposes as kernels", without), ("strided products", "nhwc")),
+            args.target, args.repeat)
 
 
 if __name__ == "__main__":

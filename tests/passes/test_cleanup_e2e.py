@@ -70,6 +70,25 @@ class Shuffles(nn.Module):
         return self.out(self.up(self.mid(y)))
 
 
+class ShuffleUnit(nn.Module):
+    """ShuffleNet's units: `groups` branches concatenated, then a channel shuffle of that many
+    groups (a concat whose output the shuffle interleaves); with `also_read`, the concat is
+    read before its shuffle as well (then the shuffle has to stay a transpose)."""
+
+    def __init__(self, groups: int = 2, c: int = 4, also_read: bool = False) -> None:
+        super().__init__()
+        self.groups, self.also_read = groups, also_read
+        self.branches = nn.ModuleList(nn.Conv2d(3, c, 1) for _ in range(groups))
+        self.out = nn.Conv2d(groups * c, 5, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.cat([b(x) for b in self.branches], 1)
+        n, c, h, w = y.shape
+        z = y.view(n, self.groups, c // self.groups, h, w).transpose(1, 2).reshape(n, c, h, w)
+        out = self.out(z)
+        return out + self.out(y) if self.also_read else out
+
+
 class Classifier(nn.Module):
     """Global pool + flatten + linear: the pooled (1, 1, 1, C) value goes back to NCHW before
     the flatten, a permute that only moves size-1 axes."""
@@ -119,12 +138,17 @@ def _exact(run_llvm: Callable[..., list[np.ndarray]], a: tvm.IRModule, b: tvm.IR
     pytest.param(MobileBlock, 8, 2, id="relu6-mobilenet-block"),
     pytest.param(HardSwishSE, 10, 2, id="hardswish-se-mish-concat"),
     pytest.param(Shuffles, 8, 4, id="pixel-and-channel-shuffle"),
+    pytest.param(ShuffleUnit, 6, 2, id="channel-shuffle-after-concat"),
+    pytest.param(lambda: ShuffleUnit(groups=3), 7, 2, id="three-group-shuffle-after-concat"),
+    pytest.param(lambda: ShuffleUnit(also_read=True), 6, 3,
+                 id="shuffle-of-a-concat-read-twice"),
     pytest.param(BatchNormAfterOwnPermute, 4, 2, id="batch-norm-after-own-permute"),
 ])
 def test_transforms_left_are_the_boundary(import_nhwc: Any, run_llvm: Any, model: type,
                                           before: int, after: int) -> None:
     """Input and output permutes remain (the model is NCHW in and out); each shuffle keeps
-    the one transpose that is the shuffle itself."""
+    the one transpose that is the shuffle itself, but one after a concat: the concat writes
+    its parts interleaved (unless the concat is read elsewhere too)."""
     imp = import_nhwc(model())
     cleaned = _cleanup(imp.converted)
     assert count_permutes(imp.converted) == before

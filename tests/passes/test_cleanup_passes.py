@@ -13,6 +13,7 @@ from cl_validate.compile.passes import (
     ElideBroadcasts,
     FoldMovementChains,
     HoistPermutes,
+    InterleaveConcats,
     PermuteToReshape,
     ReadSlicesAtSource,
     SinkPermutes,
@@ -24,7 +25,8 @@ def test_order() -> None:
     names = [p.info.name for p in cleanup_passes()]
     assert names == [ElideBroadcasts().info.name, CancelPermutes().info.name,
                      SinkPermutes().info.name, HoistPermutes().info.name,
-                     FoldMovementChains().info.name, ReadSlicesAtSource().info.name,
+                     FoldMovementChains().info.name, InterleaveConcats().info.name,
+                     ReadSlicesAtSource().info.name,
                      PermuteToReshape().info.name,
                      "CanonicalizeBindings"]
 

@@ -14,6 +14,8 @@ input and output boundary, and the model's own permutes):
 * ``HoistPermutes`` moves a transpose after a concat of single-channel parts onto the parts;
 * ``FoldMovementChains`` turns reshape/permute chains (PixelShuffle, channel shuffle, patch
   unfold/fold) into at most one transpose;
+* ``InterleaveConcats`` lets a concat whose transpose interleaves its parts (a channel
+  shuffle after a concat, as in ShuffleNet) write them interleaved, without the transpose;
 * ``ReadSlicesAtSource`` lets a transpose that undoes the transposes before a view and a
   slice (a conv output viewed into attention heads, one part viewed back into a map) read
   the slice from the source instead;
@@ -48,7 +50,7 @@ from cl_validate.compile.passes.cancel_permutes import CancelPermutes
 from cl_validate.compile.passes.conv_transpose import lower_conv_transpose
 from cl_validate.compile.passes.flatten_linear import FoldFlattenIntoLinear
 from cl_validate.compile.passes.fold_scale_shift import FoldScaleShift
-from cl_validate.compile.passes.hoist_permutes import HoistPermutes
+from cl_validate.compile.passes.hoist_permutes import HoistPermutes, InterleaveConcats
 from cl_validate.compile.passes.integer_compute import IntegerCompute
 from cl_validate.compile.passes.layout_agnostic import LAYOUT_AGNOSTIC_OPS, SinkPermutes
 from cl_validate.compile.passes.layout_rules import RULELESS_UNARY_OPS, extra_layout_rules
@@ -66,8 +68,9 @@ def cleanup_passes() -> list[tvm.transform.Pass]:
     Broadcasts first, so the permutes ConvertLayout put on them move onto the small tensor;
     cancel next so SinkPermutes sees chains already folded (it also folds between its own
     rounds, to a fixpoint); what SinkPermutes leaves after a concat is hoisted onto its
-    parts; movement chains are folded once the permutes around them have
-    settled; size-1 permutes become reshapes last, because until then they are still permutes
+    parts; movement chains are folded once the permutes around them have settled, and a
+    concat's interleaving permute then joins the concat; size-1 permutes become reshapes
+    last, because until then they are still permutes
     that can cancel against each other; CanonicalizeBindings removes the ``gv = lv`` aliases a
     cancelled output permute leaves behind.
     """
@@ -77,6 +80,7 @@ def cleanup_passes() -> list[tvm.transform.Pass]:
         SinkPermutes(),
         HoistPermutes(),
         FoldMovementChains(),
+        InterleaveConcats(),
         ReadSlicesAtSource(),
         PermuteToReshape(),
         relax.transform.CanonicalizeBindings(),
@@ -93,6 +97,7 @@ __all__ = [
     "FoldScaleShift",
     "HoistPermutes",
     "IntegerCompute",
+    "InterleaveConcats",
     "NormalizeAxes",
     "PermuteToReshape",
     "RaiseAttention",

@@ -1,4 +1,5 @@
-"""HoistPermutes: a transpose after a concat of single-channel parts moves onto the parts.
+"""HoistPermutes: a transpose after a concat of single-channel parts moves onto the parts;
+InterleaveConcats: a concat whose transpose interleaves its parts writes them interleaved.
 
 Inception-v3's ``transform_input`` (and any model that slices an NCHW input into channels,
 rescales each and concatenates them back) builds a (N, C, H, W) tensor from (N, 1, H, W)
@@ -10,10 +11,24 @@ the parts, that transpose only moves their size-1 channel axis: a free reshape e
 parts], axis=q⁻¹[axis])`` exactly (pure data movement). It is rewritten only when the concat
 is read by this permute alone and every part's permute moves only size-1 axes, so a real
 transpose becomes free ones and nothing else changes.
+
+ShuffleNet's channel shuffle after a concat (``cat([a, b], C)``, then ``view(N, 2, C/2, H,
+W).transpose(1, 2)``) is, in NHWC, ``concat → reshape(..., 2, C/2) → permute → reshape``:
+the permute interleaves the parts. The same tensor is the parts, each viewed with a size-1
+axis, concatenated along that axis — ``concat([reshape(a), reshape(b)], axis=t)``: the
+concat's own copy writes each part interleaved, with no transpose anywhere (the data moved
+once, as before; the concat and the shuffle were one fused kernel, now without a permute).
+It is rewritten only when the concat and its view are read by that permute alone, and the
+equality is checked element for element on the index arrays (NumPy), so what is rewritten is
+exact by construction.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -54,36 +69,134 @@ def _hoistable(func: relax.Function) -> dict[relax.Var, relax.Call]:
 
 
 @mutator
-class _Hoister(PyExprMutator):  # type: ignore[misc]
-    def __init__(self, hoist: dict[relax.Var, relax.Call]) -> None:
+class _Rewriter(PyExprMutator):  # type: ignore[misc]
+    """Rebinds each var of `found` to what `build` makes of it (the mutator, the binding,
+    what was found for it); every other binding as it is."""
+
+    def __init__(self, found: dict[relax.Var, Any],
+                 build: Callable[[Any, relax.VarBinding, Any], relax.Expr]) -> None:
         super().__init__()
-        self.hoist = hoist
+        self.found, self.build = found, build
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
-        concat = self.hoist.get(binding.var)
-        if concat is None:
+        hit = self.found.get(binding.var)
+        if hit is None:
             super().visit_var_binding_(binding)
             return
-        axes = permute_axes(binding.value)
-        assert axes is not None
-        origin = origin_tag(binding.value)
-        parts = [self.builder_.emit(mark_origin(relax.op.permute_dims(self.visit_expr(f),
-                                                                   list(axes)), origin))
-                 for f in concat.args[0].fields]
-        axis = inverse(axes)[int(concat.attrs.axis) % len(axes)]
-        value = relax.op.concat(parts, axis=axis)
+        value = self.build(self, binding, hit)
         self.builder_.emit_normalized(relax.VarBinding(binding.var,
                                                        self.builder_.normalize(value)))
 
 
+def _hoisted(m: Any, binding: relax.VarBinding, concat: relax.Call) -> relax.Expr:
+    """The concat of the parts, each permuted."""
+    axes = permute_axes(binding.value)
+    assert axes is not None
+    origin = origin_tag(binding.value)
+    parts = [m.builder_.emit(mark_origin(relax.op.permute_dims(m.visit_expr(f), list(axes)),
+                                         origin))
+             for f in concat.args[0].fields]
+    return relax.op.concat(parts, axis=inverse(axes)[int(concat.attrs.axis) % len(axes)])
+
+
+def _rewrite(func: relax.Function, found: dict[relax.Var, Any],
+             build: Callable[[Any, relax.VarBinding, Any], relax.Expr]) -> relax.Function:
+    if not found:
+        return func
+    return relax.analysis.remove_all_unused(_Rewriter(found, build).visit_expr(func))
+
+
 def hoist_permutes(func: relax.Function) -> relax.Function:
     """Permutes of concats whose parts they would only reshape move onto the parts."""
-    hoist = _hoistable(func)
-    if not hoist:
-        return func
-    return relax.analysis.remove_all_unused(_Hoister(hoist).visit_expr(func))
+    return _rewrite(func, _hoistable(func), _hoisted)
 
 
 HoistPermutes = relax_function_pass("HoistPermutes")(hoist_permutes)
 
-__all__ = ["HoistPermutes", "hoist_permutes"]
+RESHAPE = "relax.reshape"
+#: Index arrays simulated to prove an interleave (elements of the concat's output)
+_MAX_SIMULATED = 1 << 24
+
+
+def _interleave_axis(part_shapes: list[tuple[int, ...]], axis: int, view: tuple[int, ...],
+                     axes: tuple[int, ...]) -> int | None:
+    """The axis `t` at which concatenating the parts, each viewed with a size-1 axis there,
+    gives ``permute_dims(reshape(concat(parts, axis), view), axes)``; None when no axis
+    does (checked on the elements' indices)."""
+    whole = list(part_shapes[0])
+    whole[axis] = sum(s[axis] for s in part_shapes)
+    size = int(np.prod(whole))
+    if size > _MAX_SIMULATED or int(np.prod(view)) != size:
+        return None
+    index = np.arange(size).reshape(whole)
+    bounds = np.cumsum([s[axis] for s in part_shapes])[:-1]
+    parts = np.split(index, bounds, axis=axis)
+    target = index.reshape(view).transpose(axes)
+    for t, n in enumerate(target.shape):
+        if n != len(parts):
+            continue
+        each = list(target.shape)
+        each[t] = 1
+        if any(p.size != int(np.prod(each)) for p in parts):
+            continue
+        if np.array_equal(np.concatenate([p.reshape(each) for p in parts], axis=t), target):
+            return t
+    return None
+
+
+def _known(expr: object) -> tuple[int, ...] | None:
+    """`expr`'s shape when every extent is known."""
+    shape = static_shape(expr)
+    if shape is None or any(d is None for d in shape):
+        return None
+    return tuple(int(d) for d in shape if d is not None)
+
+
+def _interleavable(func: relax.Function) -> dict[relax.Var, tuple[relax.Call, int]]:
+    """Each permute of a view of a concat (both read by it alone) that interleaves the
+    concat's parts: its var → (the concat, the axis to concatenate the viewed parts on)."""
+    uses = use_sites(func)
+    values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
+    found: dict[relax.Var, tuple[relax.Call, int]] = {}
+    for var, value in values.items():
+        axes = permute_axes(value)
+        view_var = value.args[0] if axes is not None else None
+        if axes is None or is_identity(axes) or not isinstance(view_var, relax.Var):
+            continue
+        view = values.get(view_var)
+        src = view.args[0] if op_name(view) == RESHAPE else None  # type: ignore[union-attr]
+        concat = values.get(src) if isinstance(src, relax.Var) else None
+        if (op_name(concat) != CONCAT or uses.get(view_var) != [var] or uses.get(src) != [
+                view_var] or not isinstance(concat.args[0], relax.Tuple)):  # type: ignore
+            continue
+        shapes = [_known(f) for f in concat.args[0].fields]  # type: ignore[union-attr]
+        viewed = _known(view_var)
+        full = [s for s in shapes if s is not None]
+        if viewed is None or len(full) != len(shapes):
+            continue
+        axis = int(concat.attrs.axis) % len(full[0])  # type: ignore[union-attr]
+        t = _interleave_axis(full, axis, viewed, tuple(axes))
+        if t is not None:
+            found[var] = (concat, t)  # type: ignore[assignment]
+    return found
+
+
+def _interleaved(m: Any, binding: relax.VarBinding, hit: tuple[relax.Call, int]
+                 ) -> relax.Expr:
+    """The concat of the parts, each viewed with a size-1 axis at the axis found."""
+    concat, t = hit
+    shape = list(_known(binding.var) or ())
+    shape[t] = 1
+    parts = [m.builder_.emit(relax.op.reshape(m.visit_expr(f), shape))
+             for f in concat.args[0].fields]
+    return mark_origin(relax.op.concat(parts, axis=t), origin_tag(concat))
+
+
+def interleave_concats(func: relax.Function) -> relax.Function:
+    """Permutes that interleave a concat's parts become the concat of the viewed parts."""
+    return _rewrite(func, _interleavable(func), _interleaved)
+
+
+InterleaveConcats = relax_function_pass("InterleaveConcats")(interleave_concats)
+
+__all__ = ["HoistPermutes", "InterleaveConcats", "hoist_permutes", "interleave_concats"]
