@@ -127,7 +127,7 @@ def case_main(msg: StartCase, result_fd: int, control_fd: int, log_fd: int,
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
         left_out = _left_out(msg)
-        watch = _start_watch(left_out)
+        watch = _start_watch(left_out) if msg.options.cache_dir else None
         # The kernel's wall, before any thread or model code: from here on this process and
         # what it starts may signal and trace only each other (`sandbox`), and its opens are
         # seen by the watcher; where the kernel cannot, the parent's defence stands alone.
@@ -169,8 +169,9 @@ def _left_out(msg: StartCase) -> list[str]:
 
 
 def _start_watch(left_out: list[str]) -> OpenWatch | None:
-    """An open watcher for this case, where the wall will go up and can hold opens; None
-    elsewhere, or when it did not start (said in the case's log)."""
+    """An open watcher for this case (whose stamps only the cache reads), where the wall
+    will go up and can hold opens; None elsewhere, or when it did not start (said in the
+    case's log)."""
     global _KEEP
     if not sandbox.available() or os.uname().machine not in sandbox.WATCHED:
         return None
