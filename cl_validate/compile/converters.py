@@ -158,6 +158,20 @@ def _reduce_extreme(node: Any, importer: Any, op: Callable[..., Any]) -> Any:
     return importer.block_builder.emit(op(args[0], axis=axis, keepdims=bool(keep)))
 
 
+def _cumulative(op: Callable[..., Any]) -> Callable[[Any, Any], Any]:
+    """``cumsum`` / ``cumprod`` in the dtype PyTorch gives (int64 for booleans and integers,
+    unless asked otherwise): TVM's importer kept the input's, so a mask's running count
+    came out boolean."""
+
+    def convert(node: Any, importer: Any) -> Any:
+        args = importer.retrieve_args(node)
+        dim = args[1] if len(args) > 1 else node.kwargs["dim"]
+        out = _dtype_name(node.meta["val"].dtype)
+        return importer.block_builder.emit(op(args[0], axis=int(dim), dtype=out))
+
+    return convert
+
+
 def _binary_promoting(relax_op: Callable[..., Any], intrinsic: Callable[..., Any]
                       ) -> Callable[[Any, Any], Any]:
     def convert(node: Any, importer: Any) -> Any:
@@ -354,4 +368,6 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "scaled_dot_product_attention.default": _sdpa,
         "grid_sampler_2d.default": _grid_sample,
         "clamp.default": _clamp,
+        "cumsum.default": _cumulative(relax.op.cumsum),
+        "cumprod.default": _cumulative(relax.op.cumprod),
     }

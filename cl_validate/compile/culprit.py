@@ -1,4 +1,5 @@
-"""Which op a failed pipeline stage failed on, and where the model wrote it.
+"""Which op a failed pipeline stage failed on, and where the model wrote it; which kernel a
+failed build failed on.
 
 A stage that raises deep in TVM says what went wrong ("Cannot convert infinity to BigInt")
 but not where: the op, or the line of the model that made it. When a stage fails, each call
@@ -6,7 +7,9 @@ of the IR it was given is run through the same stage alone (a function of that o
 operands as parameters of the same types): the first that fails the same way is the culprit,
 named with its op and the PyTorch source the import recorded for its binding. Paid only when a
 stage has failed; a stage whose failure no single call reproduces (one that needs the whole
-graph) names none.
+graph) names none. A build that fails is asked the same of its kernels: each PrimFunc built
+alone for the target, the first that fails the same way named (its name lists the ops fused
+into it: ``fused_greater_less_multiply``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 
 from cl_validate.errors import last_line
 from cl_validate.ir import bindings, op_name
@@ -51,6 +54,26 @@ def culprit(run: Callable[[tvm.IRModule], tvm.IRModule], mod: tvm.IRModule,
                 source = sources.get(b.var.name)
                 where = f"binding {b.var.name}" + (f", from {source}" if source else "")
                 return f"{name} ({where})"
+    return None
+
+
+def failing_kernel(mod: tvm.IRModule, target: Any, error: BaseException) -> str | None:
+    """``kernel fused_greater_less_multiply`` for the first PrimFunc of `mod` that fails to
+    build alone for `target` with the same error as `error`; None when none does (or the
+    search runs out of time)."""
+    deadline = time.perf_counter() + BUDGET_S
+    for gvar, func in mod.functions.items():
+        if time.perf_counter() > deadline:
+            return None
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        alone = tvm.IRModule({gvar: func.with_attr("global_symbol", gvar.name_hint)})
+        try:
+            with target:
+                tirx.build(alone, target=target)
+        except Exception as exc:  # the build's own failure, on this kernel alone
+            if type(exc) is type(error) and last_line(exc) == last_line(error):
+                return f"kernel {gvar.name_hint}"
     return None
 
 

@@ -25,6 +25,7 @@ from cl_validate.compile.factory import ensure_on_path
 from cl_validate.compile.fold import fold_params
 from cl_validate.compile.legalize import legalize
 from cl_validate.compile.passes import (
+    BoolArithmetic,
     FoldFlattenIntoLinear,
     FoldScaleShift,
     IntegerCompute,
@@ -98,8 +99,10 @@ def standard_stages(ctx: PipelineContext, *, layout: Sequence[Stage]) -> list[St
 
     return [
         *layout,
-        # BatchNorm etc. into elementwise ops, so they fold and fuse into the convolutions.
-        Stage("decompose", relax.transform.DecomposeOpsForInference()),
+        # BatchNorm etc. into elementwise ops, so they fold and fuse into the convolutions;
+        # arithmetic on masks onto integers (llvm cannot emit it on booleans).
+        Stage("decompose", tvm.transform.Sequential([
+            relax.transform.DecomposeOpsForInference(), BoolArithmetic()])),
         # Weights bound as constants, with everything computed from them precomputed.
         Stage("fold_params", fold),
         # The BatchNorm arithmetic now constant per channel: into the conv weights + one bias.

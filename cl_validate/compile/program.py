@@ -11,7 +11,7 @@ import tvm
 from tvm import relax
 
 from cl_validate.compile.context import PipelineContext
-from cl_validate.compile.culprit import culprit
+from cl_validate.compile.culprit import culprit, failing_kernel
 from cl_validate.compile.frontend import Frontend
 from cl_validate.compile.legalize import import_layouts, unlowered_ops
 from cl_validate.compile.passes._util import collect_notes
@@ -112,7 +112,8 @@ def compile_case(front: Frontend, case: CaseSpec, target_name: str, *,
             hint = ("pip install cuda-bindings for this machine's CUDA, or set "
                     "TVM_CUDA_COMPILE_MODE=nvcc with nvcc on the PATH"
                     if "cuda-bindings" in str(exc) else None)
-            raise CompileStageError("build", exc, hint=hint) from exc
+            where = None if hint else failing_kernel(mod, target, exc)
+            raise CompileStageError("build", exc, hint=hint, at=where) from exc
     return compiled
 
 

@@ -34,7 +34,9 @@ transpose into the Linear's weight: the dot products sum in another order);
 layout TVM cannot lower becomes a convolution of the zero-stuffed input there); and, once the
 weights are bound, ``FoldScaleShift`` moves the per-channel scale and shift a BatchNorm leaves
 after a convolution into the convolution's weights plus one bias add (float rounding differs,
-nothing else). ``IntegerCompute`` follows the layout stages: a quantized network's
+nothing else); ``BoolArithmetic``, with the decomposition, computes arithmetic, comparisons
+and min/max on boolean masks on int32 (llvm cannot emit them on booleans; exact).
+``IntegerCompute`` follows the layout stages: a quantized network's
 convolutions and matmuls read their int8/uint8 codes and accumulate in int32, in the layout
 they have. ``StridedProducts`` ends them: a float matmul reads its operands and writes its
 result through the transposes still around it (the same sums in the same order).
@@ -45,6 +47,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from cl_validate.compile.passes.bool_arithmetic import BoolArithmetic
 from cl_validate.compile.passes.broadcasts import ElideBroadcasts
 from cl_validate.compile.passes.cancel_permutes import CancelPermutes
 from cl_validate.compile.passes.conv_transpose import lower_conv_transpose
@@ -90,6 +93,7 @@ def cleanup_passes() -> list[tvm.transform.Pass]:
 __all__ = [
     "LAYOUT_AGNOSTIC_OPS",
     "RULELESS_UNARY_OPS",
+    "BoolArithmetic",
     "CancelPermutes",
     "ElideBroadcasts",
     "FoldFlattenIntoLinear",
