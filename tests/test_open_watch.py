@@ -86,3 +86,21 @@ def test_a_watched_filter_holds_opens_for_its_listener():
         assert notify and not [k for code, _, _, k in plain if k == 0x7FC00000], arch
         compared = {k for code, _, _, k in watched if code == 0x15}
         assert set(numbers.values()) <= compared, arch
+
+
+def test_a_case_that_closes_the_watchers_socket_is_not_kept(tmp_path):
+    """A model that closes every descriptor it did not open (as daemonizing code does) cuts
+    the case off from its watcher: the answer says so, so the case is not kept in the
+    cache, and nothing is sent down a descriptor number the model reused."""
+    (tmp_path / "read.txt").write_text("x")
+    proc = _in_watched_child(
+        "native('read.txt', b'r')\n"
+        "os.closerange(3, 1024)\n"
+        "import socket\nreused = socket.socketpair()\n"
+        "got = watch.collect()\n"
+        "reused[1].setblocking(False)\n"
+        "try:\n    print('sent to the model', reused[1].recv(8))\n"
+        "except BlockingIOError:\n    print('nothing sent')\n"
+        "print(len(got.taken), bool(got.unseen))\n", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["nothing sent", "0 True"], proc.stdout

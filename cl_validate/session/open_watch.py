@@ -99,6 +99,7 @@ class OpenWatch:
         finally:
             theirs.close()
         self._sock = ours
+        self._inode = os.fstat(ours.fileno()).st_ino  # to tell it from a reused number
         self.pid = self._proc.pid
         self.watching = False
         _allow_tracing_by(self.pid)
@@ -134,6 +135,8 @@ class OpenWatch:
         if not self.watching:
             return Watched((), "")
         try:
+            if os.fstat(self._sock.fileno()).st_ino != self._inode:  # the model closed it
+                raise OSError(errno.EBADF, "its socket was closed by the case's code")
             self._sock.settimeout(_ASK_S)
             self._sock.sendall(b"?")
             head = _recv_exact(self._sock, 8)
