@@ -145,3 +145,12 @@ def test_every_transform_in_a_fused_kernel_gets_its_own_mark():
     marked = [ln for ln in text.splitlines() if ln.startswith(">>")]
     assert len(marked) == 3, text
     assert all(f"m{i} (permute)" in marked[i] for i in range(3)), text
+
+
+def test_a_transform_read_only_on_the_way_to_the_output_is_the_outputs(write_case):
+    """The pipeline moved the NCHW output's transform up to the convolution: every op after
+    it is elementwise (masks, ``where``, a reduction keeping its axes), so it is the graph
+    output boundary, not a conversion whose cause was not traced."""
+    reasons = [t.attribution.reason for t in _transforms(write_case, "masked_output",
+                                                         pipeline="nhwc")]
+    assert Reason.OUTPUT_BOUNDARY in reasons and Reason.UNTRACED not in reasons, reasons

@@ -26,6 +26,7 @@ from tvm import ir, relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.passes import LAYOUT_AGNOSTIC_OPS
+from cl_validate.compile.passes._layout_ops import BROADCAST_OPS, REDUCE_OPS, UNARY_OPS
 from cl_validate.ir import (
     IMPORTER,
     MODEL,
@@ -180,6 +181,10 @@ def annotate_transforms(mod: Any, sources: dict[str, str],
                 x.name if isinstance(x, relax.Var) else name))
         elif origin_parts(b.value):  # its origin travels in its mark: passes rename it
             att = origin_attribution(b.value)
+        elif axes == _TO_NCHW and _only_towards(b.var, outputs, users, producer):
+            # read only by layout-agnostic ops on the way to an NCHW output: that output's
+            att = Attribution(Reason.OUTPUT_BOUNDARY, None, sources.get(
+                x.name if isinstance(x, relax.Var) else name))
         else:
             if axes == _TO_NHWC and isinstance(x, relax.Var) and x in producer:
                 # After an op that produced the old layout: why did it?
@@ -351,6 +356,41 @@ def _pinned(cur: Any, module: str, producer: dict[Any, Any], derived: set[Any],
             break
         cur = prev
     return Attribution(Reason.PINNED, op_name(cur.value), sources.get(cur.var.name))
+
+
+_ELEMENTWISE = UNARY_OPS | BROADCAST_OPS | {"relax.full_like"}
+
+
+def _only_towards(var: Any, outputs: set[Any], users: dict[Any, list[Any]],
+                  producer: dict[Any, Any], limit: int = 512) -> bool:
+    """Whether every reader of `var`, and of what they compute, is elementwise (casts and
+    ``where`` included) or a reduction that keeps its axes, until the values reach the
+    graph's outputs: the transform is the output's, moved up (a view or a product reading it
+    needs its order for itself)."""
+    seen, todo, reached = set(), [var], False
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if len(seen) > limit:
+            return False
+        if v in outputs:
+            reached = True
+            continue
+        readers = users.get(v, [])
+        if not readers:
+            return False  # read by nothing we can follow (or by the return itself)
+        for u in readers:
+            b = producer.get(u) if u is not None else None
+            if b is None:
+                return False
+            name = op_name(b.value)
+            if not (name in _ELEMENTWISE or (name in REDUCE_OPS and bool(getattr(
+                    b.value.attrs, "keepdims", False)))):
+                return False
+            todo.append(u)
+    return reached
 
 
 def _output_vars(ret: Any, producer: dict[Any, Any]) -> set[Any]:

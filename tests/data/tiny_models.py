@@ -615,3 +615,21 @@ class TalkingHeads(nn.Module):
         a = self.proj_w(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
         out = (a @ v).transpose(1, 2).reshape(b, n, c)
         return x + self.proj(out) if self.residual else out
+
+
+class MaskedOutput(nn.Module):
+    """A detector's tail: masks of a convolution's sigmoid, combined (``all`` over the
+    channels, a product, a maximum) and applied with ``where``, returned NCHW."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x).sigmoid()
+        valid = ((y > 0.01) * (y < 0.99)).all(1, keepdim=True)
+        return torch.where(valid, y, torch.zeros_like(y)) + torch.maximum(y > 0.3, y < 0.2)
+
+
+def masked_output() -> nn.Module:
+    return MaskedOutput()
