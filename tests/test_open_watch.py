@@ -43,8 +43,9 @@ def _in_watched_child(body: str, folder: str) -> subprocess.CompletedProcess[str
 def test_native_opens_are_stamped_by_whoever_of_the_case_opens_them(tmp_path):
     """The C library's ``fopen`` by a relative path, in the process and in a worker it
     forks, is stamped where it is; a file it creates and reads back is its output; what an
-    exec'd program reads (``cat``) is that program's; each stamp is of the file as it was
-    opened, though the file changes after."""
+    exec'd program reads (``cat``) is not seen, so the answer says the case is unseen (not
+    kept in the cache); each stamp is of the file as it was opened, though the file changes
+    after."""
     for name in ("read.txt", "forked.txt", "catted.txt"):
         (tmp_path / name).write_text(name)
     proc = _in_watched_child(
@@ -61,8 +62,22 @@ def test_native_opens_are_stamped_by_whoever_of_the_case_opens_them(tmp_path):
         "print('unseen', repr(got.unseen))\n", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[-1] == "unseen ''"
+    assert lines[-1].startswith("unseen 'the case ran cat (cat catted.txt)"), lines[-1]
     assert sorted(lines[:-1]) == ["forked.txt 10", "read.txt 8"], proc.stdout
+
+
+def test_programs_the_pipeline_runs_keep_the_case_seen(tmp_path):
+    """The C compiler TVM links a program with (the device host's) is the pipeline's own
+    program: the case stays seen, and the compiler's reads are not stamped."""
+    (tmp_path / "a.c").write_text("int f(void) { return 1; }\n")
+    proc = _in_watched_child(
+        "subprocess.run(['cc', '-c', 'a.c', '-o', 'a.o'], check=True)\n"
+        "got = watch.collect()\n"
+        "print(len(got.taken), repr(got.unseen))\n", str(tmp_path))
+    if proc.returncode != 0 and "No such file" in proc.stderr:
+        pytest.skip("no C compiler here")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0", "''"], proc.stdout
 
 
 def test_io_uring_is_refused_where_opens_are_watched(tmp_path):

@@ -19,11 +19,14 @@ adds it to its own.
 
 Whose opens are stamped: those of the processes that run the case's program — the case
 process, its target processes, a ``fork`` or ``multiprocessing`` worker of the model's (the
-same executable and command line). A process that exec'd another program (a compiler TVM
-runs, the device host, a tool the model runs) reads what that program reads: not stamped.
-Where the watcher cannot read the memory of a process of the case (Linux's Yama ptrace scope
-admits it for the processes forked by Python's ``os.fork``, not for one a C library forks),
-the case is measured but not kept in the cache: what it read is not known whole.
+same executable and command line). The filter holds ``execve``/``execveat`` too: a process
+of the case that runs another program (``cat``, a shell, a Python script of the model's)
+makes the case measured but **not kept in the cache** — what that program reads is not
+known — unless the program is the pipeline's own (the device host; the C/C++ compiler or
+nvcc that TVM links a program with, whose reads are not stamped). Where the watcher cannot
+read the memory of a process of the case (Linux's Yama ptrace scope admits it for the
+processes forked by Python's ``os.fork``, not for one a C library forks), the case is not
+kept either: what it read is not known whole.
 
 What it costs: each open of the case's processes waits for the watcher (tens of
 microseconds; a case opens a few hundred files), and ``io_uring``, which could open files
@@ -46,6 +49,7 @@ import socket
 import struct
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import msgspec
@@ -177,6 +181,35 @@ def _noted(flags: int) -> bool:
     return (flags & os.O_ACCMODE) != os.O_WRONLY or bool(flags & (os.O_TRUNC | os.O_CREAT))
 
 
+def _string(mem: int, at: int) -> bytes:
+    """The NUL-ended string at address `at` of the process whose memory `mem` reads."""
+    return os.pread(mem, _PATH_MAX, at).split(b"\0", 1)[0]
+
+
+def _pointers(mem: int, at: int, most: int = 16) -> list[int]:
+    """The pointers of the NULL-ended array at `at` (an ``argv``), at most `most`."""
+    raw = os.pread(mem, 8 * most, at)
+    out = []
+    for (p,) in struct.iter_unpack("=Q", raw[:len(raw) // 8 * 8]):
+        if p == 0:
+            break
+        out.append(p)
+    return out
+
+
+#: Programs the pipeline itself runs in a case: the C/C++ compilers and nvcc that TVM links
+#: a program with (the device host's), by name or as $CC/$CXX name them.
+_TOOLS = frozenset({"cc", "c++", "gcc", "g++", "clang", "clang++", "nvcc"})
+
+
+def _pipelines_own(program: str, argv: list[str]) -> bool:
+    """Whether `program` run with `argv` is one the pipeline runs, not the model's."""
+    if "cl_validate.session.device_host" in argv[1:3]:
+        return True
+    names = {os.path.basename(os.environ.get(v, "").split(" ")[0]) for v in ("CC", "CXX")}
+    return os.path.basename(program) in (_TOOLS | names) - {""}
+
+
 class _Watcher:
     def __init__(self, listener: int, case_pid: int, left_out: list[str]) -> None:
         self.listener = listener
@@ -184,8 +217,8 @@ class _Watcher:
         self.recorder = FileRecorder(left_out)
         self.unseen = ""
         numbers = WATCHED.get(os.uname().machine, {})
-        self.open, self.openat, self.openat2 = (numbers.get(n, -1)
-                                                for n in ("open", "openat", "openat2"))
+        self.open, self.openat, self.openat2, self.execve, self.execveat = (
+            numbers.get(n, -1) for n in ("open", "openat", "openat2", "execve", "execveat"))
 
     def serve_one(self) -> None:
         """Take one held call, note its file, let the call go on."""
@@ -207,6 +240,9 @@ class _Watcher:
                             bytearray(_RESP.pack(nid, 0, 0, _CONTINUE)), True)
 
     def _note(self, nid: int, pid: int, nr: int, args: list[int]) -> None:
+        if nr in (self.execve, self.execveat):
+            self._exec(nid, pid, nr, args)
+            return
         if nr == self.open:
             dirfd, where, flags = _AT_FDCWD, args[0], args[1]
         elif nr == self.openat:
@@ -219,30 +255,16 @@ class _Watcher:
             return
         if self.image is None or _image(pid) != self.image:
             return  # another program (a compiler, the device host): its reads are its own
-        try:
-            fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            if exc.errno in (errno.EPERM, errno.EACCES):
-                self.unseen = self.unseen or (
-                    f"process {pid} of the case opened a file the open watcher may not read "
-                    f"({os.strerror(exc.errno)}: Yama's ptrace scope, for a process forked "
-                    "outside Python)")
-            return
-        try:
-            raw = os.pread(fd, _PATH_MAX, where)
+        raw = b""
+        with self._memory(pid, "opened a file") as mem:
+            if mem is None:
+                return
+            raw = _string(mem, where)
             if flags is None:
-                flags = struct.unpack("=Q", os.pread(fd, 8, args[2]))[0]
-        except OSError:
-            return  # a bad pointer: the call fails on its own (EFAULT)
-        finally:
-            os.close(fd)
-        try:  # the memory read was still that call's (not a reused pid's)
-            fcntl.ioctl(self.listener, _ID_VALID, bytearray(struct.pack("=Q", nid)), True)
-        except OSError:
+                flags = struct.unpack("=Q", os.pread(mem, 8, args[2]))[0]
+        if not self._still(nid) or not raw or not _noted(flags):
             return
-        name = os.fsdecode(raw.split(b"\0", 1)[0])
-        if not name or not _noted(flags):
-            return
+        name = os.fsdecode(raw)
         if not name.startswith("/"):
             base = f"/proc/{pid}/cwd" if dirfd == _AT_FDCWD else f"/proc/{pid}/fd/{dirfd}"
             try:
@@ -250,6 +272,56 @@ class _Watcher:
             except OSError:
                 return
         self.recorder.note(name, flags)
+
+    def _exec(self, nid: int, pid: int, nr: int, args: list[int]) -> None:
+        """A process of the case runs another program: what that program reads is not seen,
+        so the case is not kept — unless the program is the pipeline's own (the device host,
+        the C/C++ compiler or nvcc TVM links a program with)."""
+        if self.image is None or _image(pid) != self.image:
+            return  # a program started by another (a compiler's own passes)
+        path_at, argv_at = (args[0], args[1]) if nr == self.execve else (args[1], args[2])
+        program, argv = "", []
+        with self._memory(pid, "ran a program") as mem:
+            if mem is None:
+                return
+            program = os.fsdecode(_string(mem, path_at))
+            argv = [os.fsdecode(_string(mem, p)) for p in _pointers(mem, argv_at)]
+        if not program or not self._still(nid) or _pipelines_own(program, argv):
+            return
+        shown = " ".join(argv[:4]) + (" ..." if len(argv) > 4 else "")
+        self.unseen = self.unseen or (
+            f"the case ran {os.path.basename(program) or '?'} ({shown}): what another "
+            "program reads is not seen")
+
+    @contextlib.contextmanager
+    def _memory(self, pid: int, did: str) -> Iterator[int | None]:
+        """``/proc/PID/mem`` open for reading, or None (a process gone, a bad pointer; one
+        the watcher may not read makes the case unseen)."""
+        try:
+            fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno in (errno.EPERM, errno.EACCES):
+                self.unseen = self.unseen or (
+                    f"process {pid} of the case {did} the open watcher may not see "
+                    f"({os.strerror(exc.errno)}: Yama's ptrace scope, for a process forked "
+                    "outside Python)")
+            yield None
+            return
+        try:
+            yield fd
+        except OSError:
+            pass  # a bad pointer: the call fails on its own (EFAULT)
+        finally:
+            os.close(fd)
+
+    def _still(self, nid: int) -> bool:
+        """Whether the held call is still waiting (what was read was that call's memory, not
+        a reused pid's)."""
+        try:
+            fcntl.ioctl(self.listener, _ID_VALID, bytearray(struct.pack("=Q", nid)), True)
+            return True
+        except OSError:
+            return False
 
     def answer(self) -> bytes:
         payload = msgspec.msgpack.encode(Watched(self.recorder.taken(), self.unseen))

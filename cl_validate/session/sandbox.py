@@ -20,7 +20,8 @@ Two more walls go up with it, so a case cannot change the run from outside its p
   another ABI (i386's ``int 0x80`` from a 64-bit process, x32's numbers), which would reach
   the same kernel functions under numbers the filter does not compare;
 - with an open watcher (`cl_validate.session.open_watch`, for the measurement cache), the
-  same filter holds each ``open``/``openat``/``openat2`` for the watcher to stamp the file,
+  same filter holds each ``open``/``openat``/``openat2`` for the watcher to stamp the file
+  (and each ``execve``/``execveat``, to see which programs the case runs),
   and refuses ``io_uring`` (ENOSYS), which opens files past any filter;
 - Landlock refuses writing files under ``/proc`` (``/proc/PID/oom_score_adj`` of the parent,
   say); writing anywhere else is as before. Not for a case with a target whose programs run
@@ -196,8 +197,8 @@ _SYSCALLS = {
 _SYSCALLS["arm64"] = _SYSCALLS["aarch64"]
 #: the calls a watched filter holds for its listener (`cl_validate.session.open_watch`)
 WATCHED = {
-    "x86_64": {"open": 2, "openat": 257, "openat2": 437},
-    "aarch64": {"openat": 56, "openat2": 437},
+    "x86_64": {"open": 2, "openat": 257, "openat2": 437, "execve": 59, "execveat": 322},
+    "aarch64": {"openat": 56, "openat2": 437, "execve": 221, "execveat": 281},
 }
 WATCHED["arm64"] = WATCHED["aarch64"]
 
