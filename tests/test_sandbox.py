@@ -200,3 +200,39 @@ def test_a_case_that_opens_a_gpu_may_name_its_threads():
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split("\n") == [named, "signal refused", ""], (proc_writes,
                                                                           proc.stdout)
+
+
+@pytest.mark.skipif(not sandbox.filterable(), reason="no seccomp filter here (not Linux on "
+                    "a known architecture, or CL_VALIDATE_UNCONFINED set)")
+def test_without_signal_scoping_the_filter_goes_in_alone(tmp_path):
+    """Hosted CI runners run kernels before 6.12 (no Landlock signal scope): nothing was
+    confined there, so a model could lower the parent's limits. The seccomp filter (and an
+    open watcher) goes in alone: another process's limits stay refused and a file the C
+    library opens is stamped, while a signal to the parent is the parent's own business."""
+    import resource
+
+    limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    (tmp_path / "data.txt").write_text("x")
+    code = (
+        "import ctypes, os, resource, sys\n"
+        "from cl_validate.session import sandbox\n"
+        "from cl_validate.session.open_watch import OpenWatch\n"
+        "sandbox.abi = lambda: 4  # a kernel with Landlock but no signal scope\n"
+        f"PARENT = {os.getpid()}\n"
+        "watch = OpenWatch([])\nassert watch.ready()\n"
+        "why = sandbox.confine(watch=watch.hand_over)\n"
+        "print('filtered', sandbox.filtered, sandbox.confined,\n"
+        "      'alone is in' in why)\n"
+        "try:\n"
+        f"    resource.prlimit(PARENT, resource.RLIMIT_NOFILE, {limits})\n"
+        "    print('limit set')\n"
+        "except PermissionError:\n    print('limit refused')\n"
+        "os.kill(PARENT, 0)\nprint('signal sent')\n"
+        "libc = ctypes.CDLL(None)\nlibc.fopen.restype = ctypes.c_void_p\n"
+        "libc.fclose(ctypes.c_void_p(libc.fopen(b'data.txt', b'r')))\n"
+        "print([os.path.basename(p) for p, _ in watch.collect().taken])\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["filtered True False True", "limit refused",
+                                        "signal sent", "['data.txt']"], proc.stdout

@@ -4,11 +4,12 @@ opens; this sees the rest).
 
 A C library's ``fopen`` (through ctypes, a safetensors or TorchScript loader, any extension
 module) opens a file without Python's audit hook seeing it: an edit of that file was missed
-and a cached PASS stood. So a case process that confines itself (`cl_validate.session.sandbox`)
-also has the kernel hold each ``open``, ``openat`` and ``openat2`` of its processes
-(seccomp's user notification) and hand it to its open watcher: a small process it starts
-before it confines itself (fork+exec: the standard library and this package's stamping, not
-torch, nor the model, so it adds tens of MB, not the case's memory). For each call the
+and a cached PASS stood. So a case process that puts its seccomp filter in
+(`cl_validate.session.sandbox`) also has the kernel hold each ``open``, ``openat`` and
+``openat2`` of its processes (seccomp's user notification) and hand it to its open watcher:
+a small process it starts before it confines itself (fork+exec: the standard library and
+this package's stamping, not torch, nor the model, so it adds tens of MB, not the case's
+memory). For each call the
 watcher reads the path from the opening process's memory (``/proc/PID/mem``), resolves a
 relative one against that process's working directory or directory descriptor, stamps the
 file as it is at that moment by `FileRecorder`'s rules (a file the case creates or
@@ -19,11 +20,13 @@ adds it to its own.
 
 Whose opens are stamped: those of the processes that run the case's program — the case
 process, its target processes, a ``fork`` or ``multiprocessing`` worker of the model's (the
-same executable and command line). The filter holds ``execve``/``execveat`` too: a process
-of the case that runs another program (``cat``, a shell, a Python script of the model's)
-makes the case measured but **not kept in the cache** — what that program reads is not
-known — unless the program is the pipeline's own (the device host; the C/C++ compiler or
-nvcc that TVM links a program with, whose reads are not stamped). Where the watcher cannot
+same executable and command line). A process of the case that runs another
+program (``cat``, a shell, a Python script of the model's) which opens files makes the case
+measured but **not kept in the cache** — what that program reads is not known — unless the
+program, or one that started it, is the pipeline's own (the device host; the C/C++ compiler
+or nvcc that TVM links a program with, and the passes they run), whose reads are not
+stamped. (Programs are told apart by ``/proc/PID/exe`` and ``cmdline``, which Yama lets the
+watcher read.) Where the watcher cannot
 read the memory of a process of the case (Linux's Yama ptrace scope admits it for the
 processes forked by Python's ``os.fork``, not for one a C library forks), the case is not
 kept either: what it read is not known whole.
@@ -31,8 +34,9 @@ kept either: what it read is not known whole.
 What it costs: each open of the case's processes waits for the watcher (tens of
 microseconds; a case opens a few hundred files), and ``io_uring``, which could open files
 past the filter, is refused (ENOSYS: libraries fall back to plain calls). Where the kernel
-offers no user notification (before Linux 5.5), or the case is not confined, no watcher
-starts, and native opens are not seen.
+offers no user notification (before Linux 5.5), or no seccomp filter goes in (not Linux,
+``CL_VALIDATE_UNCONFINED``), no watcher starts, and native opens are not seen. Landlock is
+not needed: the watcher runs beside the filter alone on older kernels.
 
     python -m cl_validate.session.open_watch SOCKET_FD CASE_PID [LEFT_OUT...]   (by `OpenWatch`)
 """
@@ -186,15 +190,14 @@ def _string(mem: int, at: int) -> bytes:
     return os.pread(mem, _PATH_MAX, at).split(b"\0", 1)[0]
 
 
-def _pointers(mem: int, at: int, most: int = 16) -> list[int]:
-    """The pointers of the NULL-ended array at `at` (an ``argv``), at most `most`."""
-    raw = os.pread(mem, 8 * most, at)
-    out = []
-    for (p,) in struct.iter_unpack("=Q", raw[:len(raw) // 8 * 8]):
-        if p == 0:
-            break
-        out.append(p)
-    return out
+def _parent(pid: int) -> int:
+    """`pid`'s parent (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read()
+        return int(text[text.rfind(b")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 #: Programs the pipeline itself runs in a case: the C/C++ compilers and nvcc that TVM links
@@ -202,12 +205,16 @@ def _pointers(mem: int, at: int, most: int = 16) -> list[int]:
 _TOOLS = frozenset({"cc", "c++", "gcc", "g++", "clang", "clang++", "nvcc"})
 
 
-def _pipelines_own(program: str, argv: list[str]) -> bool:
-    """Whether `program` run with `argv` is one the pipeline runs, not the model's."""
+def _pipelines_own(image: tuple[str, bytes]) -> bool:
+    """Whether a program (its executable and command line, `_image`) is one the pipeline
+    runs, not the model's."""
+    exe, cmdline = image
+    argv = [os.fsdecode(a) for a in cmdline.split(b"\0")]
     if "cl_validate.session.device_host" in argv[1:3]:
         return True
     names = {os.path.basename(os.environ.get(v, "").split(" ")[0]) for v in ("CC", "CXX")}
-    return os.path.basename(program) in (_TOOLS | names) - {""}
+    tools = (_TOOLS | names) - {""}
+    return os.path.basename(argv[0]) in tools or os.path.basename(exe) in tools
 
 
 class _Watcher:
@@ -217,8 +224,9 @@ class _Watcher:
         self.recorder = FileRecorder(left_out)
         self.unseen = ""
         numbers = WATCHED.get(os.uname().machine, {})
-        self.open, self.openat, self.openat2, self.execve, self.execveat = (
-            numbers.get(n, -1) for n in ("open", "openat", "openat2", "execve", "execveat"))
+        self.open, self.openat, self.openat2 = (numbers.get(n, -1)
+                                                for n in ("open", "openat", "openat2"))
+        self._judged: set[tuple[int, tuple[str, bytes]]] = set()
 
     def serve_one(self) -> None:
         """Take one held call, note its file, let the call go on."""
@@ -240,9 +248,6 @@ class _Watcher:
                             bytearray(_RESP.pack(nid, 0, 0, _CONTINUE)), True)
 
     def _note(self, nid: int, pid: int, nr: int, args: list[int]) -> None:
-        if nr in (self.execve, self.execveat):
-            self._exec(nid, pid, nr, args)
-            return
         if nr == self.open:
             dirfd, where, flags = _AT_FDCWD, args[0], args[1]
         elif nr == self.openat:
@@ -253,8 +258,12 @@ class _Watcher:
             return
         if flags is not None and not _noted(flags):
             return
-        if self.image is None or _image(pid) != self.image:
-            return  # another program (a compiler, the device host): its reads are its own
+        image = _image(pid)
+        if self.image is None or image is None:
+            return
+        if image != self.image:  # another program the case runs: whose is it?
+            self._judge(pid, image)
+            return
         raw = b""
         with self._memory(pid, "opened a file") as mem:
             if mem is None:
@@ -273,25 +282,28 @@ class _Watcher:
                 return
         self.recorder.note(name, flags)
 
-    def _exec(self, nid: int, pid: int, nr: int, args: list[int]) -> None:
-        """A process of the case runs another program: what that program reads is not seen,
-        so the case is not kept — unless the program is the pipeline's own (the device host,
-        the C/C++ compiler or nvcc TVM links a program with)."""
-        if self.image is None or _image(pid) != self.image:
-            return  # a program started by another (a compiler's own passes)
-        path_at, argv_at = (args[0], args[1]) if nr == self.execve else (args[1], args[2])
-        program, argv = "", []
-        with self._memory(pid, "ran a program") as mem:
-            if mem is None:
-                return
-            program = os.fsdecode(_string(mem, path_at))
-            argv = [os.fsdecode(_string(mem, p)) for p in _pointers(mem, argv_at)]
-        if not program or not self._still(nid) or _pipelines_own(program, argv):
+    def _judge(self, pid: int, image: tuple[str, bytes]) -> None:
+        """A process of the case runs another program, and opens a file: what that program
+        reads is not seen, so the case is not kept — unless the program, or one it was
+        started by, is the pipeline's own (the device host; the C/C++ compiler or nvcc that
+        TVM links a program with, and the passes they run). Judged once a program."""
+        if (pid, image) in self._judged:
             return
+        self._judged.add((pid, image))
+        p, here = pid, image
+        for _ in range(64):  # up the process tree to the case's own program
+            if _pipelines_own(here):
+                return
+            parent = _parent(p)
+            up = _image(parent) if parent > 1 else None
+            if up is None or up == self.image:
+                break
+            p, here = parent, up
+        argv = [os.fsdecode(a) for a in image[1].split(b"\0") if a]
         shown = " ".join(argv[:4]) + (" ..." if len(argv) > 4 else "")
         self.unseen = self.unseen or (
-            f"the case ran {os.path.basename(program) or '?'} ({shown}): what another "
-            "program reads is not seen")
+            f"the case ran {os.path.basename(argv[0]) if argv else '?'} ({shown}), which "
+            "reads files: what another program reads is not seen")
 
     @contextlib.contextmanager
     def _memory(self, pid: int, did: str) -> Iterator[int | None]:

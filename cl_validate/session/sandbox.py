@@ -20,8 +20,7 @@ Two more walls go up with it, so a case cannot change the run from outside its p
   another ABI (i386's ``int 0x80`` from a 64-bit process, x32's numbers), which would reach
   the same kernel functions under numbers the filter does not compare;
 - with an open watcher (`cl_validate.session.open_watch`, for the measurement cache), the
-  same filter holds each ``open``/``openat``/``openat2`` for the watcher to stamp the file
-  (and each ``execve``/``execveat``, to see which programs the case runs),
+  same filter holds each ``open``/``openat``/``openat2`` for the watcher to stamp the file,
   and refuses ``io_uring`` (ENOSYS), which opens files past any filter;
 - Landlock refuses writing files under ``/proc`` (``/proc/PID/oom_score_adj`` of the parent,
   say); writing anywhere else is as before. Not for a case with a target whose programs run
@@ -36,9 +35,11 @@ raise a hard limit back). What it costs: the filter is 40 BPF instructions run o
 system call of the case (tens of nanoseconds); the file rule is checked on each open for
 writing.
 
-Where the kernel has no such scope (older Linux, other systems), or ``CL_VALIDATE_UNCONFINED``
-is set, nothing is confined and the parent's own defence stands alone
-(`cl_validate.suite.signals`)."""
+Where the kernel has no such scope (Linux before 6.12), the seccomp filter (and an open
+watcher) still goes in, alone: the calls above stay refused, while signals and ``/proc``
+writes are left to the parent's own defence (`cl_validate.suite.signals`). On other
+systems, or with ``CL_VALIDATE_UNCONFINED`` set, nothing is confined and that defence
+stands alone."""
 
 from __future__ import annotations
 
@@ -70,6 +71,9 @@ _PR_SET_NO_NEW_PRIVS = 38
 UNCONFINED_ENV = "CL_VALIDATE_UNCONFINED"
 #: Whether this process confined itself (set by `confine`).
 confined = False
+#: Whether this process's seccomp filter is in (set by `confine`): with Landlock, or alone
+#: on a kernel without Landlock's signal scoping.
+filtered = False
 
 
 @functools.cache
@@ -98,6 +102,14 @@ def available() -> bool:
     return not os.environ.get(UNCONFINED_ENV) and abi() >= _SIGNAL_SCOPE_ABI
 
 
+def filterable() -> bool:
+    """Whether a case process started from here will put the seccomp filter in (Linux on an
+    architecture whose numbers it knows, `UNCONFINED_ENV` not set), with or without
+    Landlock: the filter and an open watcher need no Landlock."""
+    return (not os.environ.get(UNCONFINED_ENV) and _libc() is not None
+            and platform.machine() in _SYSCALLS)
+
+
 def confine(proc_writes: bool = False,
             watch: Callable[[int], None] | None = None) -> str | None:
     """Confine this process and everything it starts from now on to signalling and tracing
@@ -108,8 +120,10 @@ def confine(proc_writes: bool = False,
     (an open watcher's `hand_over`, `cl_validate.session.open_watch`) is given the filter's
     listener, and every open of this process and what it starts waits for it; where the
     kernel has no listener to give, it is not called.
-    Returns None when confined, else why not (the run goes on unconfined)."""
-    global confined
+    Returns None when confined, else why not (the run goes on unconfined). On a kernel
+    without Landlock's signal scoping the seccomp filter still goes in (`filtered`), and the
+    reason names what is missing."""
+    global confined, filtered
     if os.environ.get(UNCONFINED_ENV):
         return f"{UNCONFINED_ENV} is set"
     libc = _libc()
@@ -117,8 +131,13 @@ def confine(proc_writes: bool = False,
         return "not Linux on a known architecture"
     version = abi()
     if version < _SIGNAL_SCOPE_ABI:
-        return (f"the kernel's Landlock ABI is {version}, signal scoping needs "
-                f"{_SIGNAL_SCOPE_ABI} (Linux 6.12)")
+        unscoped = (f"the kernel's Landlock ABI is {version}, signal scoping needs "
+                    f"{_SIGNAL_SCOPE_ABI} (Linux 6.12)")
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 and \
+                _deny_foreign_limits(libc, watch) is None:
+            filtered = platform.machine() in _SYSCALLS
+            return unscoped + ("; the seccomp filter alone is in" if filtered else "")
+        return unscoped
     # Writing files is handled, and allowed beneath every top-level folder but /proc.
     attr = struct.pack("=QQQ", 0 if proc_writes else _FS_WRITE_FILE, 0, _SCOPE_SIGNAL)
     buf = ctypes.create_string_buffer(attr, len(attr))
@@ -136,6 +155,7 @@ def confine(proc_writes: bool = False,
         why = _deny_foreign_limits(libc, watch)
         if why is not None:
             return why
+        filtered = platform.machine() in _SYSCALLS
         if libc.syscall(_RESTRICT_SELF, fd, ctypes.c_uint32(0)) != 0:
             return f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}"
     finally:
@@ -197,8 +217,8 @@ _SYSCALLS = {
 _SYSCALLS["arm64"] = _SYSCALLS["aarch64"]
 #: the calls a watched filter holds for its listener (`cl_validate.session.open_watch`)
 WATCHED = {
-    "x86_64": {"open": 2, "openat": 257, "openat2": 437, "execve": 59, "execveat": 322},
-    "aarch64": {"openat": 56, "openat2": 437, "execve": 221, "execveat": 281},
+    "x86_64": {"open": 2, "openat": 257, "openat2": 437},
+    "aarch64": {"openat": 56, "openat2": 437},
 }
 WATCHED["arm64"] = WATCHED["aarch64"]
 
@@ -333,19 +353,17 @@ def refused_signal(exc: BaseException | None) -> str | None:
     """When `exc` (or what it was raised from) is the wall refusing a signal in this
     confined process — ``PermissionError`` (EPERM) raised by a call that signals — the call
     and where it was made (``os.kill(parent, 15) at net.py:12``); else None."""
-    return _refused(exc, _SIGNALLING)
+    return _refused(exc, _SIGNALLING) if confined else None
 
 
 def refused_reach(exc: BaseException | None) -> str | None:
     """The same for the other walls: a call that changes another process's limits, priority,
     affinity or scheduling, or writes a /proc file (``resource.prlimit(ppid, ...) at
     net.py:9``); else None."""
-    return _refused(exc, _REACHING)
+    return _refused(exc, _REACHING) if confined or filtered else None
 
 
 def _refused(exc: BaseException | None, calls: re.Pattern[str]) -> str | None:
-    if not confined:
-        return None
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
