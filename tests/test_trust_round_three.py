@@ -216,6 +216,23 @@ def test_a_file_read_by_a_relative_path_is_stamped_where_it_is(tmp_path, model):
 
 
 @pytest.mark.compile
+@watched
+def test_a_case_whose_data_another_program_reads_is_not_kept(tmp_path):
+    """``cat`` reads the scale: what another program reads is not seen, so a stamp set
+    without it would keep a PASS after the file changed. The case's model runs each run, and
+    the run says why."""
+    folder = _stamped_folder(tmp_path, "reads_its_scale_with_cat")
+    (folder / "data").mkdir()
+    (folder / "data" / "scale.txt").write_text("1.0")
+    run = _runs(folder, tmp_path, {})
+    cold = run()
+    assert cold.returncode == ExitCode.OK, cold.stdout
+    assert "cache: c not kept for the next run: the case ran cat" in cold.stdout, cold.stdout
+    warm = run()  # its model runs again (its weights key may still find the measurement)
+    assert _builds(folder) == 2 and "c not kept" in warm.stdout, warm.stdout
+
+
+@pytest.mark.compile
 def test_a_module_run_from_its_compiled_copy_is_stamped_by_its_source(tmp_path):
     """``exec_module`` of a helper whose ``__pycache__`` copy is current opens only that
     copy: the source was never stamped, and an edit to it (which Python recompiles on the

@@ -215,6 +215,10 @@ def _print_results(results: Sequence[CaseResult], stats: SuiteStats, options: Ru
     if stats.reused:
         print(f"cache: {stats.reused} of {stats.judged} case x target measurements reused "
               f"from {options.cache_dir}")
+    for label, why in stats.not_kept:  # the reason may quote the model's command lines
+        print(one_line(f"cache: {label} not kept for the next run: {why} (hint: it is "
+                       "measured again each run; read its data from Python, or in the "
+                       "case's own processes)"))
     for what, path in reports.written():
         print(f"{what}: {display_path(path)}")
     _github_outputs(results)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from cl_validate.checks.judge import judge
@@ -32,7 +32,8 @@ from cl_validate.spec.options import RunOptions, selected_targets
 #: What a measurer hands each target's result to.
 OnTarget = Callable[[CaseSpec, TargetMeasured], None]
 #: What a measurer hands the files a case read to, with its targets' cache keys.
-OnInputs = Callable[[CaseSpec, dict[str, str], tuple[FileStamp, ...]], None]
+#: (case, its targets' cache keys, the files it read, why those are not known whole or "")
+OnInputs = Callable[[CaseSpec, dict[str, str], tuple[FileStamp, ...], str], None]
 
 
 class Measurer(Protocol):
@@ -58,6 +59,9 @@ class SuiteStats:
 
     reused: int = 0
     judged: int = 0
+    #: (case, why) for each case measured but not kept for the next run: what it read is
+    #: not known whole (`cl_validate.session.open_watch`)
+    not_kept: list[tuple[str, str]] = field(default_factory=list)
 
 
 class _Judge:
@@ -90,9 +94,13 @@ class _Judge:
                              cached=msg.cached))
 
     def remember(self, case: CaseSpec, keys: dict[str, str],
-                 inputs: tuple[FileStamp, ...]) -> None:
-        """The files a measured case read: the next run answers it from them."""
+                 inputs: tuple[FileStamp, ...], unseen: str = "") -> None:
+        """The files a measured case read: the next run answers it from them (not when
+        `unseen` says why they are not all known: then the run says so)."""
         if self.cache is None:
+            return
+        if unseen:
+            self.stats.not_kept.append((case.label, unseen))
             return
         try:
             for target, key in keys.items():

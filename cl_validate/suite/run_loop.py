@@ -51,8 +51,9 @@ from cl_validate.suite.zygote_client import POLL_S, Zygote, ZygoteClient
 
 #: What the pool hands each target's result to (a failed case arrives as an error measurement)
 OnTarget = Callable[[CaseSpec, TargetMeasured], None]
-#: What the pool hands the files a case read to, with its targets' cache keys
-OnInputs = Callable[[CaseSpec, dict[str, str], tuple[FileStamp, ...]], None]
+#: What the pool hands the files a case read to, with its targets' cache keys and why they
+#: are not known whole ("" when they are): `cl_validate.suite.driver.OnInputs`
+OnInputs = Callable[[CaseSpec, dict[str, str], tuple[FileStamp, ...], str], None]
 #: A signal one of the run's own processes sent to this one: signal, sender, its ancestors
 Hostile = tuple[signal.Signals, int, list[int]]
 
@@ -145,9 +146,9 @@ class RunLoop:
             return
         self.running.pop(job.id)
         ok = not job.failed
-        if ok and self.on_inputs is not None and job.keys and job.inputs and not job.unseen:
+        if ok and self.on_inputs is not None and job.keys and (job.inputs or job.unseen):
             self.on_inputs(job.case, dict(job.keys),
-                           tuple(job.inputs[p] for p in sorted(job.inputs)))
+                           tuple(job.inputs[p] for p in sorted(job.inputs)), job.unseen)
         self.retire(job)
         if ok:
             job.advance(CaseState.DONE)

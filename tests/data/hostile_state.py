@@ -470,3 +470,12 @@ def reads_its_scale_natively_in_a_worker() -> nn.Module:
     text = os.read(r, 64).decode()
     os.close(r)
     return _scaled(float(text))
+
+
+def reads_its_scale_with_cat() -> nn.Module:
+    """Has another program read ``data/scale.txt`` (``cat``): its reads are its own."""
+    here = Path(os.environ.get("CL_VALIDATE_TEST_DIR", "."))
+    _build_note(here)
+    out = subprocess.run(["cat", str(here / "data" / "scale.txt")], capture_output=True,
+                         text=True, check=True).stdout
+    return _scaled(float(out))
