@@ -39,6 +39,7 @@ GUARDED_SIGNALS: tuple[signal.Signals, ...] = tuple(
     ) if hasattr(signal, name))
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PTRACER = 0x59616D61  # Yama's
 _PROC = Path("/proc")
 
 
@@ -55,6 +56,18 @@ def _prctl(option: int, value: int) -> bool:
 def become_subreaper() -> bool:
     """Make orphaned descendants of this process its children (Linux); False elsewhere."""
     return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def allow_tracing_by(pid: int) -> bool:
+    """Let `pid` read this process's memory where Linux's Yama restricts that to ancestors
+    (``PR_SET_PTRACER``); False where Yama is not there, or elsewhere than Linux."""
+    return _prctl(_PR_SET_PTRACER, pid)
+
+
+def parent_of(pid: int) -> int | None:
+    """`pid`'s parent, None once it is gone."""
+    st = _stat(pid)
+    return st[0] if st is not None else None
 
 
 def _read(path: str) -> bytes | None:

@@ -20,7 +20,7 @@ Left out, because the cache key covers them otherwise: files of TVM, tvm-ffi, to
 library (the Python version is), the cache's own entries, and a file the case made itself
 (created or truncated, then read back). Files opened by native code without Python (a C
 library's ``fopen``) are stamped by the case's open watcher (`cl_validate.session.open_watch`)
-where cases are confined, and merged here (`merge`). Not seen: what is not a file
+wherever the case's seccomp filter goes in, and merged here (`merge`). Not seen: what is not a file
 (environment variables, the clock, the network): a model that depends on those needs
 ``--no-cache``. A
 path opened relative to a directory descriptor (``os.open(name, flags, dir_fd=fd)``) is

@@ -56,9 +56,8 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import msgspec
-
 from cl_validate import procs
+from cl_validate.measurements import wire
 from cl_validate.session.file_record import FileRecorder, Taken
 from cl_validate.session.sandbox import WATCHED
 
@@ -72,7 +71,6 @@ _CONTINUE = 1  # SECCOMP_USER_NOTIF_FLAG_CONTINUE
 _AT_FDCWD = -100
 _PATH_MAX = 4096
 _O_PATH = 0o10000000
-_PR_SET_PTRACER = 0x59616D61  # Yama: let this process be traced (read) by one other
 #: How long the case waits for the watcher's answer before it gives up on it.
 _ASK_S = 30.0
 
@@ -84,13 +82,6 @@ class Watched:
 
     taken: Taken
     unseen: str = ""
-
-
-def _allow_tracing_by(pid: int) -> None:
-    """Let `pid` read this process's memory where Yama restricts it to ancestors (the
-    watcher is the case process's child); nothing where Yama is not there."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PTRACER, pid, 0, 0, 0)
 
 
 class OpenWatch:
@@ -110,9 +101,10 @@ class OpenWatch:
         self._inode = os.fstat(ours.fileno()).st_ino  # to tell it from a reused number
         self.pid = self._proc.pid
         self.watching = False
-        _allow_tracing_by(self.pid)
-        # every process forked from here by Python (a target process, a model's worker) too
-        os.register_at_fork(after_in_child=lambda: _allow_tracing_by(self.pid))
+        # Yama lets only ancestors read a process's memory: this one and every process forked
+        # from here by Python (a target process, a model's worker) let the watcher
+        procs.allow_tracing_by(self.pid)
+        os.register_at_fork(after_in_child=lambda: procs.allow_tracing_by(self.pid))
 
     def ready(self, timeout: float = _ASK_S) -> bool:
         """Wait until the watcher is up (it says so once its imports are done); False when
@@ -145,25 +137,16 @@ class OpenWatch:
         try:
             if os.fstat(self._sock.fileno()).st_ino != self._inode:  # the model closed it
                 raise OSError(errno.EBADF, "its socket was closed by the case's code")
-            self._sock.settimeout(_ASK_S)
+            self._sock.setblocking(True)
             self._sock.sendall(b"?")
-            head = _recv_exact(self._sock, 8)
-            (n,) = struct.unpack(">Q", head)
-            return msgspec.msgpack.decode(_recv_exact(self._sock, n), type=Watched)
-        except (OSError, ValueError, msgspec.DecodeError) as exc:
+            if not select.select([self._sock], [], [], _ASK_S)[0]:
+                raise OSError(errno.ETIMEDOUT, f"no answer in {_ASK_S:g} s")
+            payload = wire.read_frame(self._sock.fileno())
+            if payload is None:
+                raise OSError(errno.EPIPE, "it left")
+            return wire.decode(payload, Watched)
+        except (OSError, wire.WireError) as exc:
             return Watched((), f"the open watcher did not answer ({exc or type(exc).__name__})")
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    if n > 1 << 30:
-        raise ValueError(f"an answer of {n} bytes")
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(min(n - len(out), 1 << 20))
-        if not chunk:
-            raise ValueError("the open watcher left")
-        out += chunk
-    return bytes(out)
 
 
 # -- the watcher ------------------------------------------------------------------------------
@@ -188,16 +171,6 @@ def _noted(flags: int) -> bool:
 def _string(mem: int, at: int) -> bytes:
     """The NUL-ended string at address `at` of the process whose memory `mem` reads."""
     return os.pread(mem, _PATH_MAX, at).split(b"\0", 1)[0]
-
-
-def _parent(pid: int) -> int:
-    """`pid`'s parent (0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read()
-        return int(text[text.rfind(b")") + 2:].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 #: Programs the pipeline itself runs in a case: the C/C++ compilers and nvcc that TVM links
@@ -294,7 +267,7 @@ class _Watcher:
         for _ in range(64):  # up the process tree to the case's own program
             if _pipelines_own(here):
                 return
-            parent = _parent(p)
+            parent = procs.parent_of(p) or 0
             up = _image(parent) if parent > 1 else None
             if up is None or up == self.image:
                 break
@@ -336,8 +309,7 @@ class _Watcher:
             return False
 
     def answer(self) -> bytes:
-        payload = msgspec.msgpack.encode(Watched(self.recorder.taken(), self.unseen))
-        return struct.pack(">Q", len(payload)) + payload
+        return wire.frame(Watched(self.recorder.taken(), self.unseen))
 
 
 def main(sock_fd: int, case_pid: int, left_out: list[str]) -> None:
