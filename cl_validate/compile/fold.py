@@ -62,11 +62,16 @@ def fold_params(mod: tvm.IRModule, params: dict[str, Any], *, entry: str = "main
         return relax.transform.FoldConstant()(mod)
     func = relax.Function(list(func.params[:n_in]) + weights, body, func.ret_ty, func.is_pure,
                           func.attrs)
-    lifted = relax.transform.LiftTransformParams()(tvm.IRModule({entry: func}))
+    # The kernels an earlier stage wrote (a product on weights alone, say) go with `entry`:
+    # what is lifted may call them.
+    entry_var = mod.get_global_var(entry)
+    lifted = relax.transform.LiftTransformParams()(tvm.IRModule(
+        {gv: (func if gv.same_as(entry_var) else f) for gv, f in mod.functions.items()}))
     transform_name = f"{entry}_transform_params"
     new_entry = lifted[entry]
     host = tvm.target.Target({"kind": "llvm", "opt-level": _FOLD_OPT_LEVEL})
-    prep = tvm.IRModule({transform_name: lifted[transform_name]})
+    prep = relax.transform.DeadCodeElimination([transform_name])(tvm.IRModule(
+        {gv: f for gv, f in lifted.functions.items() if gv.name_hint != entry}))
     exe = tvm.compile(prep, target=host)
     vm = relax.VirtualMachine(exe, tvm.cpu())
     outputs = vm[transform_name](tuple(values))

@@ -12,6 +12,11 @@ in NCHW and transposes it, feature-map sized, to NHWC. Two exact rewrites remove
   itself wherever that leaves its result's shape unchanged: broadcasting replicates values
   and never computes, so every element of the result is the same operation on the same
   values. The ``broadcast_to`` then goes when nothing else reads it.
+* a matmul reads ``broadcast_to(w, S)`` as ``w`` where the broadcast only adds or widens
+  batch axes and the product's shape stays the same: matmul broadcasts its batch axes
+  itself. An import of ``linear`` on a 3-D input can give the weight a broadcast to the
+  batch (``(S, C, D)`` from ``(C, D)``); once folded that was an S-times larger constant,
+  and the product read it all on every run.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from cl_validate.ir import (
 BROADCAST_TO = "relax.broadcast_to"
 #: Elementwise ops that broadcast their operands numpy-style (ewise_fma wants equal shapes).
 ELIDING_OPS = BROADCAST_OPS - {"relax.ewise_fma"}
+MATMUL = "relax.matmul"
 
 
 def _broadcast_sources(func: relax.Function) -> dict[relax.Var, relax.Expr]:
@@ -52,6 +58,15 @@ def _result_shape(shapes: Sequence[tuple[int, ...] | None]) -> tuple[int, ...] |
         return tuple(int(d) for d in np.broadcast_shapes(*shapes))  # type: ignore[arg-type]
     except ValueError:
         return None
+
+
+def _matmul_shape(shapes: Sequence[tuple[int, ...] | None]) -> tuple[int, ...] | None:
+    """The shape of ``matmul(a, b)`` from its operands' (matrices only: both at least 2-D)."""
+    a, b = shapes
+    if a is None or b is None or len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+        return None
+    batch = _result_shape([a[:-2], b[:-2]])
+    return None if batch is None else (*batch, a[-2], b[-1])
 
 
 @mutator
@@ -79,7 +94,11 @@ class _Elider(PyExprMutator):  # type: ignore[misc]
             moved = mark_origin(relax.op.permute_dims(self.visit_expr(g), list(axes)),
                              origin_tag(value))
             return relax.op.broadcast_to(moved, list(out))
-        if op_name(value) not in ELIDING_OPS:
+        if op_name(value) == MATMUL:
+            shape_of = _matmul_shape
+        elif op_name(value) in ELIDING_OPS:
+            shape_of = _result_shape
+        else:
             return None
         args = list(value.args)
         want = known_shape(value)
@@ -89,7 +108,7 @@ class _Elider(PyExprMutator):  # type: ignore[misc]
             if g is None:
                 continue
             trial = [g if j == i else x for j, x in enumerate(args)]
-            if want is not None and _result_shape([known_shape(x) for x in trial]) == want:
+            if want is not None and shape_of([known_shape(x) for x in trial]) == want:
                 args, changed = trial, True
         if not changed:
             return None
