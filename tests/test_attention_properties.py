@@ -139,3 +139,60 @@ def _check(tmp_path, drawn):  # type: ignore[no-untyped-def]
         assert parts, drawn
     got_gpu = run_tvm(build_stage(legal), case, arrays, tvm.cpu())[0]
     np.testing.assert_allclose(got_gpu, want, rtol=1e-5, atol=1e-5, err_msg=str(drawn))
+
+
+class _WindowedHeads(nn.Module):
+    """Hiera's form: q, k, v taken from one tensor permuted to ``(3, ..batch axes.., L, E)``
+    (five or more axes), the query optionally max-pooled along a stride split off L."""
+
+    def __init__(self, axes: list[int], pool: int, causal: bool, mask: bool) -> None:
+        super().__init__()
+        self.axes, self.pool, self.causal, self.mask = axes, pool, causal, mask
+
+    def forward(self, x, *m):  # type: ignore[no-untyped-def]
+        q, k, v = x.permute(*self.axes).unbind(0)
+        if self.pool > 1:
+            q = q.view(*q.shape[:-2], self.pool, -1, q.shape[-1]).max(dim=-3).values
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m[0] if m else None,
+                                              is_causal=self.causal)
+
+
+@st.composite
+def _windowed(draw):  # type: ignore[no-untyped-def]
+    batch = draw(st.lists(st.sampled_from([1, 2, 3]), min_size=3, max_size=4))  # b, w, h, ..
+    n = draw(st.sampled_from([2, 4, 6]))
+    d = draw(st.sampled_from([2, 4]))
+    named = [*range(len(batch)), "n", "three"]  # x's axes, in a drawn storage order: E
+    stored = draw(st.permutations(named))  # innermost (what the models do), or anywhere
+    stored.insert(draw(st.sampled_from([len(stored), len(stored), 0, 2])), "d")
+    sizes = {**dict(enumerate(batch)), "n": n, "three": 3, "d": d}
+    order = draw(st.permutations(list(range(len(batch)))))  # q's batch axes
+    axes = [stored.index(a) for a in ["three", *order, "n", "d"]]
+    pool = draw(st.sampled_from([1, 2]))
+    mask = draw(st.booleans())
+    causal = not mask and draw(st.booleans())
+    return [sizes[a] for a in stored], axes, pool, causal, mask, n // pool, n
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_windowed())
+def test_attention_on_five_or_more_axes_is_exact_however_they_are_stored(tmp_path, drawn):
+    """SDPA over several batch axes (windows and heads): whichever axes the import groups into
+    Relax's batch and heads (by where the query's data lies), PyTorch's result."""
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case
+    from cl_validate.session.execute import run_torch, run_tvm
+    from cl_validate.session.inputs import torch_inputs
+
+    shape, axes, pool, causal, mask, lq, lk = drawn
+    shapes = [tuple(shape), *([(lq, lk)] if mask else [])]
+    case = _case(tmp_path, shapes)
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(s).astype("float32") for s in shapes]
+    model = _WindowedHeads(axes, pool, causal, mask).eval()
+    tensors = torch_inputs(case, arrays)
+    want = run_torch(model, tensors)[0]
+    compiled = compile_case(export_and_import(model, case, tensors), case, "llvm")
+    got = run_tvm(compiled.executable, case, arrays, tvm.cpu())[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=str(drawn))

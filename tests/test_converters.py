@@ -140,3 +140,35 @@ def test_a_failed_stage_names_the_op_and_the_models_source():
     assert message.startswith("legalize failed: ") and message.endswith(f"at {where}")
     assert "BigInt" in message
     assert culprit(legalize, tvm.IRModule({}), {}, info.value) is None
+
+
+def test_max_and_min_along_a_dim_are_reductions_with_the_first_index_of_a_tie():
+    """``x.max(dim)`` was a sort (``topk``) in TVM's converter, and ``x.min(dim)`` did not
+    import; both are now the reduction and its arg-reduction, ties at the first index as in
+    PyTorch, keepdim or not, on floats and integers."""
+    import numpy as np
+    import torch
+    import tvm
+    from torch import nn
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+
+    class Extremes(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            hi, hi_at = x.max(dim=1)
+            lo, lo_at = x.min(dim=-1, keepdim=True)
+            ihi, ihi_at = (x * 4).round().long().max(2)  # integers: many ties
+            return hi, hi_at, lo, lo_at, ihi, ihi_at, x.max(dim=0).values
+
+    x = torch.randn(3, 5, 7).round()  # few distinct values: ties along every axis
+    ep = torch.export.export(Extremes(), (x,))
+    mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
+    assert "topk" not in mod.script()
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy()))
+    for g, w in zip(got, Extremes()(x), strict=True):
+        assert g.numpy().dtype == w.numpy().dtype
+        np.testing.assert_array_equal(g.numpy(), w.numpy())

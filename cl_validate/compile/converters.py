@@ -13,7 +13,9 @@ datatype". Here the number takes the tensor's dtype, as PyTorch's type promotion
 integer tensor divided by a float becomes float32).
 
 ``amax`` / ``amin`` (``x.amax(dim=1, keepdim=True)``: CBAM's spatial attention, channel
-max-pooling) have no converter in TVM 0.27; they are Relax's ``max`` / ``min``.
+max-pooling) have no converter in TVM 0.27; they are Relax's ``max`` / ``min``. ``x.max(dim)``
+(Hiera's query pooling, ``.max(dim=3).values``) is a sort in TVM's converter (``topk``, k = 1)
+and ``x.min(dim)`` has none; both are the reduction and its ``argmax`` / ``argmin``.
 
 ``add`` / ``sub`` / ``mul`` of an integer tensor and a Python float (``torch.arange(h) + 0.5``:
 YOLO anchor grids): TVM's converter makes the float a constant of the tensor's dtype, so
@@ -39,8 +41,9 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from tvm import relax
+
+from cl_validate.compile.sdpa_converter import convert_sdpa, static_dims
 
 _RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
            "int32": (-2**31, 2**31 - 1)}
@@ -158,6 +161,26 @@ def _reduce_extreme(node: Any, importer: Any, op: Callable[..., Any]) -> Any:
     return importer.block_builder.emit(op(args[0], axis=axis, keepdims=bool(keep)))
 
 
+def _extreme_with_index(op: Callable[..., Any], arg: Callable[..., Any]
+                        ) -> Callable[[Any, Any], Any]:
+    """``x.max(dim)`` / ``x.min(dim)``: (values, indices) as a reduction and an arg-reduction.
+    TVM's converter sorts for them (``topk`` with k = 1) and has none for ``min``."""
+
+    def convert(node: Any, importer: Any) -> Any:
+        args = importer.retrieve_args(node)
+        dim = int(args[1] if len(args) > 1 else node.kwargs["dim"])
+        keep = bool(args[2] if len(args) > 2 else node.kwargs.get("keepdim", False))
+        bb = importer.block_builder
+        values = bb.emit(op(args[0], axis=[dim], keepdims=keep))
+        # ``.values`` alone (the usual case): no indices, which would hold the input's layout
+        if all(u.target is operator.getitem and u.args[1] == 0 for u in node.users):
+            return bb.emit(relax.Tuple([values]))
+        indices = bb.emit(arg(args[0], axis=dim, keepdims=keep))
+        return bb.emit(relax.Tuple([values, indices]))
+
+    return convert
+
+
 def _cumulative(op: Callable[..., Any]) -> Callable[[Any, Any], Any]:
     """``cumsum`` / ``cumprod`` in the dtype PyTorch gives (int64 for booleans and integers,
     unless asked otherwise): TVM's importer kept the input's, so a mask's running count
@@ -186,23 +209,13 @@ def _binary_promoting(relax_op: Callable[..., Any], intrinsic: Callable[..., Any
     return convert
 
 
-def _static_dims(expr: Any) -> list[int] | None:
-    shape = getattr(getattr(expr, "ty", None), "shape", None)
-    if shape is None:
-        return None
-    try:
-        return [int(d) for d in shape]
-    except (TypeError, ValueError):  # a symbolic dimension
-        return None
-
-
 def _index_adjacent(node: Any, importer: Any) -> Any:
     """``x[..., i0, i1, ...]`` with index tensors on adjacent axes: a take along them merged."""
     args = importer.retrieve_args(node)
     data, indices = args[0], list(args[1])
     used = [k for k, idx in enumerate(indices) if idx is not None]
-    dims = _static_dims(data)
-    idx_dims = [_static_dims(indices[k]) for k in used]
+    dims = static_dims(data)
+    idx_dims = [static_dims(indices[k]) for k in used]
     if (len(used) < 2 or used != list(range(used[0], used[-1] + 1)) or dims is None
             or any(d is None for d in idx_dims)
             or any(not str(indices[k].ty.dtype).startswith(("int", "uint")) for k in used)):
@@ -220,85 +233,11 @@ def _index_adjacent(node: Any, importer: Any) -> Any:
                                                                                   "int64")))
         flat = term if flat is None else bb.emit(relax.op.add(flat, term))
         stride *= dims[k]
-    out_index = [int(d) for d in _static_dims(flat) or []]
+    out_index = [int(d) for d in static_dims(flat) or []]
     merged = [*dims[:first], stride, *dims[last + 1:]]
     view = bb.emit(relax.op.reshape(data, merged))
     picked = bb.emit(relax.op.take(view, bb.emit(relax.op.reshape(flat, [-1])), axis=first))
     return bb.emit(relax.op.reshape(picked, [*dims[:first], *out_index, *dims[last + 1:]]))
-
-
-def _sdpa(node: Any, importer: Any) -> Any:
-    """``F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale,
-    enable_gqa)`` as Relax's ``nn.attention``, which takes BSHD (batch, sequence, heads, head
-    dimension). PyTorch's operands are ``(..., heads, L, E)``; the leading axes are the batch.
-    The heads move next to the head dimension (permutes marked as the importer's, which the
-    cleanup passes cancel against a model's own head split), a 3-D ``(N, L, E)`` gets a unit
-    head axis (a reshape). Unlike TVM's converter this one keeps ``scale`` (TVM's drops it),
-    takes a boolean mask (``True`` takes part, as in PyTorch) as an additive one, broadcasts
-    a mask of fewer axes, repeats K/V heads for grouped-query attention and broadcasts a K/V
-    batch of one (a K/V head of one stays one: the attention kernel broadcasts it)."""
-    args = list(importer.retrieve_args(node))
-    kwargs = {k: importer._retrieve_args(v) for k, v in node.kwargs.items()}
-
-    def arg(i: int, name: str, default: Any) -> Any:
-        return args[i] if len(args) > i else kwargs.get(name, default)
-
-    q, k, v = args[:3]
-    mask, dropout = arg(3, "attn_mask", None), arg(4, "dropout_p", 0.0)
-    causal, scale = arg(5, "is_causal", False), kwargs.get("scale")
-    gqa = bool(kwargs.get("enable_gqa", False))
-    if dropout:
-        raise ValueError("scaled_dot_product_attention with dropout_p > 0: export the model "
-                         "in eval mode (model.eval()) or with dropout_p=0")
-    bb = importer.block_builder
-    shapes = [_static_dims(x) for x in (q, k, v)]
-    if any(s is None or len(s) < 2 for s in shapes):
-        return importer._scaled_dot_product_attention(node)  # symbolic: TVM's converter
-    qs, ks, vs = (list(s or []) for s in shapes)
-    lead = qs[:-3] if len(qs) >= 4 else qs[:-2]
-    batch = int(np.prod(lead)) if lead else 1
-
-    def bshd(x: Any, s: list[int]) -> Any:
-        if len(s) == 2:
-            return bb.emit(relax.op.reshape(x, [1, s[0], 1, s[1]]))
-        if len(s) == 3:  # (N, L, E): one head
-            return bb.emit(relax.op.reshape(x, [s[0], s[1], 1, s[2]]))
-        x4 = x if len(s) == 4 else bb.emit(relax.op.reshape(x, [batch, *s[-3:]]))
-        return bb.emit(relax.op.permute_dims(x4, [0, 2, 1, 3]))
-
-    q4, k4, v4 = bshd(q, qs), bshd(k, ks), bshd(v, vs)
-    # PyTorch broadcasts a K/V batch of one; Relax's attention wants the query's batch
-    q_batch = (_static_dims(q4) or [1])[0]
-    k4, v4 = ((x if (dims := _static_dims(x) or [q_batch])[0] == q_batch else
-               bb.emit(relax.op.broadcast_to(x, [q_batch, *dims[1:]]))) for x in (k4, v4))
-    heads, kv_heads = (qs[-3], ks[-3]) if len(qs) >= 4 else (1, 1)
-    if gqa and kv_heads != heads:
-        k4 = bb.emit(relax.op.repeat(k4, heads // kv_heads, axis=2))
-        v4 = bb.emit(relax.op.repeat(v4, heads // kv_heads, axis=2))
-    bias = None
-    if mask is not None:
-        if str(mask.ty.dtype) == "bool":
-            dtype = str(q.ty.dtype)
-            mask = bb.emit(relax.op.where(mask, relax.const(0.0, dtype),
-                                          relax.const(float("-inf"), dtype)))
-        ms: list[int] = _static_dims(mask) or []
-        if len(ms) > 4:
-            mask = bb.emit(relax.op.reshape(mask, [int(np.prod(ms[:-3])), *ms[-3:]]))
-        elif len(ms) == 3 and len(qs) == 3:  # (N, L, S): one head
-            mask = bb.emit(relax.op.reshape(mask, [ms[0], 1, ms[1], ms[2]]))
-        while len(_static_dims(mask) or [0, 0, 0, 0]) < 4:
-            mask = bb.emit(relax.op.expand_dims(mask, 0))
-        bias = mask
-    out = bb.emit(relax.op.nn.attention(
-        q4, k4, v4, bias=bias, scale=None if scale is None else float(scale),
-        causal_mask="TopLeft" if causal else None))
-    os_: list[int] = _static_dims(out) or []
-    if len(qs) <= 3:
-        return bb.emit(relax.op.reshape(out, [*qs[:-1], os_[-1]]))
-    back = bb.emit(relax.op.permute_dims(out, [0, 2, 1, 3]))
-    if len(qs) == 4:
-        return back
-    return bb.emit(relax.op.reshape(back, [*lead, *(_static_dims(back) or [])[1:]]))
 
 
 def _clamp(node: Any, importer: Any) -> Any:
@@ -340,7 +279,7 @@ def _grid_sample(node: Any, importer: Any) -> Any:
                                                              else 0, "zeros")
     align = bool(args[4]) if len(args) > 4 else False
     bb = importer.block_builder
-    if len(_static_dims(grid) or []) != 4:
+    if len(static_dims(grid) or []) != 4:
         return importer._grid_sampler_2d(node)
     grid = bb.emit(relax.op.permute_dims(grid, [0, 3, 1, 2]))
     return bb.emit(relax.op.image.grid_sample(data, grid, method=interp, layout="NCHW",
@@ -361,11 +300,13 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "div.Tensor_mode": _divide_rounded,
         "amax.default": lambda n, imp: _reduce_extreme(n, imp, relax.op.max),
         "amin.default": lambda n, imp: _reduce_extreme(n, imp, relax.op.min),
+        "max.dim": _extreme_with_index(relax.op.max, relax.op.argmax),
+        "min.dim": _extreme_with_index(relax.op.min, relax.op.argmin),
         "add.Tensor": _binary_promoting(relax.op.add, operator.add),
         "sub.Tensor": _binary_promoting(relax.op.subtract, operator.sub),
         "mul.Tensor": _binary_promoting(relax.op.multiply, operator.mul),
         "index.Tensor": _index_adjacent,
-        "scaled_dot_product_attention.default": _sdpa,
+        "scaled_dot_product_attention.default": convert_sdpa,
         "grid_sampler_2d.default": _grid_sample,
         "clamp.default": _clamp,
         "cumsum.default": _cumulative(relax.op.cumsum),

@@ -41,7 +41,6 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.passes._layout_ops import LAYOUT_AGNOSTIC_OPS, plan_for
-from cl_validate.compile.passes._movement_ops import VIEW_OPS
 from cl_validate.compile.passes._plan import Operand, Plan
 from cl_validate.compile.passes._util import (
     FREE,
@@ -186,11 +185,12 @@ class _Analysis:
                     not is_shared(value):  # a shared transpose stays before its split
                 self.seeds[var] = (src, axes)
             return
-        # A view inside a movement chain is left to the chain, which folds as a whole; a view
-        # that ends one (or only feeds the permute that ends one) is first tried as a free
-        # reshape of the permuted data.
+        # A reshape inside a movement chain is left to the chain, which folds as a whole; a
+        # reshape that ends one (or only feeds the permute that ends one) is first tried as a
+        # free reshape of the permuted data. (A squeeze or expand_dims is no step of a chain:
+        # a chain through one starts after it, so it is planned here like any op.)
         plan = None
-        if op_name(value) not in VIEW_OPS or not self._inside_chain(var):
+        if op_name(value) != RESHAPE_OP or not self._inside_chain(var):
             plan = plan_for(value, self.perm_of)
         if plan is None:
             plan = self._chain_plan(var, value)
