@@ -26,6 +26,12 @@ from cl_validate.compile.attribution import (
     ops_by_binding,
     sources_by_binding,
 )
+from cl_validate.compile.complex_pairs import (
+    complex_aware,
+    has_complex,
+    store_complex_constants,
+    unsupported_complex_ops,
+)
 from cl_validate.compile.converters import custom_convert_map
 from cl_validate.compile.decompositions import decompositions
 from cl_validate.compile.model_outputs import named_outputs
@@ -125,9 +131,9 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
         # The importer itself (not the from_exported_program wrapper), to keep its map from
         # FX nodes to Relax bindings: that is how transforms are traced back to PyTorch code.
         importer = ExportedProgramImporter()
-        mod = importer.from_exported_program(
-            exported.run_decompositions(decompositions()), True, True, False,
-            custom_convert_map())
+        program = exported.run_decompositions(decompositions())
+        mod = importer.from_exported_program(program, True, True, False,
+                                             _convert_map(program))
         sources = sources_by_binding(mod, importer.env)
         # The wrapper's permutes are ours, not the model's: only the wrapped model's ops
         # have an nn.Module path under "inner".
@@ -144,6 +150,21 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
     named = {p.name: v for p, v in zip(weight_params(mod["main"]), params.get("main", []),
                                          strict=True)}
     return Frontend(exported, mod, named, t1 - t0, t2 - t1, sources)
+
+
+def _convert_map(program: torch.export.ExportedProgram) -> dict[str, Any]:
+    """Our converters; for a program with complex tensors, the pairs' too (its complex
+    constants stored as pairs first), or an error naming the complex ops they lack."""
+    if not has_complex(program.graph):
+        return custom_convert_map()
+    missing = unsupported_complex_ops(program.graph)
+    if missing:
+        raise ValueError(
+            f"complex tensors reach {', '.join(missing)}, which cl_validate cannot compute on "
+            "complex numbers (it computes view_as_complex/view_as_real, complex, products, "
+            "sums and views of them); write the rotation with real arithmetic (rotate-half)")
+    store_complex_constants(program)
+    return complex_aware(custom_convert_map())
 
 
 def dynamic_shapes(case: CaseSpec) -> tuple[dict[int, Any] | None, ...] | None:

@@ -1,0 +1,77 @@
+"""Rotary positions written with complex numbers (Meta's LLaMA reference, SAM 2's memory
+attention): TVM 0.27 had no converter for ``view_as_complex``, ``view_as_real`` or
+``complex`` and no complex dtype, so such a model did not import. Complex tensors are now
+pairs of reals; an op the pairs cannot compute is named before the import."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cl_validate.errors import CompileStageError
+
+pytestmark = pytest.mark.compile
+
+
+class Rotary(nn.Module):
+    """Patch tokens, q and k rotated as complex products, SDPA. ``constant``: the rotation is
+    a complex constant (an attribute, as SAM 2 keeps it) viewed and repeated for keys from
+    twice the tokens; else it is made in the forward from real buffers (``torch.complex``)."""
+
+    def __init__(self, constant: bool, dim: int = 16, heads: int = 2, tokens: int = 16) -> None:
+        super().__init__()
+        self.constant, self.heads, hd = constant, heads, dim // heads
+        self.patch = nn.Conv2d(3, dim, 4, 4)
+        self.q, self.k, self.v = (nn.Linear(dim, dim) for _ in range(3))
+        angles = torch.outer(torch.arange(tokens).float(),
+                             1.0 / (100 ** (torch.arange(0, hd, 2).float() / hd)))
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+        self.freqs_cis = torch.polar(torch.ones_like(angles), angles)
+
+    def _rotate(self, t: torch.Tensor, repeat: int) -> torch.Tensor:
+        if self.constant:
+            f = self.freqs_cis.view(1, 1, *self.freqs_cis.shape).repeat(1, 1, repeat, 1)
+        else:
+            f = torch.complex(self.cos, self.sin)[None, None].repeat(1, 1, repeat, 1)
+        tc = torch.view_as_complex(t.float().reshape(*t.shape[:-1], -1, 2))
+        return torch.view_as_real(tc * f).flatten(3).type_as(t)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.patch(x).flatten(2).transpose(1, 2)
+        b, n, c = t.shape
+        mem = torch.cat([t, t.flip(1)], dim=1)
+        q = self.q(t).view(b, n, self.heads, -1).transpose(1, 2)
+        k = self.k(mem).view(b, 2 * n, self.heads, -1).transpose(1, 2)
+        v = self.v(mem).view(b, 2 * n, self.heads, -1).transpose(1, 2)
+        out = F.scaled_dot_product_attention(self._rotate(q, 1), self._rotate(k, 2), v)
+        return out.transpose(1, 2).reshape(b, n, c)
+
+
+@pytest.mark.parametrize("constant", [False, True], ids=["made-in-forward", "constant"])
+def test_rotary_positions_as_complex_products_compile_and_compute_them(constant, tmp_path):
+    from tests.test_attention import _compile  # numerics against PyTorch inside
+
+    kernels = _compile(Rotary(constant), 16, tmp_path)
+    assert sum(k.name.startswith("attention") for k in kernels.kernels) == 1, kernels.render()
+
+
+class Magnitude(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2)).abs()
+
+
+def test_an_op_the_pairs_cannot_compute_is_named_before_the_import(tmp_path):
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.session.inputs import make_inputs, torch_inputs
+    from cl_validate.spec import load_case
+
+    path = tmp_path / "c.toml"
+    path.write_text('model = "x:y"\n[[inputs]]\nname = "x"\nshape = [1, 3, 4, 4]\n'
+                    '[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+    case = load_case(path)
+    with pytest.raises(CompileStageError) as err:
+        export_and_import(Magnitude(), case, torch_inputs(case, make_inputs(case)))
+    assert "abs" in str(err.value) and "complex" in str(err.value), err.value
