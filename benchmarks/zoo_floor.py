@@ -155,18 +155,30 @@ def main() -> None:
     ap.add_argument("--markdown", type=Path, help="also write the table as Markdown")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    from wild_zoo import attention, classic, deploy, mobile, variants  # lazy: imports torch
+    from wild_zoo import (  # lazy: imports torch
+        attention,
+        classic,
+        deploy,
+        heads,
+        hybrids,
+        idioms,
+        mobile,
+        positions,
+        variants,
+    )
 
     models = {**classic.MODELS, **mobile.MODELS, **deploy.MODELS, **attention.MODELS,
-              **variants.MODELS}
+              **variants.MODELS, **positions.MODELS, **hybrids.MODELS,
+              **idioms.MODELS, **heads.MODELS}
     rows: list[Row] = []
     print("  ".join(HEADER))
     with tempfile.TemporaryDirectory() as tmp:
         for name, factory in models.items():
             if args.pattern and not any(p in name for p in args.pattern):
                 continue
-            size = attention.SIZE if name in attention.MODELS or name in variants.MODELS \
-                else args.size
+            small = {*attention.MODELS, *variants.MODELS, *positions.MODELS, *hybrids.MODELS,
+                     *idioms.MODELS, *heads.MODELS}
+            size = attention.SIZE if name in small else args.size
             try:
                 row = measure(name, factory, size, Path(tmp))
             except Exception:  # a bug of this script: say where, go on with the others
