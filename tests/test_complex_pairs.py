@@ -16,13 +16,14 @@ pytestmark = pytest.mark.compile
 
 
 class Rotary(nn.Module):
-    """Patch tokens, q and k rotated as complex products, SDPA. ``constant``: the rotation is
-    a complex constant (an attribute, as SAM 2 keeps it) viewed and repeated for keys from
-    twice the tokens; else it is made in the forward from real buffers (``torch.complex``)."""
+    """Patch tokens, q and k rotated as complex products, SDPA, keys from twice the tokens
+    (the rotation repeated for them). `made`: "constant", a complex constant (an attribute,
+    as SAM 2 keeps it) viewed; else made in the forward from real buffers, by
+    ``torch.complex`` or ``torch.polar``."""
 
-    def __init__(self, constant: bool, dim: int = 16, heads: int = 2, tokens: int = 16) -> None:
+    def __init__(self, made: str, dim: int = 16, heads: int = 2, tokens: int = 16) -> None:
         super().__init__()
-        self.constant, self.heads, hd = constant, heads, dim // heads
+        self.made, self.heads, hd = made, heads, dim // heads
         self.patch = nn.Conv2d(3, dim, 4, 4)
         self.q, self.k, self.v = (nn.Linear(dim, dim) for _ in range(3))
         angles = torch.outer(torch.arange(tokens).float(),
@@ -32,8 +33,11 @@ class Rotary(nn.Module):
         self.freqs_cis = torch.polar(torch.ones_like(angles), angles)
 
     def _rotate(self, t: torch.Tensor, repeat: int) -> torch.Tensor:
-        if self.constant:
+        if self.made == "constant":
             f = self.freqs_cis.view(1, 1, *self.freqs_cis.shape).repeat(1, 1, repeat, 1)
+        elif self.made == "polar":  # Meta's precompute_freqs_cis, in the forward
+            angles = torch.atan2(self.sin, self.cos)
+            f = torch.polar(torch.ones_like(angles), angles)[None, None].repeat(1, 1, repeat, 1)
         else:
             f = torch.complex(self.cos, self.sin)[None, None].repeat(1, 1, repeat, 1)
         tc = torch.view_as_complex(t.float().reshape(*t.shape[:-1], -1, 2))
@@ -50,11 +54,11 @@ class Rotary(nn.Module):
         return out.transpose(1, 2).reshape(b, n, c)
 
 
-@pytest.mark.parametrize("constant", [False, True], ids=["made-in-forward", "constant"])
-def test_rotary_positions_as_complex_products_compile_and_compute_them(constant, tmp_path):
+@pytest.mark.parametrize("made", ["complex", "polar", "constant"])
+def test_rotary_positions_as_complex_products_compile_and_compute_them(made, tmp_path):
     from tests.test_attention import _compile  # numerics against PyTorch inside
 
-    kernels = _compile(Rotary(constant), 16, tmp_path)
+    kernels = _compile(Rotary(made), 16, tmp_path)
     assert sum(k.name.startswith("attention") for k in kernels.kernels) == 1, kernels.render()
 
 

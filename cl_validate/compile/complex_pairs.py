@@ -9,9 +9,10 @@ dtype and TVM 0.27's importer has no converter for these ops. Here a complex ten
 
 * complex constants (lifted by torch.export) are stored as ``view_as_real`` of themselves
   before the import (`store_complex_constants`);
-* ``complex(re, im)`` stacks its parts; products, sums and differences are computed on the
-  parts (a real operand scales or shifts them); views, slices, selections, expansions,
-  repeats and permutes act on the leading axes, the parts' axis staying last;
+* ``complex(re, im)`` stacks its parts, ``polar(r, θ)`` makes them; products, sums and
+  differences are computed on the parts (a real operand scales or shifts them); views,
+  slices, selections, expansions, repeats and permutes act on the leading axes, the parts'
+  axis staying last;
 * any other op that reads or makes a complex tensor is refused before the import, by name
   (`unsupported_complex_ops`): a pair it did not know would compute something else.
 """
@@ -105,6 +106,10 @@ def _pair_op(name: str, node: Any, importer: Any) -> Any:
     if name == "complex":
         re, im = importer.env[node.args[0]], importer.env[node.args[1]]
         return _pair(bb, re, im)
+    if name == "polar":  # abs · (cos θ, sin θ)
+        mag, angle = importer.env[node.args[0]], importer.env[node.args[1]]
+        return _pair(bb, bb.emit(relax.op.multiply(mag, bb.emit(relax.op.cos(angle)))),
+                     bb.emit(relax.op.multiply(mag, bb.emit(relax.op.sin(angle)))))
     if name in ("view_as_complex", "view_as_real", "clone", "alias", "contiguous",
                 "lift_fresh_copy", "detach", "_to_copy", "to"):
         return x
@@ -133,7 +138,7 @@ def _pair_op(name: str, node: Any, importer: Any) -> Any:
 
 #: Ops (``node.target.__name__`` before the overload) that may read or make a complex tensor.
 _ARITHMETIC = {"mul": _arithmetic("mul"), "add": _arithmetic("add"), "sub": _arithmetic("sub")}
-_PAIR_OPS = frozenset({"complex", "view_as_complex", "view_as_real", "clone", "alias",
+_PAIR_OPS = frozenset({"complex", "polar", "view_as_complex", "view_as_real", "clone", "alias",
                        "contiguous", "lift_fresh_copy", "detach", "_to_copy", "to", "view",
                        "reshape", "_unsafe_view", "unsqueeze", "squeeze", "flatten", "expand",
                        "repeat", "permute", "select", "slice"})
