@@ -78,4 +78,6 @@ def test_an_op_the_pairs_cannot_compute_is_named_before_the_import(tmp_path):
     case = load_case(path)
     with pytest.raises(CompileStageError) as err:
         export_and_import(Magnitude(), case, torch_inputs(case, make_inputs(case)))
-    assert "abs" in str(err.value) and "complex" in str(err.value), err.value
+    message = str(err.value)
+    assert "no converter for abs.default on complex tensors (hint:" in message, message
+    assert "Traceback" not in message and "\n" not in message, message

@@ -153,8 +153,8 @@ VERDICTS: dict[str, Verdict] = {
         "compile", Error, "CompileError", ("export failed: GuardOnDataDependentSymNode",), 2),
     "verdict_import_unsupported_op.toml": Verdict(
         "compile", Error, "CompileError",
-        ("import failed:", "Unsupported function types", "no converter for _fft_r2c.default, "
-         "view_as_real.default (hint:"), 2),
+        ("import failed:", "Unsupported function types",
+         "no converter for _fft_r2c.default on complex tensors (hint:"), 2),
     "verdict_forward_raises.toml": Verdict(
         "compile", Error, "ModelError", ("PyTorch forward failed: RuntimeError",), 2),
     "verdict_outputs_too_many.toml": Verdict(

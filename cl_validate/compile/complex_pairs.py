@@ -153,6 +153,14 @@ def _touches_complex(node: Any) -> bool:
     return is_complex(node) or any(is_complex(a) for a in node.all_input_nodes)
 
 
+class UnsupportedComplexOps(ValueError):
+    """Ops of a program that read or make complex tensors and that the pairs cannot compute."""
+
+    def __init__(self, ops: list[str]) -> None:
+        super().__init__(f"no converter for {', '.join(ops)} on complex tensors")
+        self.ops = ops
+
+
 def unsupported_complex_ops(graph: Any) -> list[str]:
     """The ops of `graph` that read or make a complex tensor and that the pairs cannot
     compute (each name once, in graph order)."""

@@ -27,6 +27,7 @@ from cl_validate.compile.attribution import (
     sources_by_binding,
 )
 from cl_validate.compile.complex_pairs import (
+    UnsupportedComplexOps,
     complex_aware,
     has_complex,
     store_complex_constants,
@@ -159,10 +160,7 @@ def _convert_map(program: torch.export.ExportedProgram) -> dict[str, Any]:
         return custom_convert_map()
     missing = unsupported_complex_ops(program.graph)
     if missing:
-        raise ValueError(
-            f"complex tensors reach {', '.join(missing)}, which cl_validate cannot compute on "
-            "complex numbers (it computes view_as_complex/view_as_real, complex, products, "
-            "sums and views of them); write the rotation with real arithmetic (rotate-half)")
+        raise UnsupportedComplexOps(missing)
     store_complex_constants(program)
     return complex_aware(custom_convert_map())
 
@@ -236,6 +234,12 @@ def _unsupported_ops_summary(exc: BaseException) -> str | None:
     """TVM's importer asserts ``Unsupported function types [...]`` listing the ops it has no
     converter for, in set order (it varies between runs). Sorted, the verdict reads the same
     every time, and says what to do."""
+    if isinstance(exc, UnsupportedComplexOps):  # complex tensors: imported as pairs of reals
+        return (f"Unsupported function types: no converter for {', '.join(sorted(exc.ops))} "
+                "on complex tensors (hint: complex tensors are imported as pairs of reals, "
+                "which view_as_complex/view_as_real, complex, polar, products, sums and views "
+                f"compute; express the model without {'it' if len(exc.ops) == 1 else 'them'}, "
+                "or add it to cl_validate/compile/complex_pairs.py)")
     text = str(exc).strip()
     prefix = "Unsupported function types "
     if not isinstance(exc, AssertionError) or not text.startswith(prefix):
