@@ -76,6 +76,22 @@ def test_pt2e_network_reaches_the_layout_floor(write_case, layout, floor):
     assert "quantize" in names and "conv2d" in names
 
 
+@pytest.mark.compile
+def test_a_quantized_flatten_into_a_linear_folds_into_its_weight(write_case):
+    """A quantized VGG-style head: PT2E's max pool (values and unused indices) and the QDQ
+    pairs between the pools, the flatten and the Linear kept the pools in NCHW behind a
+    transpose of the feature map. The pools run in NHWC and the flatten's transpose goes
+    into the Linear's weight rows, as in the float model: the input's transform is all that
+    is left, and the Linear still computes in integers."""
+    pytest.importorskip("torchao")
+    case = _case(write_case, "flatten_head", "NCHW", 1)
+    (result,) = judge_in_process([case], RunOptions(isolate=False))
+    for check in ("compile", "layout", "layout_transforms", "numerics"):
+        assert result.check(check).status is Status.PASSED, result.check(check).message
+    products = result.check("float_qdq_products").figures
+    assert (products.float_products, products.integer_products) == (0, 3), products
+
+
 def test_the_float64_reference_runs_the_same_qdq_graph_in_float64(write_case):
     """quantized_decomposed refuses float64 input; the reference computes the codes from the
     float64 values instead, and lands on eager float32's grid (the same graph)."""

@@ -143,6 +143,10 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
         mod, params = relax.frontend.detach_params(
             mark_import_permutes(mod, sources, ops_by_binding(mod, importer.env), ours))
         mod = _name_symbolic_dims(mod, case)
+        # A tuple the importer builds and indexes at once (max_pool2d's values and unused
+        # indices) read as its field, and what nothing reads dropped: the layout passes
+        # then see the pool's reader read the pool.
+        mod = relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))
     except ClValidateError:
         raise
     except Exception as exc:

@@ -239,3 +239,31 @@ def upsampler() -> nn.Module:
         for _ in range(3):
             prepared(torch.randn(SHAPE))
     return convert_pt2e(prepared)
+
+
+class FlattenHead(nn.Module):
+    """VGG's classifier in small: conv, ReLU, max pool twice, then ``torch.flatten`` of the
+    4×4 map (C-major features) into a Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                      nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.fc = nn.Linear(8 * 16, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.features(x), 1))
+
+
+def flatten_head() -> nn.Module:
+    """`FlattenHead` through PT2E with the x86 quantizer (the pools' indices, the QDQ pairs
+    between the pool, the flatten and the Linear)."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    torch.manual_seed(0)
+    exported = torch.export.export(FlattenHead().eval(), (torch.randn(SHAPE),)).module()
+    prepared = prepare_pt2e(exported, _x86_quantizer())  # type: ignore[arg-type]
+    with torch.no_grad():
+        for _ in range(3):
+            prepared(torch.randn(SHAPE))
+    return convert_pt2e(prepared)

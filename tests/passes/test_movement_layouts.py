@@ -214,12 +214,12 @@ def test_flatten_into_linear_permutes_the_weight_rows() -> None:
         def main(x: T4, w: R.Tensor((10, 128), "float32")) -> R.Tensor((1, 10), "float32"):
             R.func_attr({"num_input": 1})
             with R.dataflow():
+                f = R.reshape(x, R.shape([1, 128]))  # the flatten, of the unpermuted data
                 wt = R.permute_dims(w, axes=[1, 0])
-                lv = R.reshape(x, R.shape([1, 128]))
                 lv1 = R.reshape(wt, R.shape([8, 4, 4, 10]))
                 lv2 = R.permute_dims(lv1, axes=[1, 2, 0, 3])
                 lv3 = R.reshape(lv2, R.shape([128, 10]))
-                gv = R.matmul(lv, lv3, out_dtype=None)
+                gv = R.matmul(f, lv3, out_dtype=None)
                 R.output(gv)
             return gv
 

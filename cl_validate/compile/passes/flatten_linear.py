@@ -15,6 +15,9 @@ Matched, all of it checked (else the IR is left as it was)::
     o = matmul(r, W)               # W (K, M) derived from weights only
 
 becomes ``matmul(reshape(y, (N, K)), W')`` with ``W'`` the rows of ``W`` in ``y``'s order.
+Between the flatten and the matmul a per-tensor quantize/dequantize pair may stand (a
+quantized classifier's input edge): it maps each feature on its own, so it is the same in
+either order.
 
 Not bit-exact, and therefore a stage of its own rather than one of the (exact) cleanup passes:
 the dot products sum the same products in another order, so results differ by float rounding
@@ -55,18 +58,53 @@ def _flatten_source(func: relax.Function) -> dict[relax.Var, tuple[relax.Expr, t
         t = value.args[0]
         axes = permute_axes(values.get(t))
         t_shape, r_shape = known_shape(t), known_shape(r)
-        if (axes is None or is_identity(axes) or axes[0] != 0 or t_shape is None
-                or r_shape is None or len(r_shape) != 2 or r_shape[0] != t_shape[0]
-                or uses.get(t) != [r]):
+        if (axes is None or is_identity(axes) or t_shape is None or r_shape is None
+                or len(r_shape) != 2 or uses.get(t) != [r]):
+            continue
+        # each row of the flatten one batch item (p keeps the batch first), or a single row
+        # (batch 1, whatever the chain before it merged or dropped)
+        if r_shape[0] != 1 and (axes[0] != 0 or r_shape[0] != t_shape[0]):
             continue
         y = values[t].args[0]
         if is_weight_derived(y, derived):
             continue
-        readers = uses.get(r, [])
-        if not readers or any(u is None or not _reads_as_lhs(values.get(u), r, derived)
-                              for u in readers):
+        if matmul_readers(r, uses, values, derived) is None:
             continue
         found[r] = (y, axes)
+    return found
+
+
+_PER_TENSOR = ("relax.quantize", "relax.dequantize")
+
+
+def _per_tensor(value: relax.Expr | None) -> bool:
+    """A quantize/dequantize with one scale and zero point for the whole tensor."""
+    return op_name(value) in _PER_TENSOR and all(
+        (known_shape(a) or (1,)) in ((), (1,)) for a in value.args[1:])  # type: ignore[union-attr]
+
+
+def matmul_readers(r: relax.Var, uses: dict[relax.Var, list[relax.Var | None]],
+                    values: dict[relax.Var, relax.Expr], derived: set[relax.Var]
+                    ) -> list[relax.Var] | None:
+    """The matmuls by a weight that read `r`, directly or through per-tensor quantize and
+    dequantize; None when anything else reads it on the way."""
+    found: list[relax.Var] = []
+    frontier = [r]
+    while frontier:
+        v = frontier.pop()
+        readers = uses.get(v, [])
+        if not readers:
+            return None
+        for u in readers:
+            if u is None:
+                return None
+            value = values.get(u)
+            if _reads_as_lhs(value, v, derived):
+                found.append(u)
+            elif _per_tensor(value) and value.args[0].same_as(v):  # type: ignore[union-attr]
+                frontier.append(u)
+            else:
+                return None
     return found
 
 
@@ -81,31 +119,37 @@ def _reads_as_lhs(value: relax.Expr | None, r: relax.Var, derived: set[relax.Var
 
 @mutator
 class _Folder(PyExprMutator):  # type: ignore[misc]
-    def __init__(self, flattens: dict[relax.Var, tuple[relax.Expr, tuple[int, ...]]]) -> None:
+    def __init__(self, flattens: dict[relax.Var, tuple[relax.Expr, tuple[int, ...]]],
+                 matmuls: dict[relax.Var, relax.Var]) -> None:
         super().__init__()
         self.flattens = flattens
+        self.matmuls = matmuls  # each matmul reading a flatten -> that flatten
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
-        value = binding.value
-        lhs = value.args[0] if op_name(value) == MATMUL else None
-        if not isinstance(lhs, relax.Var) or lhs not in self.flattens:
+        value, var = binding.value, binding.var
+        if var in self.flattens:  # the flatten of the unpermuted data: same shape
+            y, _ = self.flattens[var]
+            new = relax.op.reshape(self.visit_expr(y), list(known_shape(var) or ()))
+        elif var in self.matmuls:  # the weight's rows in that data's order
+            y, p = self.flattens[self.matmuls[var]]
+            t_shape = known_shape(self.matmuls[var])  # (N, K)
+            y_shape = known_shape(y)
+            assert t_shape is not None and y_shape is not None
+            lead = 1 if p[0] == 0 else 0  # a batch axis that stays first is no feature axis
+            feature_shape = [y_shape[i] for i in p[lead:]]  # the flatten's axes, its order
+            w = self.visit_expr(value.args[1])
+            out = int(known_shape(w)[1])  # type: ignore[index]
+            inv = inverse(p)
+            rows = relax.op.reshape(w, [*feature_shape, out])
+            # row axis j-lead of ``rows`` is y axis p[j]; put them in y's order
+            order = [inv[k] - lead for k in range(lead, len(p))] + [len(p) - lead]
+            moved = relax.op.reshape(relax.op.permute_dims(rows, order), [*t_shape[1:], out])
+            new = relax.Call(value.op, [self.visit_expr(value.args[0]), moved], value.attrs,
+                             value.ty_args)
+        else:
             super().visit_var_binding_(binding)
             return
-        y, p = self.flattens[lhs]
-        t_shape = known_shape(lhs)  # (N, K)
-        y_shape = known_shape(y)
-        assert t_shape is not None and y_shape is not None
-        feature_shape = [y_shape[i] for i in p[1:]]  # the flatten's axes, in its order
-        w = self.visit_expr(value.args[1])
-        out = int(known_shape(w)[1])  # type: ignore[index]
-        inv = inverse(p)
-        rows = relax.op.reshape(w, [*feature_shape, out])
-        # row axis j-1 of ``rows`` is y axis p[j]; put them in y's order (y axes 1..n-1)
-        order = [inv[k] - 1 for k in range(1, len(p))] + [len(p) - 1]
-        moved = relax.op.reshape(relax.op.permute_dims(rows, order), [*t_shape[1:], out])
-        flat = relax.op.reshape(self.visit_expr(y), list(t_shape))
-        new = relax.Call(value.op, [flat, moved], value.attrs, value.ty_args)
-        self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(new)))
+        self.builder_.emit_normalized(relax.VarBinding(var, self.builder_.normalize(new)))
 
 
 def fold_flatten_into_linear(func: relax.Function) -> relax.Function:
@@ -114,9 +158,13 @@ def fold_flatten_into_linear(func: relax.Function) -> relax.Function:
     flattens = _flatten_source(func)
     if not flattens:
         return func
-    return relax.analysis.remove_all_unused(_Folder(flattens).visit_expr(func))
+    uses = use_sites(func)
+    values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
+    derived = weight_derived(func)
+    matmuls = {m: r for r in flattens for m in matmul_readers(r, uses, values, derived) or ()}
+    return relax.analysis.remove_all_unused(_Folder(flattens, matmuls).visit_expr(func))
 
 
 FoldFlattenIntoLinear = relax_function_pass("FoldFlattenIntoLinear")(fold_flatten_into_linear)
 
-__all__ = ["FoldFlattenIntoLinear", "fold_flatten_into_linear"]
+__all__ = ["FoldFlattenIntoLinear", "fold_flatten_into_linear", "matmul_readers"]

@@ -56,6 +56,7 @@ from cl_validate.compile.passes._util import (
     relax_function_pass,
 )
 from cl_validate.compile.passes.cancel_permutes import fold_permutes
+from cl_validate.compile.passes.flatten_linear import matmul_readers
 from cl_validate.compile.passes.movement_chains import (
     RESHAPE_OP,
     MovementChains,
@@ -262,6 +263,9 @@ class _Analysis:
         if best is None:
             return None
         probe, out, out_shape, steps = best
+        cost = probe[1]
+        if self._flattened_into_linear(var):  # FoldFlattenIntoLinear takes its transpose
+            cost = FREE
 
         def rebuild(new: Sequence[relax.Expr]) -> relax.Expr:
             folded = folded_movement(new[0], src_shape, steps,  # type: ignore[arg-type]
@@ -269,8 +273,16 @@ class _Analysis:
             assert folded is not None
             return folded[0]
 
-        return Plan(out, (Operand(chain.root, p),), rebuild, cost=probe[1], replaces=chain.cost,
+        return Plan(out, (Operand(chain.root, p),), rebuild, cost=cost, replaces=chain.cost,
                     internal=chain.internal)
+
+    def _flattened_into_linear(self, var: relax.Var) -> bool:
+        """`var` flattens to (N, K) for Linears by weights alone (through per-tensor QDQ):
+        the transpose a flatten needs goes into their weights' rows (FoldFlattenIntoLinear,
+        a later stage), so a chain that ends in one costs nothing there."""
+        shape = static_shape(var)
+        return shape is not None and len(shape) == 2 and bool(matmul_readers(
+            var, self.chains.uses, self.chains.values, self.weights))
 
     # ---- cost model ---------------------------------------------------------------------
     def _conversion_cost(self, op: Operand) -> Cost:
