@@ -1,0 +1,77 @@
+"""The held-out architectures quantized as a new user would: each `benchmarks/wild_zoo/` model
+(or those named) through PT2E with the x86 quantizer (`model_cases/zoo/quant.py`'s
+``pt2e_quantize``), as a case that asks every quantized product to compute in integers
+(``float_qdq_products = 0``) and the outputs to be within one quantization step of the same
+QDQ graph in float64; then ``cl-validate run`` on them, llvm. The run's table is the result:
+runtime transforms, products in float / in integers (``+Ni``), numerics in steps.
+
+    python benchmarks/quant_zoo.py [-k NAME] [-j N] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FACTORIES = f'''"""PT2E-quantized wild_zoo models (written by benchmarks/quant_zoo.py)."""
+import sys
+sys.path[:0] = [{str(ROOT / "benchmarks")!r}, {str(ROOT / "model_cases")!r}]
+import torch
+from zoo.quant import _x86, pt2e_quantize
+from wild_zoo import attention, heads, hybrids, idioms, positions, variants
+
+MODELS = {{**positions.MODELS, **hybrids.MODELS, **idioms.MODELS, **heads.MODELS,
+           **attention.MODELS, **variants.MODELS}}
+
+
+def quantized(name):
+    torch.manual_seed(0)
+    return pt2e_quantize(MODELS[name]().eval(), torch.randn(1, 3, 32, 32), _x86())
+'''
+CASE = """model = "quant_zoo_models:{name}"
+targets = ["llvm"]
+[[inputs]]
+name = "x"
+shape = [1, 3, 32, 32]
+[layout]
+"relax.nn.conv2d" = ["NHWC", "OHWI"]
+[budget]
+float_qdq_products = 0
+layout_transforms = 1000  # counted, not gated here: the count is a result
+[tolerance]
+reference = "float64"
+steps = 1
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-k", dest="pattern", action="append", help="only models whose name has it")
+    ap.add_argument("-j", dest="jobs", default="2", help="cases run at once (default 2)")
+    ap.add_argument("--keep", type=Path, help="write the cases here (kept) instead of a temp dir")
+    args = ap.parse_args()
+    sys.path[:0] = [str(ROOT / "benchmarks")]
+    from wild_zoo import attention, heads, hybrids, idioms, positions, variants  # lazy: torch
+
+    names = [n for n in {**positions.MODELS, **hybrids.MODELS, **idioms.MODELS,
+                         **heads.MODELS, **attention.MODELS, **variants.MODELS}
+             if not args.pattern or any(p in n for p in args.pattern)]
+    with tempfile.TemporaryDirectory() as tmp:
+        where = args.keep or Path(tmp)
+        where.mkdir(parents=True, exist_ok=True)
+        factories = FACTORIES + "".join(
+            f"\n\ndef {n}():\n    return quantized({n!r})\n" for n in names)
+        (where / "quant_zoo_models.py").write_text(factories)
+        for n in names:
+            (where / f"q_{n}.toml").write_text(CASE.format(name=n))
+        code = subprocess.call([sys.executable, "-m", "cl_validate", "run", str(where),
+                                "-j", args.jobs, "--no-cache"])
+    sys.exit(0 if code in (0, 1) else code)  # 1: some case failed, which is a finding
+
+
+if __name__ == "__main__":
+    main()
