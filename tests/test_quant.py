@@ -9,6 +9,7 @@ import pytest
 from cl_validate.checks.compile import CaseKind
 from cl_validate.checks.verdict import Status
 from cl_validate.compile.factory import build_model
+from cl_validate.measurements.attribution import Reason
 from cl_validate.measurements.measurement import Measurement
 from cl_validate.session.case_session import CaseSession
 from cl_validate.session.in_process import judge_in_process
@@ -90,6 +91,19 @@ def test_a_quantized_flatten_into_a_linear_folds_into_its_weight(write_case):
         assert result.check(check).status is Status.PASSED, result.check(check).message
     products = result.check("float_qdq_products").figures
     assert (products.float_products, products.integer_products) == (0, 3), products
+
+
+@pytest.mark.compile
+def test_the_input_transposed_after_its_slices_and_quantize_is_the_inputs(write_case):
+    """YOLOv5's Focus quantized: the input's transpose lands after the slices, the concat
+    and the quantize. It is there because the input is NCHW, not for a rule quantize lacks
+    (the attribution stopped at the concat's parts and blamed quantize)."""
+    pytest.importorskip("torchao")
+    case = _case(write_case, "focus_stem", "NCHW", 1)
+    (result,) = judge_in_process([case], RunOptions(isolate=False))
+    assert result.kernels is not None
+    reasons = [t.attribution.reason for t in result.kernels.runtime_transforms]
+    assert reasons == [Reason.INPUT_BOUNDARY], result.kernels.render()
 
 
 def test_the_float64_reference_runs_the_same_qdq_graph_in_float64(write_case):

@@ -306,15 +306,17 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
         op = op_name(cur.value)
         src = sources.get(cur.var.name)
         module = src.rsplit(" (", 1)[0] if src else None
-        if origin_parts(cur.value):
+        if isinstance(cur.value, relax.Tuple):  # a concat's parts, bound: on through the first
+            pass
+        elif origin_parts(cur.value):
             return origin_attribution(cur.value)
-        if op in kept:
+        elif op in kept:
             return Attribution(Reason.KEPT_LAYOUT, op, src)
-        if module is not None and module in pinned:
+        elif module is not None and module in pinned:
             return _pinned(cur, module, producer, derived, sources)
-        if op in decided:
+        elif op in decided:
             break  # the case's [layout] put this op in the new layout: the cause is below it
-        if not has_layout_rule(op):
+        elif not has_layout_rule(op):
             if op not in _VIEWS and op not in _CARRIED:
                 if first_ruleless is None or first_ruleless.relax_op in _CARRIED:
                     # an op our passes carry a layout through only followed this one
@@ -324,8 +326,10 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
                 first_ruleless = Attribution(Reason.NO_LAYOUT_RULE, op, src)
         elif first_ruleless is not None and first_ruleless.relax_op in _VIEWS:
             break  # an op with a rule past a view: the view decided
-        args = [a for a in getattr(cur.value, "args", [])
-                if isinstance(a, relax.Var) and not a.same_as(prev_arg)
+        operands = cur.value.fields if isinstance(cur.value, relax.Tuple) else [
+            f for a in getattr(cur.value, "args", [])
+            for f in (a.fields if isinstance(a, relax.Tuple) else [a])]
+        args = [a for a in operands if isinstance(a, relax.Var) and not a.same_as(prev_arg)
                 and not is_weight_derived(a, derived)]
         nxt = args[0] if args else None
         if nxt is not None and nxt in inputs:

@@ -255,15 +255,38 @@ class FlattenHead(nn.Module):
         return self.fc(torch.flatten(self.features(x), 1))
 
 
-def flatten_head() -> nn.Module:
-    """`FlattenHead` through PT2E with the x86 quantizer (the pools' indices, the QDQ pairs
-    between the pool, the flatten and the Linear)."""
+def _x86_quantized(model: nn.Module) -> nn.Module:
+    """`model` through PT2E with the x86 quantizer, seeded, calibrated on three batches."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     torch.manual_seed(0)
-    exported = torch.export.export(FlattenHead().eval(), (torch.randn(SHAPE),)).module()
+    exported = torch.export.export(model.eval(), (torch.randn(SHAPE),)).module()
     prepared = prepare_pt2e(exported, _x86_quantizer())  # type: ignore[arg-type]
     with torch.no_grad():
         for _ in range(3):
             prepared(torch.randn(SHAPE))
     return convert_pt2e(prepared)
+
+
+def flatten_head() -> nn.Module:
+    """`FlattenHead` quantized (the pools' indices, the QDQ pairs between the pool, the
+    flatten and the Linear)."""
+    return _x86_quantized(FlattenHead())
+
+
+class FocusStem(nn.Module):
+    """YOLOv5's Focus: the input's four pixel phases (strided slices) concatenated on the
+    channels, then a convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(12, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(torch.cat([x[..., ::2, ::2], x[..., 1::2, ::2], x[..., ::2, 1::2],
+                                    x[..., 1::2, 1::2]], 1)).mean((2, 3))
+
+
+def focus_stem() -> nn.Module:
+    """`FocusStem` quantized: a quantize after the concat."""
+    return _x86_quantized(FocusStem())
