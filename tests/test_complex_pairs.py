@@ -5,9 +5,11 @@ pairs of reals; an op the pairs cannot compute is named before the import."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+import tvm
 from torch import nn
 
 from cl_validate.errors import CompileStageError
@@ -60,6 +62,36 @@ def test_rotary_positions_as_complex_products_compile_and_compute_them(made, tmp
 
     kernels = _compile(Rotary(made), 16, tmp_path)
     assert sum(k.name.startswith("attention") for k in kernels.kernels) == 1, kernels.render()
+
+
+class Shifted(nn.Module):
+    """Complex arithmetic beside the rotation: a real added to and subtracted from a complex
+    of fewer axes, a real times a complex, complex minus complex."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = torch.view_as_complex(x[0, 0].reshape(4, 2, 2))  # (4, 2) complex
+        w = torch.view_as_complex(x[0, 1].reshape(4, 2, 2))
+        real = x[0, 2, :2, :2]  # (2, 2)
+        out = (x[0, :, :2, :2] + z[:2]) - (w[:2] * real) - (real - w[1])  # (3, 2, 2)
+        return torch.view_as_real(out).flatten(-2)
+
+
+def test_complex_arithmetic_with_reals_of_other_shapes_computes_it(tmp_path):
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case
+    from cl_validate.session.execute import run_torch, run_tvm
+    from cl_validate.session.inputs import make_inputs, torch_inputs
+    from cl_validate.spec import load_case
+
+    path = tmp_path / "c.toml"
+    path.write_text('model = "x:y"\n[[inputs]]\nname = "x"\nshape = [1, 3, 4, 4]\n'
+                    '[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+    case = load_case(path)
+    arrays = make_inputs(case)
+    tensors = torch_inputs(case, arrays)
+    compiled = compile_case(export_and_import(Shifted(), case, tensors), case, "llvm")
+    got = run_tvm(compiled.executable, case, arrays, tvm.cpu())[0]
+    np.testing.assert_allclose(got, run_torch(Shifted(), tensors)[0], rtol=1e-6, atol=1e-6)
 
 
 class Magnitude(nn.Module):

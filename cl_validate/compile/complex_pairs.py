@@ -23,6 +23,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from tvm import relax
 
@@ -46,10 +47,14 @@ def _shape(node: Any) -> list[int]:
 
 
 def _pair(bb: Any, re: Any, im: Any) -> Any:
-    """(re, im) on a new last axis (a concat: TVM 0.27's ConvertLayout fails on ``stack``)."""
-    n = re.ty.ndim
-    parts = [bb.emit(relax.op.expand_dims(t, n)) for t in (re, im)]
-    return bb.emit(relax.op.concat(parts, axis=n))
+    """(re, im) on a new last axis (a concat: TVM 0.27's ConvertLayout fails on ``stack``),
+    each broadcast to the shape of both (a real added to a complex of fewer axes)."""
+    shapes = [tuple(int(d) for d in t.ty.shape) for t in (re, im)]
+    full = tuple(int(d) for d in np.broadcast_shapes(*shapes))
+    re, im = (t if s == full else bb.emit(relax.op.broadcast_to(t, list(full)))
+              for t, s in zip((re, im), shapes, strict=True))
+    parts = [bb.emit(relax.op.expand_dims(t, len(full))) for t in (re, im)]
+    return bb.emit(relax.op.concat(parts, axis=len(full)))
 
 
 def _part(bb: Any, pair: Any, i: int) -> Any:
