@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import tvm
 from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
 from cl_validate.compile.attribution import (
@@ -38,7 +39,7 @@ from cl_validate.compile.decompositions import decompositions
 from cl_validate.compile.model_outputs import named_outputs
 from cl_validate.compile.quant_steps import output_steps
 from cl_validate.errors import CaseFileError, ClValidateError, CompileStageError
-from cl_validate.ir import shape_exprs, weight_params
+from cl_validate.ir import bindings, replace_function, shape_exprs, weight_params
 from cl_validate.measurements.quant_steps import OutputStep
 from cl_validate.paths import display_path
 from cl_validate.spec import CaseSpec
@@ -143,10 +144,7 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
         mod, params = relax.frontend.detach_params(
             mark_import_permutes(mod, sources, ops_by_binding(mod, importer.env), ours))
         mod = _name_symbolic_dims(mod, case)
-        # A tuple the importer builds and indexes at once (max_pool2d's values and unused
-        # indices) read as its field, and what nothing reads dropped: the layout passes
-        # then see the pool's reader read the pool.
-        mod = relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))
+        mod = _read_tuple_fields(mod)
     except ClValidateError:
         raise
     except Exception as exc:
@@ -155,6 +153,38 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
     named = {p.name: v for p, v in zip(weight_params(mod["main"]), params.get("main", []),
                                          strict=True)}
     return Frontend(exported, mod, named, t1 - t0, t2 - t1, sources)
+
+
+@mutator
+class _TupleFields(PyExprMutator):  # type: ignore[misc]
+    """``v = t[i]`` of a tuple ``t`` the function builds itself: ``v`` is that field."""
+
+    def __init__(self, tuples: dict[relax.Var, relax.Tuple]) -> None:
+        super().__init__()
+        self.tuples = tuples
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = binding.value
+        tup = self.tuples.get(value.tuple_value) if isinstance(value, relax.TupleGetItem) else None
+        field = None if tup is None else tup.fields[value.index]
+        if isinstance(binding.var, relax.DataflowVar) and isinstance(field, relax.Var):
+            self.set_var_remap(binding.var, self.visit_expr(field))
+            return
+        super().visit_var_binding_(binding)
+
+
+def _read_tuple_fields(mod: tvm.IRModule) -> tvm.IRModule:
+    """A tuple the importer builds and indexes at once (max_pool2d's values and unused
+    indices) read as its field, and what then nothing reads dropped: the layout passes see
+    the pool's reader read the pool. Every other binding keeps its name (the sources of the
+    model's code are found by them)."""
+    func = mod["main"]
+    tuples = {b.var: b.value for b in bindings(func)
+              if isinstance(b, relax.VarBinding) and isinstance(b.value, relax.Tuple)}
+    if not tuples:
+        return mod
+    new = relax.analysis.remove_all_unused(_TupleFields(tuples).visit_expr(func))
+    return replace_function(mod, "main", new)
 
 
 def _convert_map(program: torch.export.ExportedProgram) -> dict[str, Any]:
