@@ -167,14 +167,14 @@ def _extreme_with_index(op: Callable[..., Any], arg: Callable[..., Any]
     TVM's converter sorts for them (``topk`` with k = 1) and has none for ``min``."""
 
     def convert(node: Any, importer: Any) -> Any:
-        args = importer.retrieve_args(node)
-        dim = int(args[1] if len(args) > 1 else node.kwargs["dim"])
-        keep = bool(args[2] if len(args) > 2 else node.kwargs.get("keepdim", False))
         bb = importer.block_builder
-        values = bb.emit(op(args[0], axis=[dim], keepdims=keep))
+        values = _reduce_extreme(node, importer, op)
         # ``.values`` alone (the usual case): no indices, which would hold the input's layout
         if all(u.target is operator.getitem and u.args[1] == 0 for u in node.users):
             return bb.emit(relax.Tuple([values]))
+        args = importer.retrieve_args(node)
+        dim = int(args[1] if len(args) > 1 else node.kwargs["dim"])
+        keep = bool(args[2] if len(args) > 2 else node.kwargs.get("keepdim", False))
         indices = bb.emit(arg(args[0], axis=dim, keepdims=keep))
         return bb.emit(relax.Tuple([values, indices]))
 

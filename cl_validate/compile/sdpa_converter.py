@@ -94,6 +94,31 @@ def _split_order(bb: Any, value: Any) -> list[int] | None:
     return [a for axis in inner for a in parts[axis]]
 
 
+def _bias(bb: Any, mask: Any, dtype: str, q_rank: int) -> Any:
+    """SDPA's mask as Relax's additive 4-D bias: a boolean one (``True`` takes part) as 0 and
+    -inf, more than four axes merged into the batch, a 3-D ``(N, L, S)`` beside a 3-D query
+    given its one head, fewer axes given leading ones (they broadcast); None for no mask."""
+    if mask is None:
+        return None
+    if str(mask.ty.dtype) == "bool":
+        mask = bb.emit(relax.op.where(mask, relax.const(0.0, dtype),
+                                      relax.const(float("-inf"), dtype)))
+    ms: list[int] = static_dims(mask) or []
+    if len(ms) > 4:
+        mask = bb.emit(relax.op.reshape(mask, [int(np.prod(ms[:-3])), *ms[-3:]]))
+    elif len(ms) == 3 and q_rank == 3:  # (N, L, S): one head
+        mask = bb.emit(relax.op.reshape(mask, [ms[0], 1, ms[1], ms[2]]))
+    while len(static_dims(mask) or [0, 0, 0, 0]) < 4:
+        mask = bb.emit(relax.op.expand_dims(mask, 0))
+    return mask
+
+
+def _attention(bb: Any, q: Any, k: Any, v: Any, *, bias: Any, scale: Any, causal: bool) -> Any:
+    return bb.emit(relax.op.nn.attention(q, k, v, bias=bias,
+                                         scale=None if scale is None else float(scale),
+                                         causal_mask="TopLeft" if causal else None))
+
+
 def _sdpa_grouped(bb: Any, q: Any, k: Any, v: Any, mask: Any, scale: Any, causal: bool,
                   shapes: list[list[int]]) -> Any:
     """SDPA on operands of five or more axes, ``(b, a1, .., an, L, E)``: every axis before L
@@ -117,18 +142,8 @@ def _sdpa_grouped(bb: Any, q: Any, k: Any, v: Any, mask: Any, scale: Any, causal
         moved = bb.emit(relax.op.permute_dims(x, perm))
         return bb.emit(relax.op.reshape(moved, [size(outer), s[-2], size(inner), s[-1]]))
 
-    bias = None
-    if mask is not None:
-        if str(mask.ty.dtype) == "bool":
-            mask = bb.emit(relax.op.where(mask, relax.const(0.0, str(q.ty.dtype)),
-                                          relax.const(float("-inf"), str(q.ty.dtype))))
-        while len(static_dims(mask) or [0, 0, 0, 0]) < 4:
-            mask = bb.emit(relax.op.expand_dims(mask, 0))
-        bias = mask
-    out = bb.emit(relax.op.nn.attention(
-        *(bshd(x, s) for x, s in zip((q, k, v), shapes, strict=True)), bias=bias,
-        scale=None if scale is None else float(scale),
-        causal_mask="TopLeft" if causal else None))
+    out = _attention(bb, *(bshd(x, s) for x, s in zip((q, k, v), shapes, strict=True)),
+                     bias=_bias(bb, mask, str(q.ty.dtype), rank), scale=scale, causal=causal)
     e = shapes[2][-1]
     grouped = bb.emit(relax.op.reshape(out, [*(qs[a] for a in outer), qs[-2],
                                              *(qs[a] for a in inner), e]))
@@ -187,23 +202,8 @@ def convert_sdpa(node: Any, importer: Any) -> Any:
     if gqa and kv_heads != heads:
         k4 = bb.emit(relax.op.repeat(k4, heads // kv_heads, axis=2))
         v4 = bb.emit(relax.op.repeat(v4, heads // kv_heads, axis=2))
-    bias = None
-    if mask is not None:
-        if str(mask.ty.dtype) == "bool":
-            dtype = str(q.ty.dtype)
-            mask = bb.emit(relax.op.where(mask, relax.const(0.0, dtype),
-                                          relax.const(float("-inf"), dtype)))
-        ms: list[int] = static_dims(mask) or []
-        if len(ms) > 4:
-            mask = bb.emit(relax.op.reshape(mask, [int(np.prod(ms[:-3])), *ms[-3:]]))
-        elif len(ms) == 3 and len(qs) == 3:  # (N, L, S): one head
-            mask = bb.emit(relax.op.reshape(mask, [ms[0], 1, ms[1], ms[2]]))
-        while len(static_dims(mask) or [0, 0, 0, 0]) < 4:
-            mask = bb.emit(relax.op.expand_dims(mask, 0))
-        bias = mask
-    out = bb.emit(relax.op.nn.attention(
-        q4, k4, v4, bias=bias, scale=None if scale is None else float(scale),
-        causal_mask="TopLeft" if causal else None))
+    out = _attention(bb, q4, k4, v4, bias=_bias(bb, mask, str(q.ty.dtype), len(qs)),
+                     scale=scale, causal=causal)
     os_: list[int] = static_dims(out) or []
     if len(qs) <= 3:
         return bb.emit(relax.op.reshape(out, [*qs[:-1], os_[-1]]))

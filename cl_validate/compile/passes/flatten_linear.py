@@ -46,12 +46,17 @@ MATMUL = "relax.matmul"
 RESHAPE = "relax.reshape"
 
 
-def _flatten_source(func: relax.Function) -> dict[relax.Var, tuple[relax.Expr, tuple[int, ...]]]:
-    """Each flatten ``r`` that qualifies, mapped to (``y``, ``p``) of the permute before it."""
+Flattens = dict[relax.Var, tuple[relax.Expr, tuple[int, ...]]]
+
+
+def _flatten_source(func: relax.Function) -> tuple[Flattens, dict[relax.Var, relax.Var]]:
+    """Each flatten ``r`` that qualifies, mapped to (``y``, ``p``) of the permute before it;
+    and each matmul that reads one, mapped to that flatten."""
     uses = use_sites(func)
     values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
     derived = weight_derived(func)
-    found: dict[relax.Var, tuple[relax.Expr, tuple[int, ...]]] = {}
+    found: Flattens = {}
+    matmuls: dict[relax.Var, relax.Var] = {}
     for r, value in values.items():
         if op_name(value) != RESHAPE or not isinstance(value.args[0], relax.Var):
             continue
@@ -68,10 +73,12 @@ def _flatten_source(func: relax.Function) -> dict[relax.Var, tuple[relax.Expr, t
         y = values[t].args[0]
         if is_weight_derived(y, derived):
             continue
-        if matmul_readers(r, uses, values, derived) is None:
+        readers = matmul_readers(r, uses, values, derived)
+        if readers is None:
             continue
         found[r] = (y, axes)
-    return found
+        matmuls.update((m, r) for m in readers)
+    return found, matmuls
 
 
 _PER_TENSOR = ("relax.quantize", "relax.dequantize")
@@ -119,8 +126,7 @@ def _reads_as_lhs(value: relax.Expr | None, r: relax.Var, derived: set[relax.Var
 
 @mutator
 class _Folder(PyExprMutator):  # type: ignore[misc]
-    def __init__(self, flattens: dict[relax.Var, tuple[relax.Expr, tuple[int, ...]]],
-                 matmuls: dict[relax.Var, relax.Var]) -> None:
+    def __init__(self, flattens: Flattens, matmuls: dict[relax.Var, relax.Var]) -> None:
         super().__init__()
         self.flattens = flattens
         self.matmuls = matmuls  # each matmul reading a flatten -> that flatten
@@ -155,13 +161,9 @@ class _Folder(PyExprMutator):  # type: ignore[misc]
 def fold_flatten_into_linear(func: relax.Function) -> relax.Function:
     """Every qualifying permute → flatten → matmul-by-weight reads the unpermuted data and a
     row-permuted weight (see the module docstring)."""
-    flattens = _flatten_source(func)
+    flattens, matmuls = _flatten_source(func)
     if not flattens:
         return func
-    uses = use_sites(func)
-    values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
-    derived = weight_derived(func)
-    matmuls = {m: r for r in flattens for m in matmul_readers(r, uses, values, derived) or ()}
     return relax.analysis.remove_all_unused(_Folder(flattens, matmuls).visit_expr(func))
 
 
