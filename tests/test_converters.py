@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from cl_validate.checks.verdict import Status
 from cl_validate.compile.factory import build_model
@@ -172,3 +173,69 @@ def test_max_and_min_along_a_dim_are_reductions_with_the_first_index_of_a_tie():
     for g, w in zip(got, Extremes()(x), strict=True):
         assert g.numpy().dtype == w.numpy().dtype
         np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+_NEGATIVE_INDEXING = {
+    "select": lambda x, i: x[:, :, -1],  # the last step: TCN, RNN heads
+    "select_first_axis": lambda x, i: x[-2],
+    "one_index_tensor": lambda x, i: x[:, i],
+    "constant_index_tensor": lambda x, i: x[:, torch.tensor([-1, 2, -4])],
+    "adjacent_index_tensors": lambda x, i: x[:, i, i],
+    "index_tensors_apart": lambda x, i: x[i, :, i],  # broadcast shape first, as PyTorch
+    "every_axis": lambda x, i: x[i, i, i],
+    "take": lambda x, i: torch.take(x, i),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_NEGATIVE_INDEXING))
+def test_negative_indices_count_from_the_end_as_in_pytorch(name):
+    """TVM 0.27's converters pass a negative index to ``take`` (fast mode), which reads out
+    of bounds: ``x[:, :, -1]`` came out as another value (or NaN), a wrong program."""
+    import numpy as np
+    import tvm
+    from torch import nn
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+
+    pick = _NEGATIVE_INDEXING[name]
+
+    class Indexed(nn.Module):
+        def forward(self, x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+            return pick(x, i)
+
+    x, i = torch.randn(4, 5, 6), torch.tensor([-1, 0, -4, 3])
+    ep = torch.export.export(Indexed(), (x, i))
+    mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
+    (got,) = vm["main"](tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(i.numpy()))
+    np.testing.assert_array_equal(got.numpy(), pick(x, i).numpy())
+
+
+def test_negative_indices_on_a_dynamic_axis_count_from_its_run_time_length():
+    import numpy as np
+    import tvm
+    from torch import nn
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+
+    class Indexed(nn.Module):
+        def forward(self, x: torch.Tensor, i: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return x[-1], x[:, i], x[i, i], x[i, 1:, i]
+
+    i = torch.tensor([-1, 2, -3])
+    batch = torch.export.Dim("batch", min=3, max=16)
+    ep = torch.export.export(Indexed(), (torch.randn(3, 5, 5), i),
+                             dynamic_shapes={"x": {0: batch}, "i": None})
+    mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
+    for n in (3, 7):
+        x = torch.randn(n, 5, 5)
+        got = vm["main"](tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(i.numpy()))
+        for g, w in zip(got, Indexed()(x, i), strict=True):
+            np.testing.assert_array_equal(g.numpy(), w.numpy())

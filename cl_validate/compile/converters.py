@@ -27,6 +27,14 @@ converter ("cannot broadcast index shapes"). It is exactly a ``take`` along the 
 flattened into one: the index tensors combine into one flat index (constants fold it away),
 the data is viewed with those axes merged (a free reshape), and the result viewed back to
 ``pre + broadcast(index shapes) + post`` — no transpose, so the layout passes can carry it.
+Index tensors on axes apart (``x[i, :, j]``) put the broadcast shape first, as PyTorch does
+(TVM's converter put it in the wrong place).
+
+Negative indices count from the end in PyTorch (``x[:, -1]``: the last time step, the last
+token; an index tensor holding ``-1``; ``torch.take``). TVM's converters hand them to
+``take`` in its fast mode, which reads out of bounds: a wrong program, not an error. Here
+every index is counted from the end where it is negative (a constant folds; a dynamic length
+is read at run time).
 
 ``clamp`` of an integer tensor with one bound (``rel_pos.clamp(max=k)``: SAM's decomposed
 relative positions) is ``R.clip(x, -inf, k)`` in TVM's converter, whose legalization then fails
@@ -41,7 +49,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from tvm import relax
+from tvm import relax, tirx
 
 from cl_validate.compile.sdpa_converter import convert_sdpa, static_dims
 
@@ -209,35 +217,69 @@ def _binary_promoting(relax_op: Callable[..., Any], intrinsic: Callable[..., Any
     return convert
 
 
-def _index_adjacent(node: Any, importer: Any) -> Any:
-    """``x[..., i0, i1, ...]`` with index tensors on adjacent axes: a take along them merged."""
+def _from_end(bb: Any, idx: Any, n: Any) -> Any:
+    """Index values as int64 with PyTorch's negative indices (``-1`` is the last of `n`, a
+    number or a symbolic length) counted from the end: TVM's ``take`` reads a negative index
+    out of bounds."""
+    idx = bb.emit(relax.op.astype(idx, "int64"))
+    length = (relax.const(n, "int64") if isinstance(n, int) else bb.emit(relax.op.reshape(
+        relax.op.shape_to_tensor(relax.ShapeExpr([n])), [])))
+    return bb.emit(relax.op.where(relax.op.less(idx, relax.const(0, "int64")),
+                                  relax.op.add(idx, length), idx))
+
+
+def _index_tensors(node: Any, importer: Any) -> Any:
+    """``x[..., i0, i1, ...]``: a take along the indexed axes merged into one, with negative
+    indices counted from the end. Index tensors on axes apart (``x[i, :, j]``) put their
+    broadcast shape first, as PyTorch does: the indexed axes are moved to the front."""
     args = importer.retrieve_args(node)
     data, indices = args[0], list(args[1])
     used = [k for k, idx in enumerate(indices) if idx is not None]
-    dims = static_dims(data)
-    idx_dims = [static_dims(indices[k]) for k in used]
-    if (len(used) < 2 or used != list(range(used[0], used[-1] + 1)) or dims is None
-            or any(d is None for d in idx_dims)
+    shape = getattr(data.ty, "shape", None)
+    if (not used or not isinstance(shape, relax.ShapeExpr)
+            or any(static_dims(indices[k]) is None for k in used)
             or any(not str(indices[k].ty.dtype).startswith(("int", "uint")) for k in used)):
-        return importer._index_tensor(node)  # one index, or a case this does not cover
-    first, last = used[0], used[-1]
+        return importer._index_tensor(node)  # masks, unknown ranks: TVM's own
+    dims = [int(d) if isinstance(d, tirx.IntImm) else d for d in shape.values]
     bb = importer.block_builder
+    taken = [indices[k] for k in used]
+    if used != list(range(used[0], used[-1] + 1)):  # apart: indexed axes first
+        rest = [k for k in range(len(dims)) if k not in used]
+        data = bb.emit(relax.op.permute_dims(data, [*used, *rest]))
+        dims = [dims[k] for k in used] + [dims[k] for k in rest]
+        used = list(range(len(used)))
+    first, last = used[0], used[-1]
     flat: Any = None
-    stride = 1
-    for k in reversed(used):
-        idx = bb.emit(relax.op.astype(indices[k], "int64"))
-        # negative indices count from the end, as in PyTorch
-        idx = bb.emit(relax.op.where(relax.op.less(idx, relax.const(0, "int64")),
-                                     relax.op.add(idx, relax.const(dims[k], "int64")), idx))
-        term = idx if stride == 1 else bb.emit(relax.op.multiply(idx, relax.const(stride,
-                                                                                  "int64")))
+    stride: Any = 1
+    for k, index in reversed(list(zip(used, taken, strict=True))):
+        idx = _from_end(bb, index, dims[k])
+        if isinstance(stride, int) and stride == 1:
+            term = idx
+        else:
+            term = bb.emit(relax.op.multiply(idx, relax.const(stride, "int64") if isinstance(
+                stride, int) else bb.emit(relax.op.reshape(relax.op.shape_to_tensor(
+                    relax.ShapeExpr([stride])), []))))
         flat = term if flat is None else bb.emit(relax.op.add(flat, term))
-        stride *= dims[k]
+        stride = stride * dims[k]
     out_index = [int(d) for d in static_dims(flat) or []]
     merged = [*dims[:first], stride, *dims[last + 1:]]
-    view = bb.emit(relax.op.reshape(data, merged))
+    view = bb.emit(relax.op.reshape(data, merged)) if len(used) > 1 else data
     picked = bb.emit(relax.op.take(view, bb.emit(relax.op.reshape(flat, [-1])), axis=first))
     return bb.emit(relax.op.reshape(picked, [*dims[:first], *out_index, *dims[last + 1:]]))
+
+
+def _select(node: Any, importer: Any) -> Any:
+    """``x[:, -1]`` (``select.int``): the index counted from the end where it is negative;
+    TVM's converter passes ``-1`` to ``take``, which reads out of bounds."""
+    x = importer.env[node.args[0]]
+    dims = static_dims(x) or []
+    axis = node.args[1] % max(len(dims), 1) if dims else node.args[1]
+    index = int(node.args[2])
+    bb = importer.block_builder
+    if index >= 0 or not dims or dims[axis] is None:
+        mode = "fast" if index >= 0 else "wrap"  # a dynamic axis: the modulo at run time
+        return bb.emit(relax.op.take(x, relax.const(index, "int64"), axis, mode=mode))
+    return bb.emit(relax.op.take(x, relax.const(index + dims[axis], "int64"), axis))
 
 
 def _clamp(node: Any, importer: Any) -> Any:
@@ -305,7 +347,8 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "add.Tensor": _binary_promoting(relax.op.add, operator.add),
         "sub.Tensor": _binary_promoting(relax.op.subtract, operator.sub),
         "mul.Tensor": _binary_promoting(relax.op.multiply, operator.mul),
-        "index.Tensor": _index_adjacent,
+        "index.Tensor": _index_tensors,
+        "select.int": _select,
         "scaled_dot_product_attention.default": convert_sdpa,
         "grid_sampler_2d.default": _grid_sample,
         "clamp.default": _clamp,
