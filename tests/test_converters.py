@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from cl_validate.checks.verdict import Status
 from cl_validate.compile.factory import build_model
@@ -239,3 +240,39 @@ def test_negative_indices_on_a_dynamic_axis_count_from_its_run_time_length():
         got = vm["main"](tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(i.numpy()))
         for g, w in zip(got, Indexed()(x, i), strict=True):
             np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+_ADAPTIVE_MAX = {
+    "global": lambda x: F.adaptive_max_pool2d(x, 1),  # CBAM's channel attention
+    "size_divides": lambda x: F.adaptive_max_pool2d(x, (3, 2)),
+    "overlapping_windows": lambda x: F.adaptive_max_pool2d(x, (4, 7)),
+    "one_axis_kept": lambda x: F.adaptive_max_pool2d(x, (None, 3)),
+    "no_batch_axis": lambda x: F.adaptive_max_pool2d(x[0], 2),
+    "global_indices": lambda x: F.adaptive_max_pool2d(x, 1, return_indices=True)[1],
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ADAPTIVE_MAX))
+def test_adaptive_max_pool_imports_with_pytorchs_windows(name):
+    """TVM 0.27 has no converter for ``adaptive_max_pool2d``: CBAM did not import."""
+    import numpy as np
+    import tvm
+    from torch import nn
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+
+    pool = _ADAPTIVE_MAX[name]
+
+    class Pooled(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return pool(x)
+
+    x = torch.randn(2, 3, 6, 10)
+    ep = torch.export.export(Pooled(), (x,))
+    mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
+    (got,) = vm["main"](tvm.runtime.tensor(x.numpy()))
+    np.testing.assert_array_equal(got.numpy(), pool(x).numpy())
