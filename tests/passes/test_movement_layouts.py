@@ -344,3 +344,58 @@ def test_transpose_after_a_concat_of_single_channels_moves_onto_them() -> None:
 
     _check(HoistPermutes(), Before, Expected)
     assert count_permutes(PermuteToReshape()(HoistPermutes()(Before))) == 0
+
+
+def test_flatten_of_token_rows_into_linear_permutes_the_weight_rows(run_llvm) -> None:
+    """A Conformer's subsampled map into tokens: ``s.permute(0, 2, 1, 3).reshape(B, T, C·F)``
+    then a Linear (imported as one more reshape to ``(T, C·F)``). In NHWC the permute is
+    ``(B, T, F, C) -> (B, T, C, F)``: only the features move, and they move into the weight."""
+    import numpy as np
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((1, 7, 5, 4), "float32"), w: R.Tensor((6, 20), "float32")
+                 ) -> R.Tensor((7, 6), "float32"):
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                a = R.permute_dims(x, axes=[0, 1, 3, 2])
+                f = R.reshape(a, R.shape([1, 7, 20]))
+                rows = R.reshape(f, R.shape([7, 20]))
+                wt = R.permute_dims(w, axes=[1, 0])
+                gv = R.matmul(rows, wt)
+                R.output(gv)
+            return gv
+
+    after = FoldFlattenIntoLinear()(Before)
+    assert count_permutes(FoldFlattenIntoLinear()(Before)) == 0  # only the weight's, folded
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((1, 7, 5, 4), "float32"), rng.standard_normal((6, 20), "float32")
+    np.testing.assert_allclose(run_llvm(after, x, w)[0], run_llvm(Before, x, w)[0], rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_a_view_of_a_view_is_one_reshape() -> None:
+    """ECA's pooled channels into its Conv1d: ``squeeze`` then ``reshape`` were fused into a
+    copy kernel; one reshape of the pooled value is a free view."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((1, 1, 1, 16), "float32")) -> R.Tensor((1, 16, 1), "float32"):
+            with R.dataflow():
+                s = R.squeeze(x, axis=[2])
+                gv = R.reshape(s, R.shape([1, 16, 1]))
+                R.output(gv)
+            return gv
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: R.Tensor((1, 1, 1, 16), "float32")) -> R.Tensor((1, 16, 1), "float32"):
+            with R.dataflow():
+                gv = R.reshape(x, R.shape([1, 16, 1]))
+                R.output(gv)
+            return gv
+
+    _check(PermuteToReshape(), Before, Expected)

@@ -10,8 +10,11 @@ constant, so the row permute is folded once (``fold_params``) and costs nothing 
 
 Matched, all of it checked (else the IR is left as it was)::
 
-    t = permute_dims(y, p)         # run time, p keeps the batch axis first; read only by r
+    t = permute_dims(y, p)         # run time; read only by r
     r = reshape(t, (N, K))         # the flatten; read only by matmuls with weight operands
+                                   # N: leading axes p keeps in place (a batch; a batch and
+                                   # tokens, as a Conformer's ``(B, T, C·F)`` after its conv
+                                   # subsampling), or 1; K: the others
     o = matmul(r, W)               # W (K, M) derived from weights only
 
 becomes ``matmul(reshape(y, (N, K)), W')`` with ``W'`` the rows of ``W`` in ``y``'s order.
@@ -25,6 +28,8 @@ only, as with FoldScaleShift.
 """
 
 from __future__ import annotations
+
+import math
 
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -46,11 +51,13 @@ MATMUL = "relax.matmul"
 RESHAPE = "relax.reshape"
 
 
-Flattens = dict[relax.Var, tuple[relax.Expr, tuple[int, ...]]]
+#: flatten → (the data before the permute, the permute's axes, how many leading axes are rows)
+Flattens = dict[relax.Var, tuple[relax.Expr, tuple[int, ...], int]]
 
 
 def _flatten_source(func: relax.Function) -> tuple[Flattens, dict[relax.Var, relax.Var]]:
-    """Each flatten ``r`` that qualifies, mapped to (``y``, ``p``) of the permute before it;
+    """Each flatten ``r`` that qualifies, mapped to (``y``, ``p``) of the permute before it
+    and its row axes;
     and each matmul that reads one, mapped to that flatten."""
     uses = use_sites(func)
     values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
@@ -64,11 +71,10 @@ def _flatten_source(func: relax.Function) -> tuple[Flattens, dict[relax.Var, rel
         axes = permute_axes(values.get(t))
         t_shape, r_shape = known_shape(t), known_shape(r)
         if (axes is None or is_identity(axes) or t_shape is None or r_shape is None
-                or len(r_shape) != 2 or uses.get(t) != [r]):
+                or len(r_shape) < 2 or uses.get(t) != [r]):
             continue
-        # each row of the flatten one batch item (p keeps the batch first), or a single row
-        # (batch 1, whatever the chain before it merged or dropped)
-        if r_shape[0] != 1 and (axes[0] != 0 or r_shape[0] != t_shape[0]):
+        lead = _row_axes(axes, t_shape, r_shape)
+        if lead is None:
             continue
         y = values[t].args[0]
         if is_weight_derived(y, derived):
@@ -76,9 +82,25 @@ def _flatten_source(func: relax.Function) -> tuple[Flattens, dict[relax.Var, rel
         readers = matmul_readers(r, uses, values, derived)
         if readers is None:
             continue
-        found[r] = (y, axes)
+        found[r] = (y, axes, lead)
         matmuls.update((m, r) for m in readers)
     return found, matmuls
+
+
+def _row_axes(p: tuple[int, ...], t_shape: tuple[int, ...], r_shape: tuple[int, ...]
+              ) -> int | None:
+    """How many leading axes of ``t`` make the flatten's rows: axes ``p`` keeps in place
+    whose sizes multiply to the rows of ``r`` (all but its last axis: a batch, or a batch
+    and tokens, ``(B, T, C·F)``), the rest merging into its features; None when no such
+    split exists. Zero for a single row (batch 1, whatever the chain before merged)."""
+    rows = math.prod(r_shape[:-1])
+    found = None
+    for m in range(len(p) + 1):
+        if m and p[m - 1] != m - 1:
+            break
+        if math.prod(t_shape[:m]) == rows and math.prod(t_shape[m:]) == r_shape[-1]:
+            found = m  # the last: a size-1 batch axis in place is a row axis, not a feature
+    return found
 
 
 _PER_TENSOR = ("relax.quantize", "relax.dequantize")
@@ -94,7 +116,7 @@ def matmul_readers(r: relax.Var, uses: dict[relax.Var, list[relax.Var | None]],
                     values: dict[relax.Var, relax.Expr], derived: set[relax.Var]
                     ) -> list[relax.Var] | None:
     """The matmuls by a weight that read `r`, directly or through per-tensor quantize and
-    dequantize; None when anything else reads it on the way."""
+    dequantize and reshapes of its rows; None when anything else reads it on the way."""
     found: list[relax.Var] = []
     frontier = [r]
     while frontier:
@@ -108,11 +130,22 @@ def matmul_readers(r: relax.Var, uses: dict[relax.Var, list[relax.Var | None]],
             value = values.get(u)
             if _reads_as_lhs(value, v, derived):
                 found.append(u)
-            elif _per_tensor(value) and value.args[0].same_as(v):  # type: ignore[union-attr]
+            elif ((_per_tensor(value) or _rows_view(value, v))
+                  and value.args[0].same_as(v)):  # type: ignore[union-attr]
                 frontier.append(u)
             else:
                 return None
     return found
+
+
+def _rows_view(value: relax.Expr | None, v: relax.Var) -> bool:
+    """A reshape of `v` that regroups its rows only (``(1, T, K)`` to ``(T, K)``, as the
+    import writes a Linear on tokens): each row keeps its K features in their order."""
+    if op_name(value) != RESHAPE:
+        return False
+    before, after = known_shape(v), known_shape(value)
+    return (before is not None and after is not None and len(before) >= 2
+            and len(after) >= 2 and before[-1] == after[-1])
 
 
 def _reads_as_lhs(value: relax.Expr | None, r: relax.Var, derived: set[relax.Var]) -> bool:
@@ -134,14 +167,13 @@ class _Folder(PyExprMutator):  # type: ignore[misc]
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         value, var = binding.value, binding.var
         if var in self.flattens:  # the flatten of the unpermuted data: same shape
-            y, _ = self.flattens[var]
+            y, _, _ = self.flattens[var]
             new = relax.op.reshape(self.visit_expr(y), list(known_shape(var) or ()))
         elif var in self.matmuls:  # the weight's rows in that data's order
-            y, p = self.flattens[self.matmuls[var]]
-            t_shape = known_shape(self.matmuls[var])  # (N, K)
+            y, p, lead = self.flattens[self.matmuls[var]]  # lead: row axes, no features
+            r_shape = known_shape(self.matmuls[var])  # (rows..., K)
             y_shape = known_shape(y)
-            assert t_shape is not None and y_shape is not None
-            lead = 1 if p[0] == 0 else 0  # a batch axis that stays first is no feature axis
+            assert r_shape is not None and y_shape is not None
             feature_shape = [y_shape[i] for i in p[lead:]]  # the flatten's axes, its order
             w = self.visit_expr(value.args[1])
             out = int(known_shape(w)[1])  # type: ignore[index]
@@ -149,7 +181,7 @@ class _Folder(PyExprMutator):  # type: ignore[misc]
             rows = relax.op.reshape(w, [*feature_shape, out])
             # row axis j-lead of ``rows`` is y axis p[j]; put them in y's order
             order = [inv[k] - lead for k in range(lead, len(p))] + [len(p) - lead]
-            moved = relax.op.reshape(relax.op.permute_dims(rows, order), [*t_shape[1:], out])
+            moved = relax.op.reshape(relax.op.permute_dims(rows, order), [r_shape[-1], out])
             new = relax.Call(value.op, [self.visit_expr(value.args[0]), moved], value.attrs,
                              value.ty_args)
         else:
