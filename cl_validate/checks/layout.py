@@ -10,6 +10,7 @@ from cl_validate.checks.verdict import CheckResult, Figures, Status
 from cl_validate.measurements.kernel_list import OpLayout
 from cl_validate.measurements.kinds import SkipKind
 from cl_validate.spec import CaseSpec
+from cl_validate.spec.layouts import implied_layouts
 
 NAME = "layout"
 _LAYOUT_KEYS = ("data_layout", "kernel_layout")
@@ -26,9 +27,10 @@ class LayoutFigures(Figures):
 
 
 def expected_layouts(case: CaseSpec, op: OpLayout) -> dict[str, str]:
-    """What the case declares for `op`: its own [layout] entry, else the declared data layout
-    of the same rank (pooling, resize, … follow the convolutions' layout)."""
-    declared = case.layout.get(op.op)
+    """What the case declares for `op`: its own [layout] entry (or, for a 1-D convolution,
+    the one conv2d's implies), else the declared data layout of the same rank
+    (pooling, resize, … follow the convolutions' layout)."""
+    declared = case.layout.get(op.op) or implied_layouts(case.layout).get(op.op)
     if op.module is not None and op.module in case.layout_overrides:
         declared = case.layout_overrides[op.module]
     if declared:

@@ -39,6 +39,7 @@ from cl_validate.compile.schedule import schedule_gpu
 from cl_validate.errors import CaseFileError
 from cl_validate.paths import display_path
 from cl_validate.spec import CaseSpec
+from cl_validate.spec.layouts import implied_layouts
 
 __all__ = ["PipelineContext", "Stage", "pipeline_names", "register_pipeline",
            "resolve_pipeline", "standard_stages"]
@@ -122,6 +123,7 @@ def _convert_layout(ctx: PipelineContext) -> Stage:
     """
     desired = {op: list(lay) for op, lay in ctx.case.layout.items()}
     desired.update(_transposed_like_convs(desired))
+    desired.update(implied_layouts(desired))
     desired.update(ctx.keep_layouts)
     overrides = ctx.case.layout_overrides
     if not overrides:

@@ -48,7 +48,8 @@ DOCS: dict[str, dict[str, str]] = {
         "outputs": "`[[outputs]]`: optional, one table per output, in order; one whose "
                    "`name` is an output's name is that output wherever it stands",
         "layout": "desired layouts for ConvertLayout, which are also the expected final "
-                  "layouts: Relax op name to `[data, kernel]` layouts",
+                  "layouts: Relax op name to `[data, kernel]` layouts; `relax.nn.conv1d`, "
+                  "unless named, follows `relax.nn.conv2d` (`NHWC`/`OHWI`: `NWC`/`OWI`)",
         "layout_overrides": "`nn.Module` path to layouts: pins one module to another layout "
                             "(its transforms are attributed to the pin)",
         "budget": "`[budget]`: ceilings that are also records (below)",

@@ -1,0 +1,31 @@
+"""Layouts a case implies without naming them: its 1-D convolutions in the layout it declares
+for ``relax.nn.conv2d``.
+
+A case that asks for channels-last convolutions asks it of the model's ``Conv1d`` too: a
+Conformer's conv module reads the ``(B, T, C)`` tokens through ``transpose(1, 2)`` into an
+NCW ``Conv1d`` and back, wav2vec2's positional conv likewise. Left out of ConvertLayout's
+desired layouts they stay in the import layout, with a transpose before and after each,
+where ``NWC`` lets the model's own transposes cancel: tokens are channels-last already. The
+spatial axes are renamed, the channel placement kept (``NHWC``/``OHWI`` gives
+``NWC``/``OWI``). A case that names ``relax.nn.conv1d`` itself keeps what it names.
+``Conv3d`` is not implied: a clip built from NCHW images (``torch.stack`` of frames) costs
+a transpose into ``NDHWC`` that the layout passes do not carry yet, where NCDHW costs none;
+a case asks for it by naming ``relax.nn.conv3d``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+#: op → the spatial axes its layouts spell where conv2d's spell ``HW``
+_SPATIAL = {"relax.nn.conv1d": "W"}
+
+
+def implied_layouts(declared: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """The conv1d layouts `declared` implies (none where it names them itself, or
+    declares no plain ``HW`` layout for conv2d)."""
+    conv = declared.get("relax.nn.conv2d")
+    if not conv or not all("HW" in lay and lay.isalpha() and lay.isupper() for lay in conv):
+        return {}
+    return {op: [lay.replace("HW", spatial) for lay in conv]
+            for op, spatial in _SPATIAL.items() if op not in declared}
