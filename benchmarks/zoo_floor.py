@@ -142,7 +142,7 @@ def _cells(r: Row) -> tuple[str, ...]:
         return "–" if p is None else " / ".join(map(str, p))
 
     yes = {True: "yes", False: "no"}
-    plain = "error" if r.plain is None and r.compiles else str(r.plain or "–")
+    plain = "error" if r.plain is None and r.compiles else "–" if r.plain is None else str(r.plain)
     return (r.name, yes[r.imports], yes[r.compiles],
             f"{yes[r.numerics]} ({r.worst:.2g})" if r.compiles else "–",
             plain, pair(r.nchw), pair(r.nhwc), yes[r.at_floor])
@@ -157,6 +157,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     from wild_zoo import (  # lazy: imports torch
         attention,
+        branches,
         classic,
         deploy,
         heads,
@@ -164,12 +165,13 @@ def main() -> None:
         idioms,
         mobile,
         positions,
+        sequences,
         variants,
     )
 
     models = {**classic.MODELS, **mobile.MODELS, **deploy.MODELS, **attention.MODELS,
               **variants.MODELS, **positions.MODELS, **hybrids.MODELS,
-              **idioms.MODELS, **heads.MODELS}
+              **idioms.MODELS, **heads.MODELS, **sequences.MODELS, **branches.MODELS}
     rows: list[Row] = []
     print("  ".join(HEADER))
     with tempfile.TemporaryDirectory() as tmp:
@@ -177,7 +179,7 @@ def main() -> None:
             if args.pattern and not any(p in name for p in args.pattern):
                 continue
             small = {*attention.MODELS, *variants.MODELS, *positions.MODELS, *hybrids.MODELS,
-                     *idioms.MODELS, *heads.MODELS}
+                     *idioms.MODELS, *heads.MODELS, *sequences.MODELS}
             size = attention.SIZE if name in small else args.size
             try:
                 row = measure(name, factory, size, Path(tmp))
