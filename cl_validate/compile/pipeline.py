@@ -27,6 +27,7 @@ from cl_validate.compile.legalize import legalize
 from cl_validate.compile.passes import (
     BoolArithmetic,
     FoldFlattenIntoLinear,
+    FoldPermuteIntoColumns,
     FoldScaleShift,
     IntegerCompute,
     NormalizeAxes,
@@ -174,7 +175,9 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
         Stage("raise_attention", RaiseAttention()),
         _convert_layout(ctx),
         cleanup,
-        Stage("fold_flatten", FoldFlattenIntoLinear()),
+        # permutations moved into weights: a flatten's rows, a computed kernel's columns
+        Stage("fold_flatten", tvm.transform.Sequential([FoldFlattenIntoLinear(),
+                                                        FoldPermuteIntoColumns()])),
         Stage("conv_transpose", lower_conv_transpose(ctx.case.layout)),
         # after the layouts are final: the integer products keep them
         *([Stage("integer_compute", IntegerCompute())] if ctx.case.integer_compute else []),

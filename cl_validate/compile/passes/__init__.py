@@ -29,7 +29,9 @@ are still parameters of ``main`` (beyond ``num_input``) or already bound constan
 
 More passes run at other stages: ``NormalizeAxes`` before ConvertLayout (negative axes
 crash some of TVM's layout rules); ``FoldFlattenIntoLinear`` after the cleanup (a flatten's
-transpose into the Linear's weight: the dot products sum in another order);
+transpose into the Linear's weight: the dot products sum in another order), with
+``FoldPermuteIntoColumns`` (a computed kernel's transpose into its constant bank's columns,
+CondConv-style dynamic convolutions; exact);
 ``lower_conv_transpose`` after it (a transposed convolution ConvertLayout carried into a
 layout TVM cannot lower becomes a convolution of the zero-stuffed input there); and, once the
 weights are bound, ``FoldScaleShift`` moves the per-channel scale and shift a BatchNorm leaves
@@ -63,6 +65,7 @@ from cl_validate.compile.passes.permute_to_reshape import PermuteToReshape
 from cl_validate.compile.passes.raise_attention import RaiseAttention
 from cl_validate.compile.passes.slice_views import ReadSlicesAtSource
 from cl_validate.compile.passes.strided_products import StridedProducts
+from cl_validate.compile.passes.weight_columns import FoldPermuteIntoColumns
 
 
 def cleanup_passes() -> list[tvm.transform.Pass]:
@@ -98,6 +101,7 @@ __all__ = [
     "ElideBroadcasts",
     "FoldFlattenIntoLinear",
     "FoldMovementChains",
+    "FoldPermuteIntoColumns",
     "FoldScaleShift",
     "HoistPermutes",
     "IntegerCompute",
