@@ -122,6 +122,23 @@ class BatchNormAfterOwnPermute(nn.Module):
         return self.conv(self.bn(t.permute(0, 3, 1, 2)))
 
 
+class CoordSpaceToDepth(nn.Module):
+    """A space-to-depth stem (``pixel_unshuffle``) concatenated with CoordConv's coordinate
+    planes (``linspace(...).expand``): the concat's transpose to NHWC joins the stem's own
+    and moves onto the planes' small inputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(12 + 2, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = F.pixel_unshuffle(x, 2)
+        b, _, h, w = s.shape
+        ys = torch.linspace(-1, 1, h).view(1, 1, h, 1).expand(b, 1, h, w)
+        xs = torch.linspace(-1, 1, w).view(1, 1, 1, w).expand(b, 1, h, w)
+        return self.conv(torch.cat([s, ys, xs], 1))
+
+
 def _cleanup(mod: tvm.IRModule) -> tvm.IRModule:
     out = tvm.transform.Sequential(cleanup_passes())(mod)
     tvm.relax.analysis.well_formed(out)
@@ -143,6 +160,7 @@ def _exact(run_llvm: Callable[..., list[np.ndarray]], a: tvm.IRModule, b: tvm.IR
     pytest.param(lambda: ShuffleUnit(also_read=True), 6, 3,
                  id="shuffle-of-a-concat-read-twice"),
     pytest.param(BatchNormAfterOwnPermute, 4, 2, id="batch-norm-after-own-permute"),
+    pytest.param(CoordSpaceToDepth, 3, 2, id="coordinate-planes-after-space-to-depth"),
 ])
 def test_transforms_left_are_the_boundary(import_nhwc: Any, run_llvm: Any, model: type,
                                           before: int, after: int) -> None:

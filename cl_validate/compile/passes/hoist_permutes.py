@@ -1,4 +1,5 @@
 """HoistPermutes: a transpose after a concat of single-channel parts moves onto the parts;
+(and of broadcast planes, and of a part that is a movement chain already);
 InterleaveConcats: a concat whose transpose interleaves its parts writes them interleaved.
 
 Inception-v3's ``transform_input`` (and any model that slices an NCHW input into channels,
@@ -9,8 +10,11 @@ the parts, that transpose only moves their size-1 channel axis: a free reshape e
 
 ``permute_dims(concat(parts, axis), q)`` equals ``concat([permute_dims(p, q) for p in
 parts], axis=q⁻¹[axis])`` exactly (pure data movement). It is rewritten only when the concat
-is read by this permute alone and every part's permute moves only size-1 axes, so a real
-transpose becomes free ones and nothing else changes.
+is read by this permute alone and every part's permute moves only size-1 axes (or those of
+a broadcast part's input: CoordConv's coordinate planes, ``expand`` of a ``linspace``), or
+joins a movement chain the part already is, read by the concat alone (a space-to-depth,
+``pixel_unshuffle``, before CoordConv's concat): FoldMovementChains then makes that chain
+and the permute one transpose, so the concat's own transpose is gone and no part gains one.
 
 ShuffleNet's channel shuffle after a concat (``cat([a, b], C)``, then ``view(N, 2, C/2, H,
 W).transpose(1, 2)``) is, in NHWC, ``concat → reshape(..., 2, C/2) → permute → reshape``:
@@ -61,11 +65,41 @@ def _hoistable(func: relax.Function) -> dict[relax.Var, relax.Call]:
         if op_name(concat) != CONCAT or uses.get(src) != [var] or not isinstance(
                 concat.args[0], relax.Tuple):  # type: ignore[union-attr]
             continue
-        shapes = [static_shape(f) for f in concat.args[0].fields]  # type: ignore[union-attr]
-        if all(s is not None and len(s) == len(axes) and moves_only_unit_axes(s, axes)
-               for s in shapes):
+        fields = concat.args[0].fields  # type: ignore[union-attr]
+        kinds = [_part_kind(f, axes, values, uses) for f in fields]
+        # a real transpose becomes free ones, or joins the ones its parts already are
+        if None not in kinds:
             found[var] = concat  # type: ignore[assignment]
     return found
+
+
+_CHAIN = ("relax.permute_dims", "relax.reshape")
+
+
+def _part_kind(part: relax.Expr, axes: tuple[int, ...], values: dict[relax.Var, relax.Expr],
+               uses: dict[relax.Var, list[relax.Var | None]]) -> str | None:
+    """What the permute `axes` costs on one part of the concat: "free" when it moves only
+    size-1 axes, or the part is a broadcast of a value it would move so (coordinate planes:
+    CoordConv's ``linspace(...).expand(B, 1, H, W)``); "chain" when the part is a movement
+    chain holding a permute, read by the concat alone (a space-to-depth), which the permute
+    joins (FoldMovementChains makes them one transpose); None otherwise."""
+    shape = static_shape(part)
+    if shape is None or len(shape) != len(axes):
+        return None
+    if moves_only_unit_axes(shape, axes):
+        return "free"
+    value = values.get(part) if isinstance(part, relax.Var) else None
+    if op_name(value) == "relax.broadcast_to":
+        small = static_shape(value.args[0])  # type: ignore[union-attr]
+        return "free" if small is not None and len(small) == len(axes) and (
+            moves_only_unit_axes(small, axes)) else None
+    seen = part
+    while isinstance(seen, relax.Var) and op_name(values.get(seen)) in _CHAIN and len(
+            uses.get(seen, [])) == 1:
+        if permute_axes(values[seen]) is not None:
+            return "chain"
+        seen = values[seen].args[0]  # type: ignore[union-attr]
+    return None
 
 
 @mutator
@@ -93,10 +127,18 @@ def _hoisted(m: Any, binding: relax.VarBinding, concat: relax.Call) -> relax.Exp
     axes = permute_axes(binding.value)
     assert axes is not None
     origin = origin_tag(binding.value)
-    parts = [m.builder_.emit(mark_origin(relax.op.permute_dims(m.visit_expr(f), list(axes)),
-                                         origin))
-             for f in concat.args[0].fields]
+    parts = [_permuted(m, m.visit_expr(f), list(axes), origin) for f in concat.args[0].fields]
     return relax.op.concat(parts, axis=inverse(axes)[int(concat.attrs.axis) % len(axes)])
+
+
+def _permuted(m: Any, part: relax.Expr, axes: list[int], origin: Any) -> relax.Expr:
+    """`part` permuted; a broadcast as the broadcast of its permuted input (a free view)."""
+    value = m.builder_.lookup_binding(part) if isinstance(part, relax.Var) else None
+    if op_name(value) == "relax.broadcast_to":
+        small = m.builder_.emit(relax.op.permute_dims(value.args[0], axes))  # type: ignore[union-attr]
+        shape = static_shape(part) or ()
+        return m.builder_.emit(relax.op.broadcast_to(small, [shape[a] for a in axes]))
+    return m.builder_.emit(mark_origin(relax.op.permute_dims(part, axes), origin))
 
 
 def _rewrite(func: relax.Function, found: dict[relax.Var, Any],
@@ -107,7 +149,8 @@ def _rewrite(func: relax.Function, found: dict[relax.Var, Any],
 
 
 def hoist_permutes(func: relax.Function) -> relax.Function:
-    """Permutes of concats whose parts they would only reshape move onto the parts."""
+    """Permutes of concats move onto the parts where they would only reshape them (or the
+    small input of a broadcast part), or join a part's own movement chain."""
     return _rewrite(func, _hoistable(func), _hoisted)
 
 
