@@ -22,10 +22,10 @@ import sys
 sys.path[:0] = [{str(ROOT / "benchmarks")!r}, {str(ROOT / "model_cases")!r}]
 import torch
 from zoo.quant import _x86, pt2e_quantize
-from wild_zoo import attention, heads, hybrids, idioms, positions, variants
+from wild_zoo import (attention, branches, heads, hybrids, idioms, merged, positions,
+                      sequences, variants)
 
-MODELS = {{**positions.MODELS, **hybrids.MODELS, **idioms.MODELS, **heads.MODELS,
-           **attention.MODELS, **variants.MODELS}}
+MODELS = merged(positions, hybrids, idioms, heads, attention, variants, sequences, branches)
 
 
 def quantized(name):
@@ -55,10 +55,20 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="write the cases here (kept) instead of a temp dir")
     args = ap.parse_args()
     sys.path[:0] = [str(ROOT / "benchmarks")]
-    from wild_zoo import attention, heads, hybrids, idioms, positions, variants  # lazy: torch
+    from wild_zoo import (  # lazy: imports torch
+        attention,
+        branches,
+        heads,
+        hybrids,
+        idioms,
+        merged,
+        positions,
+        sequences,
+        variants,
+    )
 
-    names = [n for n in {**positions.MODELS, **hybrids.MODELS, **idioms.MODELS,
-                         **heads.MODELS, **attention.MODELS, **variants.MODELS}
+    names = [n for n in merged(positions, hybrids, idioms, heads, attention, variants,
+                               sequences, branches)
              if not args.pattern or any(p in n for p in args.pattern)]
     with tempfile.TemporaryDirectory() as tmp:
         where = args.keep or Path(tmp)

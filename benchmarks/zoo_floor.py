@@ -163,15 +163,15 @@ def main() -> None:
         heads,
         hybrids,
         idioms,
+        merged,
         mobile,
         positions,
         sequences,
         variants,
     )
 
-    models = {**classic.MODELS, **mobile.MODELS, **deploy.MODELS, **attention.MODELS,
-              **variants.MODELS, **positions.MODELS, **hybrids.MODELS,
-              **idioms.MODELS, **heads.MODELS, **sequences.MODELS, **branches.MODELS}
+    models = merged(classic, mobile, deploy, attention, variants, positions, hybrids, idioms,
+                    heads, sequences, branches)
     rows: list[Row] = []
     print("  ".join(HEADER))
     with tempfile.TemporaryDirectory() as tmp:

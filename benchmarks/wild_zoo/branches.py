@@ -1,8 +1,7 @@
 """Convolutional idioms as deployed code writes them, small, random weights: CBAM (channel
 attention from average and max pools through one MLP, spatial attention from the channel
 mean and max), HRNet's multi-resolution fusion (strided convs down, 1x1 conv + nearest
-upsample up), GhostNet's ghost module (a cheap depthwise conv, concatenated, sliced to the
-output width), Res2Net's hierarchical split, CondConv's per-sample kernels (a routing MLP
+upsample up), CondConv's per-sample kernels (a routing MLP
 mixes an expert bank; the batch folded into the groups of one convolution), EfficientNetV2's
 fused MBConv, MobileOne's train-time branches, DANet's position and channel attention
 (``bmm`` on ``view(B, C, H·W)``), the fast style-transfer net (reflection pad, InstanceNorm,
@@ -67,65 +66,6 @@ class HRFusion(nn.Module):
         l2 = F.relu(l_ + self.down(h))
         up = F.interpolate(l2, size=h2.shape[-2:], mode="bilinear", align_corners=False)
         return self.head(torch.cat([h2, up], 1))
-
-
-class Ghost(nn.Module):
-    """GhostNet's module: ``x1 = primary(x)``, ``x2 = cheap(x1)`` (depthwise), ``cat([x1,
-    x2])[:, :oup]``; a ghost bottleneck with a depthwise stride-2 conv between two."""
-
-    def __init__(self, i: int, o: int, relu: bool = True) -> None:
-        super().__init__()
-        self.o, init = o, (o + 1) // 2
-        act: nn.Module = nn.ReLU() if relu else nn.Identity()
-        self.primary = nn.Sequential(nn.Conv2d(i, init, 1, bias=False), nn.BatchNorm2d(init), act)
-        self.cheap = nn.Sequential(nn.Conv2d(init, init, 3, 1, 1, groups=init, bias=False),
-                                   nn.BatchNorm2d(init), act)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x1 = self.primary(x)
-        return torch.cat([x1, self.cheap(x1)], dim=1)[:, : self.o]
-
-
-class GhostNet(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = _cbr(3, 16, 3, 2)
-        self.g1, self.g2 = Ghost(16, 45), Ghost(45, 24, relu=False)
-        self.dw = nn.Sequential(nn.Conv2d(45, 45, 3, 2, 1, groups=45, bias=False),
-                                nn.BatchNorm2d(45))
-        self.short = nn.Sequential(nn.Conv2d(16, 16, 3, 2, 1, groups=16, bias=False),
-                                   nn.BatchNorm2d(16), nn.Conv2d(16, 24, 1, bias=False),
-                                   nn.BatchNorm2d(24))
-        self.head = nn.Linear(24, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stem(x)
-        y = self.g2(self.dw(self.g1(x)))
-        return self.head((y + self.short(x)).mean((2, 3)))
-
-
-class Res2Net(nn.Module):
-    """Gao et al.'s bottleneck: a 1x1 conv, ``torch.split`` into 4 widths, each 3x3 conv fed
-    the previous one's output added to its own split, the last split passed through,
-    concatenated, a 1x1 conv, the residual."""
-
-    def __init__(self, c: int = 32, scale: int = 4) -> None:
-        super().__init__()
-        self.stem, self.w = _cbr(3, c, 3, 2), c // scale
-        self.c1 = _cbr(c, c, 1)
-        self.convs = nn.ModuleList(_cbr(self.w, self.w) for _ in range(scale - 1))
-        self.c3 = nn.Sequential(nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c))
-        self.head = nn.Linear(c, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stem(x)
-        parts = torch.split(self.c1(x), self.w, 1)
-        outs, sp = [], parts[0]
-        for i, conv in enumerate(self.convs):
-            sp = conv(sp if i == 0 else sp + parts[i])
-            outs.append(sp)
-        y = self.c3(torch.cat([*outs, parts[-1]], 1))
-        return self.head(F.relu(x + y).mean((2, 3)))
 
 
 class CondConv(nn.Module):
@@ -281,8 +221,6 @@ class CoordSpaceToDepth(nn.Module):
 MODELS: dict[str, Callable[[], nn.Module]] = {
     "cbam": lambda: CBAM(),
     "hrnet_fusion": lambda: HRFusion(),
-    "ghostnet": lambda: GhostNet(),
-    "res2net": lambda: Res2Net(),
     "condconv": lambda: CondConv(),
     "fused_mbconv": lambda: FusedMBConv(),
     "mobileone_train": lambda: MobileOne(),

@@ -233,10 +233,10 @@ class FPNSeg(nn.Module):
 
 MODELS: dict[str, Callable[[], nn.Module]] = {
     "yolov8n": lambda: finalize(YOLO(), CALIB),
-    "yolo11_psa": lambda: finalize(YOLO(psa=True, transpose_out=True), CALIB),
+    "yolo11n_psa": lambda: finalize(YOLO(psa=True, transpose_out=True), CALIB),
     "diffusers_unet": lambda: finalize(UNet2D()),
     "diffusers_vae": lambda: finalize(VAE()),
-    "timm_vit": lambda: finalize(ViT()),
+    "vit_tiny": lambda: finalize(ViT()),
     "t2t_vit_index": lambda: finalize(ViT(index_embed=True), CALIB),
     "deeplabv3": lambda: finalize(DeepLabV3(), CALIB),
     "fpn_seg": lambda: finalize(FPNSeg(), CALIB),
