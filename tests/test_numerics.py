@@ -29,3 +29,29 @@ def test_seed_changes_inputs(write_case):
 
 def test_flatten_nested_outputs():
     assert flatten_outputs((1, [2, (3,)], 4)) == [1, 2, 3, 4]
+
+
+def test_the_float64_reference_runs_a_graph_module_that_creates_float32_states():
+    """An exported (or PT2E-quantized) LSTM is a graph module whose zero states are created
+    with ``dtype=float32`` baked in: in float64 its matmuls met float64 inputs ("mat1 and mat2
+    must have the same dtype") and a quantized CRNN's numerics could not be judged."""
+    import torch
+    from torch import nn
+
+    from cl_validate.session.execute import float64_model, run_torch64
+
+    class Recurrent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.LSTM(4, 3, bidirectional=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.rnn(x)[0]
+
+    torch.manual_seed(0)
+    eager, x = Recurrent().eval(), torch.randn(5, 1, 4)
+    graph = torch.export.export(eager, (x,)).module()
+    (got,) = run_torch64(float64_model(graph), [x])
+    assert got.dtype == np.float64
+    want = eager.double()(x.double()).detach().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

@@ -78,16 +78,26 @@ def run_torch64(model64: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> lis
     return [_to_numpy(t) for _, t in named_outputs(out)]
 
 
+#: factory ops a graph module calls with its dtype baked in at export
+_FACTORIES = frozenset({"zeros", "ones", "full", "empty", "empty_strided", "scalar_tensor",
+                        "new_zeros", "new_ones", "new_full", "new_empty"})
+
+
 class _QuantizeInFloat64(TorchDispatchMode):
     """The same QDQ graph in float64: ``quantized_decomposed``'s quantize ops accept float32
     only, so here a quantize computes its integer codes from the float64 value exactly
     (``clamp(round(x / scale) + zero_point)``, kept as float64 numbers) and a dequantize
-    returns float64. Every other op runs as it is."""
+    returns float64. A float32 tensor a graph module creates with the dtype baked in at
+    export (a PT2E-quantized LSTM's zero states, ``aten.zeros(..., dtype=float32)``) is
+    created float64, as the eager module would create it from its float64 input. Every
+    other op runs as it is."""
 
     def __torch_dispatch__(self, func: Any, _types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         op = func.overloadpacket
+        if op.__name__ in _FACTORIES and kwargs.get("dtype") == torch.float32:
+            kwargs = {**kwargs, "dtype": torch.float64}
         if getattr(op, "_qualified_op_name", "").startswith("quantized_decomposed::"):
             name = op.__name__
             if name in ("quantize_per_tensor", "dequantize_per_tensor"):
