@@ -201,3 +201,19 @@ def test_a_product_left_in_float_says_why(kwargs, says):
     (why,) = left
     assert why.op == "conv2d" and says in why.why, why
     assert integer_compute(mod["main"]).same_as(mod["main"])
+
+
+@pytest.mark.compile
+def test_a_quantized_conv1d_computes_in_integers(write_case):
+    """A quantized TCN's Conv1d stayed in float ("no integer lowering for it here"): now,
+    like a Conv2d, it reads its codes (its own padding as a pad of zero points, the causal
+    pad replayed on the codes) and accumulates in int32, within one step."""
+    case = load_case(write_case(CASE.format(model="qdq_conv1d", extra="").replace(
+        "layout_transforms = 1", "layout_transforms = 2")))
+    for r in judge_in_process([case], RunOptions(isolate=False)):
+        check = r.check("float_qdq_products")
+        assert check.status is Status.PASSED, (r.target, check.message)
+        assert "0 in float between QDQ ops (none), 2 in integers (2 conv1d)" \
+            in check.body, check.body
+        if r.target == "llvm":
+            assert r.check("numerics").status is Status.PASSED, r.check("numerics").message

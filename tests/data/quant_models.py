@@ -290,3 +290,46 @@ class FocusStem(nn.Module):
 def focus_stem() -> nn.Module:
     """`FocusStem` quantized: a quantize after the concat."""
     return _x86_quantized(FocusStem())
+
+
+class QDQConv1d(nn.Module):
+    """QDQ Conv1d as PT2E writes it (the x86 quantizer's uint8 activations with a zero
+    point, int8 weights per channel), twice: a dilated causal one (``F.pad`` on the left)
+    and one with its own padding, on the image's first rows as a sequence."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = nn.ParameterList()
+        for shape in ((8, 12, 3), (8, 8, 3)):
+            w = torch.randn(*shape) * 0.3
+            scale = w.abs().amax(dim=(1, 2)) / 127.0
+            self.register_buffer(f"q{len(self.w)}", torch.clamp(
+                torch.round(w / scale[:, None, None]), -128, 127).to(torch.int8))
+            self.register_buffer(f"s{len(self.w)}", scale)
+            self.w.append(nn.Parameter(torch.randn(shape[0]) * 0.1))  # the bias
+        self.register_buffer("zeros", torch.zeros(8, dtype=torch.int64))
+
+    def _qdq(self, x: torch.Tensor, scale: float, zero: int) -> torch.Tensor:
+        q = torch.ops.quantized_decomposed
+        xq = q.quantize_per_tensor.default(x, scale, zero, 0, 255, torch.uint8)
+        return q.dequantize_per_tensor.default(xq, scale, zero, 0, 255, torch.uint8)
+
+    def _weight(self, k: int) -> torch.Tensor:
+        return torch.ops.quantized_decomposed.dequantize_per_channel.default(
+            getattr(self, f"q{k}"), getattr(self, f"s{k}"), self.zeros, 0, -128, 127,
+            torch.int8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self._qdq(x[:, :, :4].reshape(x.shape[0], 12, x.shape[-1]), 0.02, 128)
+        h = nn.functional.conv1d(nn.functional.pad(h, (4, 0)), self._weight(0), self.w[0],
+                                 dilation=2)
+        h = self._qdq(torch.relu(h), 0.01, 3)
+        h = nn.functional.conv1d(h, self._weight(1), self.w[1], padding=1)
+        return self._qdq(h, 0.02, 128)
+
+
+def qdq_conv1d() -> nn.Module:
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  # lazy: registers the QDQ ops
+
+    return QDQConv1d().eval()

@@ -3,7 +3,7 @@
 PT2E leaves ``dequantize → conv2d / matmul → … → quantize`` (QDQ): each operand is dequantized
 to float32, the product computed in float32, the result quantized again. TVM 0.27 has no QNN
 dialect to lower that to integer kernels, so every quantized convolution ran in float. Here
-each convolution and matmul whose data is a per-tensor dequantized activation and whose
+each convolution (2-D, and 1-D: a TCN's, a Conformer's) and matmul whose data is a per-tensor dequantized activation and whose
 weight is a dequantized constant (per tensor, or per output channel) reads the integer codes
 instead:
 
@@ -62,9 +62,10 @@ from cl_validate.ir import (
 )
 
 _CONV, _MATMUL = "relax.nn.conv2d", "relax.matmul"
+#: the convolutions computed in integers (a TCN's or a Conformer's Conv1d as a Conv2d's)
+_CONVS = {_CONV: relax.op.nn.conv2d, "relax.nn.conv1d": relax.op.nn.conv1d}
 #: products on quantized data this stage has no integer form for: named, left in float
-_UNLOWERED = ("relax.nn.conv1d", "relax.nn.conv3d", "relax.nn.conv2d_transpose",
-              "relax.nn.conv1d_transpose")
+_UNLOWERED = ("relax.nn.conv3d", "relax.nn.conv2d_transpose", "relax.nn.conv1d_transpose")
 _DEQUANTIZE, _ASTYPE = "relax.dequantize", "relax.astype"
 #: ops that only move or view data: replayed on the integer codes as they are
 _VIEWS = frozenset({"relax.permute_dims", "relax.reshape", "relax.expand_dims",
@@ -194,7 +195,7 @@ def find(func: relax.Function) -> tuple[dict[relax.Var, _Plan], list[LeftInFloat
     left: list[LeftInFloat] = []
     for var, value in values.items():
         name = op_name(value)
-        if name not in (_CONV, _MATMUL, *_UNLOWERED):
+        if name not in (*_CONVS, _MATMUL, *_UNLOWERED):
             continue
         data, why_data = _dequantized(value.args[0], values)
         weight, why_weight = _dequantized(value.args[1], values)
@@ -252,7 +253,7 @@ def _plan(value: relax.Call, data: _Dequantized, weight: _Dequantized,
     w_shape = known_shape(value.args[0 if weight_left else 1])
     if w_shape is None or known_shape(value) is None:
         return "its shapes are not static"
-    if op_name(value) == _CONV:
+    if op_name(value) in _CONVS:
         if str(value.attrs.data_layout) != str(value.attrs.out_layout):
             return "its output layout differs from its data's"
         kernel = str(value.attrs.kernel_layout)
@@ -299,18 +300,20 @@ class _Rewriter(PyExprMutator):  # type: ignore[misc]
         data = bb.normalize(_replay(self.visit_expr(plan.data.codes), plan.data.views, zx))
         weight = bb.normalize(_replay(self.visit_expr(plan.weight.codes), plan.weight.views,
                                       int(plan.weight.zero[0])))
-        if op_name(value) == _CONV:
+        if op_name(value) in _CONVS:
             attrs = value.attrs
             padding = [int(p) for p in attrs.padding]
             if zx != 0 and any(padding):
                 layout = str(attrs.data_layout)
+                spatial = [d for d in layout if d not in "NC"]  # padding: all begins, then ends
                 width = [0] * (2 * len(layout))
-                for k, dim in enumerate(("H", "W")):
+                for k, dim in enumerate(spatial):
                     axis = layout.index(dim)
-                    width[2 * axis], width[2 * axis + 1] = padding[k], padding[k + 2]
+                    width[2 * axis] = padding[k]
+                    width[2 * axis + 1] = padding[k + len(spatial)]
                 data = bb.normalize(relax.op.nn.pad(data, width, pad_value=float(zx)))
                 padding = [0] * len(padding)
-            acc = relax.op.nn.conv2d(
+            acc = _CONVS[str(op_name(value))](
                 data, weight, strides=attrs.strides, padding=padding, dilation=attrs.dilation,
                 groups=attrs.groups, data_layout=str(attrs.data_layout),
                 kernel_layout=str(attrs.kernel_layout), out_layout=str(attrs.out_layout),
