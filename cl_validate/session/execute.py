@@ -73,7 +73,8 @@ def run_torch64(model64: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> lis
     inputs stay integers); a quantized model's QDQ ops run in float64 too
     (`_QuantizeInFloat64`)."""
     args = [t.double() if t.is_floating_point() else t for t in inputs]
-    with torch.no_grad(), _QuantizeInFloat64():
+    graph = isinstance(model64, torch.fx.GraphModule)  # exported: dtypes baked in
+    with torch.no_grad(), _QuantizeInFloat64(promote_factories=graph):
         out = model64(*args)
     return [_to_numpy(t) for _, t in named_outputs(out)]
 
@@ -87,16 +88,22 @@ class _QuantizeInFloat64(TorchDispatchMode):
     """The same QDQ graph in float64: ``quantized_decomposed``'s quantize ops accept float32
     only, so here a quantize computes its integer codes from the float64 value exactly
     (``clamp(round(x / scale) + zero_point)``, kept as float64 numbers) and a dequantize
-    returns float64. A float32 tensor a graph module creates with the dtype baked in at
-    export (a PT2E-quantized LSTM's zero states, ``aten.zeros(..., dtype=float32)``) is
-    created float64, as the eager module would create it from its float64 input. Every
-    other op runs as it is."""
+    returns float64. With `promote_factories` (a graph module), a float32 tensor the graph
+    creates with the dtype baked in at export (a PT2E-quantized LSTM's zero states,
+    ``aten.zeros(..., dtype=float32)``) is created float64, as the eager module creates it
+    from its float64 input; an eager model's own ``dtype=float32`` is its code's and stays.
+    Every other op runs as it is."""
+
+    def __init__(self, promote_factories: bool = False) -> None:
+        super().__init__()
+        self.promote_factories = promote_factories
 
     def __torch_dispatch__(self, func: Any, _types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         op = func.overloadpacket
-        if op.__name__ in _FACTORIES and kwargs.get("dtype") == torch.float32:
+        if (self.promote_factories and op.__name__ in _FACTORIES
+                and kwargs.get("dtype") == torch.float32):
             kwargs = {**kwargs, "dtype": torch.float64}
         if getattr(op, "_qualified_op_name", "").startswith("quantized_decomposed::"):
             name = op.__name__
