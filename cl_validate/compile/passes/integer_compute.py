@@ -3,9 +3,9 @@
 PT2E leaves ``dequantize → conv2d / matmul → … → quantize`` (QDQ): each operand is dequantized
 to float32, the product computed in float32, the result quantized again. TVM 0.27 has no QNN
 dialect to lower that to integer kernels, so every quantized convolution ran in float. Here
-each convolution (2-D, and 1-D: a TCN's, a Conformer's) and matmul whose data is a per-tensor dequantized activation and whose
-weight is a dequantized constant (per tensor, or per output channel) reads the integer codes
-instead:
+each convolution (2-D, and 1-D: a TCN's, a Conformer's) and matmul whose data is a per-tensor
+dequantized activation and whose weight is a dequantized constant (per tensor, or per output
+channel) reads the integer codes instead:
 
     acc   = conv2d(pad(xq, zx), wq, out_dtype="int32")        # uint8/int8 x int8 → int32
     acc  -= zx · Σ wq                                           # one int32 per channel
