@@ -19,7 +19,13 @@ from contextvars import ContextVar
 import tvm
 from tvm import relax
 
-from cl_validate.ir import is_identity
+from cl_validate.ir import (
+    is_identity,
+    is_weight_derived,
+    permute_axes,
+    static_shape,
+    weight_derived,
+)
 
 Perm = tuple[int, ...]
 #: A static shape: an int per axis, None for a symbolic extent.
@@ -70,6 +76,23 @@ def add_costs(costs: Iterable[Cost]) -> Cost:
     for c in costs:
         total = (total[0] + c[0], total[1] + c[1])
     return total
+
+
+def runtime_cost(func: relax.Function) -> Cost:
+    """What every run-time permute of `func` costs (permutes of weights fold away)."""
+    weights = weight_derived(func)
+    costs = []
+    for block in func.body.blocks:
+        for b in block.bindings:
+            axes = permute_axes(b.value)
+            if axes is not None and not is_weight_derived(b.value.args[0], weights):
+                costs.append(permute_cost(static_shape(b.value.args[0]), axes))
+    return add_costs(costs)
+
+
+def cost_text(cost: Cost) -> str:
+    real, unit = cost[0], cost[1] - cost[0]
+    return f"{real} transposes" + (f" + {unit} size-1 permutes" if unit else "")
 
 
 def relax_function_pass(

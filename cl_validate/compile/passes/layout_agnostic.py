@@ -50,10 +50,12 @@ from cl_validate.compile.passes._util import (
     UnionFind,
     add_costs,
     compose,
+    cost_text,
     inverse,
     note,
     permute_cost,
     relax_function_pass,
+    runtime_cost,
 )
 from cl_validate.compile.passes.cancel_permutes import fold_permutes
 from cl_validate.compile.passes.flatten_linear import matmul_readers
@@ -424,17 +426,6 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
             super().visit_var_binding_(binding)
 
 
-def _runtime_cost(func: relax.Function) -> Cost:
-    weights = weight_derived(func)
-    costs = []
-    for block in func.body.blocks:
-        for b in block.bindings:
-            axes = permute_axes(b.value)
-            if axes is not None and not is_weight_derived(b.value.args[0], weights):
-                costs.append(permute_cost(static_shape(b.value.args[0]), axes))
-    return add_costs(costs)
-
-
 def _canonicalize(func: relax.Function) -> relax.Function:
     """Resolve ``t = (a, b); c = t[0]`` to ``a`` and drop dead bindings first: a use through a
     tuple nobody reads (as torch's max_pool2d leaves behind) would count as a real use."""
@@ -467,8 +458,8 @@ def sink_permutes(func: relax.Function) -> relax.Function:
     else:
         if (more := _improved(current) or _improved(current, copies=True)) is not None:
             note(f"SinkPermutes stopped at its cap of {MAX_ROUNDS} rounds with run-time "
-                 f"transforms still going down ({_cost_text(_runtime_cost(current))} -> "
-                 f"{_cost_text(_runtime_cost(more))} in the next round): more transforms "
+                 f"transforms still going down ({cost_text(runtime_cost(current))} -> "
+                 f"{cost_text(runtime_cost(more))} in the next round): more transforms "
                  f"may remain than the pass would leave")
     return func if current is start else current
 
@@ -476,7 +467,7 @@ def sink_permutes(func: relax.Function) -> relax.Function:
 def _improved(func: relax.Function, copies: bool = False) -> relax.Function | None:
     """One more round, if it lowers the run-time transform cost; None otherwise."""
     new = sink_permutes_once(func, copies)
-    if new.same_as(func) or not _runtime_cost(new) < _runtime_cost(func):
+    if new.same_as(func) or not runtime_cost(new) < runtime_cost(func):
         return None
     return new
 
@@ -493,12 +484,7 @@ def _hoisted(func: relax.Function) -> relax.Function | None:
         if new is None:
             break
         current = new
-    return current if _runtime_cost(current) < _runtime_cost(func) else None
-
-
-def _cost_text(cost: Cost) -> str:
-    real, unit = cost[0], cost[1] - cost[0]
-    return f"{real} transposes" + (f" + {unit} size-1 permutes" if unit else "")
+    return current if runtime_cost(current) < runtime_cost(func) else None
 
 
 SinkPermutes = relax_function_pass("SinkPermutes")(sink_permutes)
