@@ -276,3 +276,55 @@ def test_adaptive_max_pool_imports_with_pytorchs_windows(name):
                               tvm.cpu())
     (got,) = vm["main"](tvm.runtime.tensor(x.numpy()))
     np.testing.assert_array_equal(got.numpy(), pool(x).numpy())
+
+
+def _put(x: torch.Tensor, where: object, value: object, accumulate: bool = False
+         ) -> torch.Tensor:
+    y = x.clone()
+    if accumulate:
+        y[where] += value  # type: ignore[index]
+    else:
+        y[where] = value  # type: ignore[index]
+    return y
+
+
+_INDEXED_WRITES = {
+    "after_a_slice": lambda x, i: _put(x, (slice(None), i), 5.0),
+    "values_of_the_indexed_shape": lambda x, i: _put(x, (slice(None), slice(None), i),
+                                                     x[:, :, :4] * 2),
+    "first_axis": lambda x, i: _put(x, i, -1.0),
+    "adjacent_pair": lambda x, i: _put(x, (slice(None), i, i), 7.0),
+    "constant_negative_accumulated": lambda x, i: _put(
+        x, (slice(None), torch.tensor([-1, 0])), 1.0, accumulate=True),
+    "broadcast_index_tensors": lambda x, i: _put(x, (slice(None), i[:, None], i[None, :]), 3.0),
+    "mask_of_one_value": lambda x, i: _put(x, x > 0, 0.0),
+    "mask_over_leading_axes": lambda x, i: _put(x, x[..., 0] > 0, 2.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_INDEXED_WRITES))
+def test_indexed_writes_import_with_pytorchs_semantics(name):
+    """``x[:, idx] = v`` did not import ("IndexPut requires the number of index tensors to
+    match the data tensor dimensions"), a negative index went through, and ``x[x > 0] = 0``
+    failed on its boolean index."""
+    import numpy as np
+    import tvm
+    from torch import nn
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+
+    write = _INDEXED_WRITES[name]
+
+    class Written(nn.Module):
+        def forward(self, x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+            return write(x, i)
+
+    x, i = torch.randn(4, 5, 6), torch.tensor([-1, 0, -4, 3])
+    ep = torch.export.export(Written(), (x, i))
+    mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
+    (got,) = vm["main"](tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(i.numpy()))
+    np.testing.assert_array_equal(got.numpy(), write(x, i).numpy())

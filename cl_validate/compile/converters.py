@@ -37,7 +37,8 @@ Negative indices count from the end in PyTorch (``x[:, -1]``: the last time step
 token; an index tensor holding ``-1``; ``torch.take``). TVM's converters hand them to
 ``take`` in its fast mode, which reads out of bounds: a wrong program, not an error. Here
 every index is counted from the end where it is negative (a constant folds; a dynamic length
-is read at run time).
+is read at run time). Indexed writes likewise: ``x[:, idx] = v`` (``index_put`` with sliced
+axes) did not import at all, and ``x[x > 0] = 0`` (a mask and one value) is a ``where``.
 
 ``clamp`` of an integer tensor with one bound (``rel_pos.clamp(max=k)``: SAM's decomposed
 relative positions) is ``R.clip(x, -inf, k)`` in TVM's converter, whose legalization then fails
@@ -311,6 +312,61 @@ def _index_tensors(node: Any, importer: Any) -> Any:
     return bb.emit(relax.op.reshape(picked, [*dims[:first], *out_index, *dims[last + 1:]]))
 
 
+def _index_put(node: Any, importer: Any) -> Any:
+    """``x[:, idx] = v`` (``index_put`` with sliced axes, ``None`` in its indices): TVM's
+    converter takes one index per axis and refuses fewer ("IndexPut requires the number of
+    index tensors to match"), and passes negative indices through. Here every axis gets an
+    index: an ``arange`` where the axis is sliced, each placed where PyTorch puts that axis in
+    the indexed result (the index tensors' broadcast shape where they stand, adjacent), the
+    negative indices counted from the end, the values broadcast to that result. ``x[mask] =
+    v`` with one value is a select (``where``). Index tensors on axes apart, masked writes of
+    many values and dynamic shapes: TVM's own."""
+    args = importer.retrieve_args(node)
+    data, indices, values = args[0], list(args[1]), args[2]
+    accumulate = bool(args[3]) if len(args) > 3 else bool(node.kwargs.get("accumulate", False))
+    dims = static_dims(data)
+    used = [k for k, idx in enumerate(indices) if idx is not None]
+    bb = importer.block_builder
+    if dims is not None and used == [0] and str(indices[0].ty.dtype) == "bool" and (
+            static_dims(values) is not None and math.prod(static_dims(values) or []) == 1):
+        # ``x[mask] = v`` with a mask over the leading axes and one value: a select
+        mask = indices[0]
+        extra = len(dims) - len(static_dims(mask) or [])
+        if extra:
+            mask = bb.emit(relax.op.reshape(mask, [*(static_dims(mask) or []), *[1] * extra]))
+        value = bb.emit(relax.op.reshape(relax.op.astype(values, str(data.ty.dtype)), []))
+        if accumulate:
+            return bb.emit(relax.op.add(data, relax.op.where(mask, value, relax.const(
+                0, str(data.ty.dtype)))))
+        return bb.emit(relax.op.where(mask, value, data))
+    if (dims is None or not used or used != list(range(used[0], used[-1] + 1))
+            or any(static_dims(indices[k]) is None or not str(indices[k].ty.dtype).startswith(
+                ("int", "uint")) for k in used)):
+        return importer._index_put(node)
+    indices += [None] * (len(dims) - len(indices))
+    shapes = [static_dims(indices[k]) or [] for k in used]
+    rank = max(len(sh) for sh in shapes)
+    first = used[0]
+    # the indexed result: the sliced axes before, the broadcast index shape, those after
+    before, after = list(range(first)), list(range(used[-1] + 1, len(dims)))
+    out_rank = len(before) + rank + len(after)
+    full = []
+    for k in range(len(dims)):
+        shape = [1] * out_rank
+        if k in used:
+            idx = _from_end(bb, indices[k], dims[k])
+            sh = static_dims(indices[k]) or []
+            shape[len(before) + rank - len(sh):len(before) + rank] = sh
+            full.append(bb.emit(relax.op.reshape(idx, shape)))
+        else:
+            shape[k if k < first else len(before) + rank + after.index(k)] = dims[k]
+            full.append(bb.emit(relax.op.reshape(
+                relax.op.arange(0, dims[k], 1, "int64"), shape)))
+    broadcast = [max(d) for d in zip(*[static_dims(f) or [] for f in full], strict=True)]
+    values = bb.emit(relax.op.broadcast_to(values, broadcast))
+    return bb.emit(relax.op.index_put(data, relax.Tuple(full), values, accumulate))
+
+
 def _select(node: Any, importer: Any) -> Any:
     """``x[:, -1]`` (``select.int``): the index counted from the end where it is negative;
     TVM's converter passes ``-1`` to ``take``, which reads out of bounds."""
@@ -392,6 +448,7 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "sub.Tensor": _binary_promoting(relax.op.subtract, operator.sub),
         "mul.Tensor": _binary_promoting(relax.op.multiply, operator.mul),
         "index.Tensor": _index_tensors,
+        "index_put.default": _index_put,
         "select.int": _select,
         "scaled_dot_product_attention.default": convert_sdpa,
         "grid_sampler_2d.default": _grid_sample,
