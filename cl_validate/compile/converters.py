@@ -266,10 +266,25 @@ def _from_end(bb: Any, idx: Any, n: Any) -> Any:
     number or a symbolic length) counted from the end: TVM's ``take`` reads a negative index
     out of bounds."""
     idx = bb.emit(relax.op.astype(idx, "int64"))
-    length = (relax.const(n, "int64") if isinstance(n, int) else bb.emit(relax.op.reshape(
-        relax.op.shape_to_tensor(relax.ShapeExpr([n])), [])))
     return bb.emit(relax.op.where(relax.op.less(idx, relax.const(0, "int64")),
-                                  relax.op.add(idx, length), idx))
+                                  relax.op.add(idx, _int64(bb, n)), idx))
+
+
+def _int64(bb: Any, n: Any) -> Any:
+    """`n`, a number or a symbolic length, as an int64 scalar."""
+    if isinstance(n, int):
+        return relax.const(n, "int64")
+    return bb.emit(relax.op.reshape(relax.op.shape_to_tensor(relax.ShapeExpr([n])), []))
+
+
+def _integer_indices(indices: list[Any], used: list[int]) -> bool:
+    """Every index in `used` an integer tensor of known shape (no mask)."""
+    return all(static_dims(indices[k]) is not None
+               and str(indices[k].ty.dtype).startswith(("int", "uint")) for k in used)
+
+
+def _adjacent(used: list[int]) -> bool:
+    return used == list(range(used[0], used[-1] + 1))
 
 
 def _index_tensors(node: Any, importer: Any) -> Any:
@@ -280,14 +295,13 @@ def _index_tensors(node: Any, importer: Any) -> Any:
     data, indices = args[0], list(args[1])
     used = [k for k, idx in enumerate(indices) if idx is not None]
     shape = getattr(data.ty, "shape", None)
-    if (not used or not isinstance(shape, relax.ShapeExpr)
-            or any(static_dims(indices[k]) is None for k in used)
-            or any(not str(indices[k].ty.dtype).startswith(("int", "uint")) for k in used)):
+    if not used or not isinstance(shape, relax.ShapeExpr) or not _integer_indices(indices,
+                                                                                  used):
         return importer._index_tensor(node)  # masks, unknown ranks: TVM's own
     dims = [int(d) if isinstance(d, tirx.IntImm) else d for d in shape.values]
     bb = importer.block_builder
     taken = [indices[k] for k in used]
-    if used != list(range(used[0], used[-1] + 1)):  # apart: indexed axes first
+    if not _adjacent(used):  # apart: indexed axes first
         rest = [k for k in range(len(dims)) if k not in used]
         data = bb.emit(relax.op.permute_dims(data, [*used, *rest]))
         dims = [dims[k] for k in used] + [dims[k] for k in rest]
@@ -297,12 +311,8 @@ def _index_tensors(node: Any, importer: Any) -> Any:
     stride: Any = 1
     for k, index in reversed(list(zip(used, taken, strict=True))):
         idx = _from_end(bb, index, dims[k])
-        if isinstance(stride, int) and stride == 1:
-            term = idx
-        else:
-            term = bb.emit(relax.op.multiply(idx, relax.const(stride, "int64") if isinstance(
-                stride, int) else bb.emit(relax.op.reshape(relax.op.shape_to_tensor(
-                    relax.ShapeExpr([stride])), []))))
+        term = idx if isinstance(stride, int) and stride == 1 else bb.emit(
+            relax.op.multiply(idx, _int64(bb, stride)))
         flat = term if flat is None else bb.emit(relax.op.add(flat, term))
         stride = stride * dims[k]
     out_index = [int(d) for d in static_dims(flat) or []]
@@ -339,27 +349,21 @@ def _index_put(node: Any, importer: Any) -> Any:
             return bb.emit(relax.op.add(data, relax.op.where(mask, value, relax.const(
                 0, str(data.ty.dtype)))))
         return bb.emit(relax.op.where(mask, value, data))
-    if (dims is None or not used or used != list(range(used[0], used[-1] + 1))
-            or any(static_dims(indices[k]) is None or not str(indices[k].ty.dtype).startswith(
-                ("int", "uint")) for k in used)):
+    if dims is None or not used or not _adjacent(used) or not _integer_indices(indices, used):
         return importer._index_put(node)
     indices += [None] * (len(dims) - len(indices))
-    shapes = [static_dims(indices[k]) or [] for k in used]
-    rank = max(len(sh) for sh in shapes)
-    first = used[0]
+    first, last = used[0], used[-1]
+    rank = max(len(static_dims(indices[k]) or []) for k in used)
     # the indexed result: the sliced axes before, the broadcast index shape, those after
-    before, after = list(range(first)), list(range(used[-1] + 1, len(dims)))
-    out_rank = len(before) + rank + len(after)
     full = []
     for k in range(len(dims)):
-        shape = [1] * out_rank
+        shape = [1] * (len(dims) - len(used) + rank)
         if k in used:
-            idx = _from_end(bb, indices[k], dims[k])
             sh = static_dims(indices[k]) or []
-            shape[len(before) + rank - len(sh):len(before) + rank] = sh
-            full.append(bb.emit(relax.op.reshape(idx, shape)))
+            shape[first + rank - len(sh):first + rank] = sh
+            full.append(bb.emit(relax.op.reshape(_from_end(bb, indices[k], dims[k]), shape)))
         else:
-            shape[k if k < first else len(before) + rank + after.index(k)] = dims[k]
+            shape[k if k < first else k - last - 1 + first + rank] = dims[k]
             full.append(bb.emit(relax.op.reshape(
                 relax.op.arange(0, dims[k], 1, "int64"), shape)))
     broadcast = [max(d) for d in zip(*[static_dims(f) or [] for f in full], strict=True)]
@@ -372,10 +376,10 @@ def _select(node: Any, importer: Any) -> Any:
     TVM's converter passes ``-1`` to ``take``, which reads out of bounds."""
     x = importer.env[node.args[0]]
     dims = static_dims(x) or []
-    axis = node.args[1] % max(len(dims), 1) if dims else node.args[1]
+    axis = node.args[1] % len(dims) if dims else node.args[1]
     index = int(node.args[2])
     bb = importer.block_builder
-    if index >= 0 or not dims or dims[axis] is None:
+    if index >= 0 or not dims:
         mode = "fast" if index >= 0 else "wrap"  # a dynamic axis: the modulo at run time
         return bb.emit(relax.op.take(x, relax.const(index, "int64"), axis, mode=mode))
     return bb.emit(relax.op.take(x, relax.const(index + dims[axis], "int64"), axis))

@@ -71,10 +71,10 @@ def float64_model(model: torch.nn.Module) -> torch.nn.Module:
 def run_torch64(model64: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
     """The float64 reference: `float64_model`'s copy on the same inputs in float64 (integer
     inputs stay integers); a quantized model's QDQ ops run in float64 too
-    (`_QuantizeInFloat64`)."""
+    (`_GraphInFloat64`), and a graph module's baked float32 tensors are made float64."""
     args = [t.double() if t.is_floating_point() else t for t in inputs]
     graph = isinstance(model64, torch.fx.GraphModule)  # exported: dtypes baked in
-    with torch.no_grad(), _QuantizeInFloat64(promote_factories=graph):
+    with torch.no_grad(), _GraphInFloat64(promote_factories=graph):
         out = model64(*args)
     return [_to_numpy(t) for _, t in named_outputs(out)]
 
@@ -84,7 +84,7 @@ _FACTORIES = frozenset({"zeros", "ones", "full", "empty", "empty_strided", "scal
                         "new_zeros", "new_ones", "new_full", "new_empty"})
 
 
-class _QuantizeInFloat64(TorchDispatchMode):
+class _GraphInFloat64(TorchDispatchMode):
     """The same QDQ graph in float64: ``quantized_decomposed``'s quantize ops accept float32
     only, so here a quantize computes its integer codes from the float64 value exactly
     (``clamp(round(x / scale) + zero_point)``, kept as float64 numbers) and a dequantize

@@ -57,8 +57,7 @@ Flattens = dict[relax.Var, tuple[relax.Expr, tuple[int, ...], int]]
 
 def _flatten_source(func: relax.Function) -> tuple[Flattens, dict[relax.Var, relax.Var]]:
     """Each flatten ``r`` that qualifies, mapped to (``y``, ``p``) of the permute before it
-    and its row axes;
-    and each matmul that reads one, mapped to that flatten."""
+    and its row axes; and each matmul that reads one, mapped to that flatten."""
     uses = use_sites(func)
     values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
     derived = weight_derived(func)

@@ -41,24 +41,23 @@ class _UnitPermuteRewriter(PyExprMutator):  # type: ignore[misc]
         if in_shape is None or out_shape is None or not moves_only_unit_axes(in_shape, axes):
             super().visit_var_binding_(binding)
             return
-        self._view(binding, data)
+        self._view(binding, data, unit_permute=True)
 
-    def _view(self, binding: relax.VarBinding, data: relax.Expr | None = None) -> None:
-        """`binding` as a view of `data` (its own operand when None): one reshape of what
-        `data` views when `data` is a view too."""
+    def _view(self, binding: relax.VarBinding, data: relax.Expr | None = None,
+              unit_permute: bool = False) -> None:
+        """`binding` (a view, or a permute of size-1 axes of `data`) as a reshape of what it
+        views at the root: of `data`'s own input when `data` is a view too."""
         if data is None:
             data = self.visit_expr(binding.value.args[0])
         out_shape = shape_exprs(binding.var)
-        source = self.views.get(data) if isinstance(data, relax.Var) else None
-        if out_shape is None or (source is None and data.same_as(binding.value.args[0])
-                                 and op_name(binding.value) != "relax.permute_dims"):
-            super().visit_var_binding_(binding)
+        source = self.views.get(data, data) if isinstance(data, relax.Var) else data
+        if out_shape is None or (source is data and not unit_permute):
+            super().visit_var_binding_(binding)  # a view of a computed value: as it is
         else:
-            value = self.builder_.normalize(relax.op.reshape(
-                source if source is not None else data, out_shape))
+            value = self.builder_.normalize(relax.op.reshape(source, out_shape))
             self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
         if out_shape is not None:
-            self.views[binding.var] = source if source is not None else data
+            self.views[binding.var] = source
 
 
 def unit_permutes_to_reshapes(func: relax.Function) -> relax.Function:

@@ -55,8 +55,8 @@ def _kept(p: tuple[int, ...], shape: tuple[int, ...], rows: int) -> int | None:
     return found
 
 
-#: permute var -> (matmul var, its weight, the axes kept, the column factor G)
-Found = dict[relax.Var, tuple[relax.Var, relax.Expr, int, int]]
+#: permute var -> (the matmul, the axes kept, the column factor G)
+Found = dict[relax.Var, tuple[relax.Call, int, int]]
 
 
 def _find(func: relax.Function) -> Found:
@@ -87,27 +87,25 @@ def _find(func: relax.Function) -> Found:
         j = _kept(p, shape, rows)
         if j is None or j == len(p):
             continue
-        found[t] = (m, w, j, math.prod(shape[:j]) // rows)  # type: ignore[assignment]
+        found[t] = (mv, j, math.prod(shape[:j]) // rows)  # type: ignore[assignment]
     return found
 
 
 @mutator
 class _Folder(PyExprMutator):  # type: ignore[misc]
-    def __init__(self, found: Found, func: relax.Function) -> None:
+    def __init__(self, found: Found) -> None:
         super().__init__()
         self.found = found
-        self.values = {b.var: b.value for b in bindings(func)
-                       if isinstance(b, relax.VarBinding)}
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var not in self.found:
             super().visit_var_binding_(binding)
             return
-        m, w, j, g = self.found[binding.var]
+        value, j, g = self.found[binding.var]
         p = permute_axes(binding.value)
         shape = known_shape(binding.value.args[0])
         assert p is not None and shape is not None
-        value = self.values[m]
+        w = value.args[1]
         k, n = known_shape(w)  # type: ignore[misc]
         # the weight's columns as (G, S[j:]), moved as p moves S[j:], flattened again
         cols = relax.op.reshape(self.visit_expr(w), [k, g, *shape[j:]])
@@ -127,7 +125,7 @@ def fold_permute_into_columns(func: relax.Function) -> relax.Function:
     found = _find(func)
     if not found:
         return func
-    return relax.analysis.remove_all_unused(_Folder(found, func).visit_expr(func))
+    return relax.analysis.remove_all_unused(_Folder(found).visit_expr(func))
 
 
 FoldPermuteIntoColumns = relax_function_pass("FoldPermuteIntoColumns")(
