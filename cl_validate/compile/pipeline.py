@@ -21,6 +21,7 @@ import tvm
 from tvm import relax
 
 from cl_validate.compile.context import PipelineContext, Stage
+from cl_validate.compile.cpu_chains import inline_chains
 from cl_validate.compile.factory import ensure_on_path
 from cl_validate.compile.fold import fold_params
 from cl_validate.compile.legalize import legalize
@@ -97,6 +98,8 @@ def standard_stages(ctx: PipelineContext, *, layout: Sequence[Stage]) -> list[St
         mod = relax.transform.FuseTIR()(mod)
         if "gpu" in target.keys:  # dlight, as TVM's cuda backend; each rule noted
             mod = schedule_gpu(mod, target)
+        else:  # a kernel's elementwise steps in one loop nest
+            mod = inline_chains(mod)
         return relax.transform.RewriteDataflowReshape()(mod)
 
     return [
