@@ -166,12 +166,13 @@ def main() -> None:
         merged,
         mobile,
         positions,
+        pyramids,
         sequences,
         variants,
     )
 
     models = merged(classic, mobile, deploy, attention, variants, positions, hybrids, idioms,
-                    heads, sequences, branches)
+                    heads, sequences, branches, pyramids)
     rows: list[Row] = []
     print("  ".join(HEADER))
     with tempfile.TemporaryDirectory() as tmp:
