@@ -91,6 +91,13 @@ def test_a_step_read_twice_or_broadcast_or_by_two_readers_is_not_recomputed():
     assert _kept(a, left, right) == ["step", "left", "right"]
 
 
+def test_a_step_that_is_an_output_of_the_function_stays():
+    a = te.placeholder((8,), name="a")
+    first = te.compute(a.shape, lambda i: a[i] * 2.0, name="first")
+    second = te.compute(a.shape, lambda i: first[i] + 1.0, name="second")
+    assert _kept(a, first, second) == ["first", "second"]
+
+
 def test_attention_kernels_keep_their_loop_order():
     a = te.placeholder((8,), name="a")
     step = te.compute(a.shape, lambda i: a[i] + 1.0, name="step")
