@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 from tvm import relax
 
-from cl_validate.ir import op_name
+from cl_validate.ir import known_shape, op_name
 
 _MATMUL, _SOFTMAX = "relax.matmul", "relax.nn.softmax"
 _LINEAR = "a Linear on the scores"
@@ -87,3 +88,63 @@ _NEAR = 12
 _QUIET = frozenset({"relax.reshape", "relax.broadcast_to", "relax.permute_dims",
                     "relax.astype", "relax.multiply", "relax.divide", "relax.add",
                     "relax.squeeze", "relax.expand_dims", "relax.nn.softmax", "relax.take"})
+
+#: The reason a chain whose scores sum over a feature map's H·W is left as matmuls
+OVER_THE_MAP = ("the scores sum over a feature map's H·W (channel attention, Restormer- or "
+                "DANet-style): left as matmuls, which read the channels-last map in place, "
+                "where the attention op would transpose q, k and v")
+#: Shape-keeping ops an operand may pass through after the view (F.normalize, a scale)
+_ELEMENTWISE = frozenset({"relax.multiply", "relax.divide", "relax.add", "relax.subtract",
+                          "relax.astype"})
+
+
+def sums_over_map(value_of: Callable[[relax.Expr], relax.Expr | None], e: relax.Expr,
+                  peel: Callable[[relax.Expr], relax.Expr]) -> bool:
+    """`e`, a score product's left operand ``(..., L, E)``, sums over a convolution's
+    spatial axes: it is ``reshape(X, (..., H·W))`` of an ``(N, C, H, W)`` X that a
+    convolution computed (through ops that keep its shape, a split of its channels), the
+    leading axes splitting N and C (heads, channels); through shape-keeping elementwise ops
+    (F.normalize, a scale) and the views `peel` sees through. Attention over channels:
+    raised, each of q, k and v would be a transpose of the whole map (the head dimension
+    H·W innermost), which the matmuls read in place."""
+    for _ in range(_NEAR):
+        e = peel(e)
+        value = value_of(e)
+        name = op_name(value)
+        if name in _ELEMENTWISE:
+            shape = known_shape(e)
+            same = [a for a in value.args if known_shape(a) == shape]  # type: ignore[union-attr]
+            if not same:
+                return False
+            e = same[0]
+            continue
+        if name != "relax.reshape":
+            return False
+        x = value.args[0]  # type: ignore[union-attr]
+        src, out = known_shape(x), known_shape(e)
+        if src is None or out is None or len(src) != 4 or len(out) < 3:
+            return False
+        spatial = src[2] * src[3]
+        return spatial > 1 and out[-1] == spatial and \
+            int(np.prod(out[:-1])) == src[0] * src[1] and _convolved(value_of, x)
+    return False
+
+
+def _convolved(value_of: Callable[[relax.Expr], relax.Expr | None], x: relax.Expr) -> bool:
+    """`x` (N, C, H, W) is a convolution's output, through ops that keep its H and W (a
+    split of the channels, elementwise ops, norms)."""
+    hw = (known_shape(x) or (0, 0, 0, 0))[2:]
+    for _ in range(_NEAR):
+        value = value_of(x) if isinstance(x, relax.Var) else x
+        if isinstance(value, relax.TupleGetItem):
+            x = value.tuple_value
+            continue
+        name = op_name(value) or ""
+        if name.startswith("relax.nn.conv2d"):
+            return True
+        ins = [a for a in getattr(value, "args", ()) if isinstance(a, relax.Expr)
+               and len(known_shape(a) or ()) == 4 and known_shape(a)[2:] == hw]  # type: ignore[index]
+        if not ins:
+            return False
+        x = ins[0]
+    return False

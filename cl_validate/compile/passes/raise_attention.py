@@ -35,7 +35,12 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.passes._util import relax_function_pass
 from cl_validate.compile.passes.attention_heads import Fold, batch_heads
-from cl_validate.compile.passes.attention_left import Left, unmatched_softmaxes
+from cl_validate.compile.passes.attention_left import (
+    OVER_THE_MAP,
+    Left,
+    sums_over_map,
+    unmatched_softmaxes,
+)
 from cl_validate.ir import (
     PASS,
     Part,
@@ -309,6 +314,9 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> _Match | None:
     if found is None:  # what stands between the matmul and the softmax: said later
         return None
     a, b, scale, bias, q_factor = found
+    if sums_over_map(g.value, a, lambda e: _peel(g, e)):
+        g.left.append(Left(name, OVER_THE_MAP))
+        return None
     qs, ks, vs = known_shape(a), known_shape(b), known_shape(v)
     if qs is None or ks is None or vs is None or not (len(qs) == len(ks) == len(vs) >= 2):
         g.left.append(Left(m2.name, "q, k and v of unknown or different ranks"))

@@ -1,0 +1,118 @@
+"""Attention over channels (Restormer's MDTA, DANet's channel attention): the scores sum over a
+convolution's H·W, so raised as attention each of q, k and v would be a transpose of the
+whole map; it stays as matmuls, which read the channels-last map in place, and says why."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+pytestmark = pytest.mark.compile
+
+
+class ChannelAttention(nn.Module):
+    """Restormer's transposed attention, small: q, k, v split from one conv, each
+    ``(B, heads, C/heads, H·W)``, normalized over H·W, a per-head temperature."""
+
+    def __init__(self, c: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Conv2d(3, 3 * c, 1)
+        self.dw = nn.Conv2d(3 * c, 3 * c, 3, padding=1, groups=3 * c)
+        self.temperature = nn.Parameter(torch.rand(heads, 1, 1) + 0.5)
+        self.out = nn.Conv2d(c, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, _, h, w = x.shape
+        q, k, v = self.dw(self.qkv(x)).chunk(3, dim=1)
+        c = q.shape[1]
+        q, k, v = (t.reshape(b, self.heads, c // self.heads, h * w) for t in (q, k, v))
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        attn = ((q @ k.transpose(-2, -1)) * self.temperature).softmax(dim=-1)
+        return x + self.out((attn @ v).reshape(b, c, h, w))
+
+
+def _compiled(tmp_path):
+    import tvm
+
+    from cl_validate.analysis.fused_kernels import read_kernel_list
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case
+    from cl_validate.session.execute import run_torch, run_tvm
+    from cl_validate.session.inputs import make_inputs, torch_inputs
+    from cl_validate.spec import load_case
+
+    path = tmp_path / "c.toml"
+    path.write_text('model = "x:y"\n[[inputs]]\nname = "x"\nshape = [1, 3, 12, 12]\n'
+                    'layout = "NHWC"\n[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+    case = load_case(path)
+    torch.manual_seed(0)
+    model = ChannelAttention().eval()
+    arrays = make_inputs(case)
+    tensors = torch_inputs(case, arrays)
+    compiled = compile_case(export_and_import(model, case, tensors), case, "llvm")
+    want = run_torch(model, tensors)
+    got = run_tvm(compiled.executable, case, arrays, tvm.cpu())
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
+    return compiled, read_kernel_list(compiled)
+
+
+def test_attention_over_channels_stays_as_matmuls_and_says_why(tmp_path):
+    compiled, kernels = _compiled(tmp_path)
+    assert not any(k.name.startswith("attention") for k in kernels.kernels), kernels.render()
+    assert any("sum over a feature map's H·W" in line for line in compiled.attention_left), \
+        compiled.attention_left
+    # raised, q, k and v were a transpose each and the output one more (5 in all); as
+    # matmuls the map is read in place but for two (q's and v's rows, the output boundary)
+    assert len(kernels.runtime_transforms) <= 3, kernels.render()
+
+
+def test_attention_over_a_map_s_pixels_is_still_raised():
+    """The same map, attention the other way (YOLO11's PSA, channel-major: the scores sum
+    over channels, the softmax over pixels): raised."""
+    import tvm
+    from tvm.script import relax as R
+
+    from cl_validate.compile.passes.raise_attention import find
+
+    @tvm.script.ir_module
+    class Psa:
+        @R.function
+        def main(x: R.Tensor((1, 3, 4, 4), "float32"), w: R.Tensor((24, 3, 1, 1), "float32")
+                 ) -> R.Tensor((1, 2, 4, 16), "float32"):
+            with R.dataflow():
+                y = R.nn.conv2d(x, w)
+                parts = R.split(y, 3, axis=1)
+                q = R.reshape(parts[0], [1, 2, 4, 16])
+                k = R.reshape(parts[1], [1, 2, 4, 16])
+                v = R.reshape(parts[2], [1, 2, 4, 16])
+                s = R.matmul(R.permute_dims(q, axes=[0, 1, 3, 2]), k)
+                p = R.nn.softmax(s, axis=-1)
+                o = R.matmul(v, R.permute_dims(p, axes=[0, 1, 3, 2]))
+                R.output(o)
+            return o
+
+    @tvm.script.ir_module
+    class OverChannels:
+        @R.function
+        def main(x: R.Tensor((1, 3, 4, 4), "float32"), w: R.Tensor((24, 3, 1, 1), "float32")
+                 ) -> R.Tensor((1, 2, 4, 16), "float32"):
+            with R.dataflow():
+                y = R.nn.conv2d(x, w)
+                parts = R.split(y, 3, axis=1)
+                q = R.reshape(parts[0], [1, 2, 4, 16])
+                k = R.reshape(parts[1], [1, 2, 4, 16])
+                v = R.reshape(parts[2], [1, 2, 4, 16])
+                s = R.matmul(q, R.permute_dims(k, axes=[0, 1, 3, 2]))
+                p = R.nn.softmax(s, axis=-1)
+                o = R.matmul(p, v)
+                R.output(o)
+            return o
+
+    matches, left = find(Psa["main"])
+    assert len(matches) == 1 and not left
+    matches, left = find(OverChannels["main"])
+    assert not matches and len(left) == 1 and "H·W" in left[0].why
