@@ -19,7 +19,12 @@ Then the same cases cross-compiled for arm64 (``llvm -mtriple=aarch64-linux-gnu
 -mattr=+neon``, static: nothing runs): the kernels that hold a convolution, with the dtype
 of its data.
 
-    python benchmarks/int8_compute.py [--repeat N] [--compiles N] [--case NAME ...]
+`--mcpu NAME` compiles and runs for the llvm target with that CPU named (``znver4``,
+``skylake-avx512``, ...) instead of plain ``llvm``, whose generic x86-64 has SSE2 alone: there
+sign-extending int8 takes several instructions and LLVM makes more machine code for the
+integer programs.
+
+    python benchmarks/int8_compute.py [--repeat N] [--compiles N] [--case NAME ...] [--mcpu CPU]
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "model_cases"))
 
 CASES = ("quant_mobilenet_v2", "quant_resnet", "quant_yolo", "quant_vit_block")
+#: the target name of llvm with `--mcpu` named
+HOST = "llvm_mcpu"
 ARM64 = ('[tool.cl_validate.targets.arm64]\ntarget = { kind = "llvm", mtriple = '
          '"aarch64-linux-gnu", mattr = ["+neon"] }\n')
 
@@ -57,19 +64,23 @@ def _constant_bytes(mod: object) -> int:
     return total
 
 
-def _case(name: str, folder: Path) -> object:
-    """The bundled case with an arm64 target added (a copy beside the original's folder)."""
+def _case(name: str, folder: Path, mcpu: str | None) -> object:
+    """The bundled case with an arm64 target added, and `HOST` (llvm with `mcpu` named) when
+    given (a copy beside the original's folder)."""
     from cl_validate.spec import load_case
     from cl_validate.spec.config import load_config
 
-    (folder / "pyproject.toml").write_text(ARM64)
+    host = f'[tool.cl_validate.targets.{HOST}]\ntarget = {{ kind = "llvm", mcpu = "{mcpu}" }}\n'
+    (folder / "pyproject.toml").write_text(ARM64 + (host if mcpu else ""))
     text = (ROOT / "model_cases" / f"{name}.toml").read_text()
     path = folder / f"{name}.toml"
-    path.write_text(f'targets = ["llvm", "arm64"]\n{text}')
+    targets = ", ".join(f'"{t}"' for t in ("llvm", "arm64", *([HOST] if mcpu else [])))
+    path.write_text(f"targets = [{targets}]\n{text}")
     return load_case(path, load_config(folder).targets)
 
 
-def measure(name: str, repeat: int, compiles: int = 3) -> list[dict[str, object]]:
+def measure(name: str, repeat: int, compiles: int = 3, mcpu: str | None = None
+            ) -> list[dict[str, object]]:
     import statistics
 
     import tvm
@@ -83,7 +94,8 @@ def measure(name: str, repeat: int, compiles: int = 3) -> list[dict[str, object]
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        base = _case(name, Path(tmp))
+        base = _case(name, Path(tmp), mcpu)
+        target = HOST if mcpu else "llvm"
         sessions = {}
         for integer in (True, False):
             case = dataclasses.replace(base, integer_compute=integer)  # type: ignore[type-var]
@@ -94,11 +106,11 @@ def measure(name: str, repeat: int, compiles: int = 3) -> list[dict[str, object]
             sessions[integer] = session
         times: dict[bool, list[tuple[float, float, float]]] = {True: [], False: []}
         programs = {}  # each program's last timed compile: what is run and counted below
-        compile_case(sessions[True].front, sessions[True].case, "llvm")  # untimed set-up
+        compile_case(sessions[True].front, sessions[True].case, target)  # untimed set-up
         for _ in range(compiles):
             for integer, session in sessions.items():
                 t0 = time.perf_counter()
-                programs[integer] = compile_case(session.front, session.case, "llvm")
+                programs[integer] = compile_case(session.front, session.case, target)
                 total = time.perf_counter() - t0
                 # the first call: the LLVM module's machine code is made when first looked up
                 t1 = time.perf_counter()
@@ -139,11 +151,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--compiles", type=int, default=3, help="compiles timed per program")
     parser.add_argument("--case", action="append", choices=CASES)
+    parser.add_argument("--mcpu", help="llvm with this CPU named (znver4, skylake-avx512, ...)")
     args = parser.parse_args()
     for name in args.case or CASES:
-        rows = measure(name, args.repeat, args.compiles)
+        rows = measure(name, args.repeat, args.compiles, args.mcpu)
         base = next(r for r in rows if r["program"] == "float QDQ")
-        print(f"{name} (llvm, median of {args.repeat} x 5 runs):")
+        where = f"llvm -mcpu={args.mcpu}" if args.mcpu else "llvm"
+        print(f"{name} ({where}, median of {args.repeat} x 5 runs):")
         for r in rows:
             ratio = float(r["run_ms"]) / float(base["run_ms"])  # type: ignore[arg-type]
             cratio = float(r["compile_s"]) / float(base["compile_s"])  # type: ignore[arg-type]
