@@ -73,46 +73,36 @@ def test_attention_over_channels_stays_as_matmuls_and_says_why(tmp_path):
 def test_attention_over_a_map_s_pixels_is_still_raised():
     """The same map, attention the other way (YOLO11's PSA, channel-major: the scores sum
     over channels, the softmax over pixels): raised."""
-    import tvm
-    from tvm.script import relax as R
-
     from cl_validate.compile.passes.raise_attention import find
 
-    @tvm.script.ir_module
-    class Psa:
-        @R.function
-        def main(x: R.Tensor((1, 3, 4, 4), "float32"), w: R.Tensor((24, 3, 1, 1), "float32")
-                 ) -> R.Tensor((1, 2, 4, 16), "float32"):
-            with R.dataflow():
-                y = R.nn.conv2d(x, w)
-                parts = R.split(y, 3, axis=1)
-                q = R.reshape(parts[0], [1, 2, 4, 16])
-                k = R.reshape(parts[1], [1, 2, 4, 16])
-                v = R.reshape(parts[2], [1, 2, 4, 16])
-                s = R.matmul(R.permute_dims(q, axes=[0, 1, 3, 2]), k)
-                p = R.nn.softmax(s, axis=-1)
-                o = R.matmul(v, R.permute_dims(p, axes=[0, 1, 3, 2]))
-                R.output(o)
-            return o
-
-    @tvm.script.ir_module
-    class OverChannels:
-        @R.function
-        def main(x: R.Tensor((1, 3, 4, 4), "float32"), w: R.Tensor((24, 3, 1, 1), "float32")
-                 ) -> R.Tensor((1, 2, 4, 16), "float32"):
-            with R.dataflow():
-                y = R.nn.conv2d(x, w)
-                parts = R.split(y, 3, axis=1)
-                q = R.reshape(parts[0], [1, 2, 4, 16])
-                k = R.reshape(parts[1], [1, 2, 4, 16])
-                v = R.reshape(parts[2], [1, 2, 4, 16])
-                s = R.matmul(q, R.permute_dims(k, axes=[0, 1, 3, 2]))
-                p = R.nn.softmax(s, axis=-1)
-                o = R.matmul(p, v)
-                R.output(o)
-            return o
-
-    matches, left = find(Psa["main"])
+    matches, left = find(_map_attention(over_channels=False))
     assert len(matches) == 1 and not left
-    matches, left = find(OverChannels["main"])
+    matches, left = find(_map_attention(over_channels=True))
     assert not matches and len(left) == 1 and "H·W" in left[0].why
+
+
+def _map_attention(over_channels: bool):
+    """q, k, v split from one convolution's (1, 24, 4, 4) output, each (1, 2 heads, 4
+    channels, 16 pixels): attention over the channels (the scores sum over the pixels), or
+    YOLO11 PSA's over the pixels (``qᵀ @ k``, ``v @ pᵀ``)."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, 3, 4, 4], "float32"))
+    w = relax.Var("w", relax.TensorType([24, 3, 1, 1], "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            parts = bb.emit(relax.op.split(bb.emit(relax.op.nn.conv2d(x, w)), 3, axis=1))
+            q, k, v = (bb.emit(relax.op.reshape(bb.emit(relax.TupleGetItem(parts, i)),
+                                                [1, 2, 4, 16])) for i in range(3))
+            swap = [0, 1, 3, 2]
+            if over_channels:
+                s = bb.emit(relax.op.matmul(q, bb.emit(relax.op.permute_dims(k, swap))))
+                p = bb.emit(relax.op.nn.softmax(s, axis=-1))
+                o = bb.emit_output(relax.op.matmul(p, v))
+            else:
+                s = bb.emit(relax.op.matmul(bb.emit(relax.op.permute_dims(q, swap)), k))
+                p = bb.emit(relax.op.nn.softmax(s, axis=-1))
+                o = bb.emit_output(relax.op.matmul(v, bb.emit(relax.op.permute_dims(p, swap))))
+        bb.emit_func_output(o)
+    return bb.get()["main"]

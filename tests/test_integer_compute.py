@@ -78,14 +78,7 @@ def test_a_linear_on_a_transposed_activation_computes_in_integers(write_case):
     false); now every product computes in integers, within one step, on llvm and cuda."""
     pytest.importorskip("torchao")
     case = load_case(write_case(CASE.format(model="token_mixer", extra="")))
-    for r in judge_in_process([case], RunOptions(isolate=False)):
-        check = r.check("float_qdq_products")
-        assert check.status is Status.PASSED, (r.target, check.message)
-        assert "0 in float between QDQ ops (none), 4 in integers (1 conv2d, 3 matmul)" \
-            in check.body, check.body
-        if r.target == "llvm":
-            numerics = r.check("numerics")
-            assert numerics.status is Status.PASSED, numerics.message
+    _all_in_integers(case, "4 in integers (1 conv2d, 3 matmul)")
 
 
 @pytest.mark.compile
@@ -214,10 +207,16 @@ def test_a_quantized_conv1d_computes_in_integers(write_case):
     pad replayed on the codes) and accumulates in int32, within one step."""
     case = load_case(write_case(CASE.format(model="qdq_conv1d", extra="").replace(
         "layout_transforms = 1", "layout_transforms = 2")))
+    _all_in_integers(case, "2 in integers (2 conv1d)")
+
+
+def _all_in_integers(case, products: str) -> None:
+    """Every target of `case` computes every quantized product in integers (`products`
+    says how many, of which ops), and llvm's numerics pass."""
     for r in judge_in_process([case], RunOptions(isolate=False)):
         check = r.check("float_qdq_products")
         assert check.status is Status.PASSED, (r.target, check.message)
-        assert "0 in float between QDQ ops (none), 2 in integers (2 conv1d)" \
-            in check.body, check.body
+        assert f"0 in float between QDQ ops (none), {products}" in check.body, check.body
         if r.target == "llvm":
-            assert r.check("numerics").status is Status.PASSED, r.check("numerics").message
+            numerics = r.check("numerics")
+            assert numerics.status is Status.PASSED, numerics.message

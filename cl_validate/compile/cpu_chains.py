@@ -16,8 +16,10 @@ in the same order on the same float32 values, so the outputs are bit for bit tho
 unfused nests (tests/test_cpu_chains.py); only the stores and loads between them go. (On a
 target with fused multiply-add, an ``-mcpu`` that has FMA or arm64, LLVM may contract a
 multiply and an add that were two nests into one FMA, rounded once, as TVM lets it do inside
-any nest.) The
-kernels the fused kernel list counts are unchanged: it reads the fused Relax functions.
+any nest.) The runtime transforms the kernel list counts are unchanged (it reads the fused
+Relax functions); a kernel that only copied its input through views (a reshape, an identity
+broadcast, a reshape) is, as one nest, a view that TVM's ``RewriteDataflowReshape`` makes no
+kernel at all. The ``nhwc-plain`` baseline leaves its kernels as TVM's backend does.
 
 Attention kernels keep their own loop order (`cl_validate.compile.attention`), and a GPU's
 kernels are dlight's (`cl_validate.compile.schedule`), which inlines on its own.
