@@ -17,9 +17,9 @@ class ChannelAttention(nn.Module):
     """Restormer's transposed attention, small: q, k, v split from one conv, each
     ``(B, heads, C/heads, H·W)``, normalized over H·W, a per-head temperature."""
 
-    def __init__(self, c: int = 16, heads: int = 2) -> None:
+    def __init__(self, c: int = 16, heads: int = 2, sdpa: bool = False) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.sdpa = heads, sdpa
         self.qkv = nn.Conv2d(3, 3 * c, 1)
         self.dw = nn.Conv2d(3 * c, 3 * c, 3, padding=1, groups=3 * c)
         self.temperature = nn.Parameter(torch.rand(heads, 1, 1) + 0.5)
@@ -31,11 +31,14 @@ class ChannelAttention(nn.Module):
         c = q.shape[1]
         q, k, v = (t.reshape(b, self.heads, c // self.heads, h * w) for t in (q, k, v))
         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
-        attn = ((q @ k.transpose(-2, -1)) * self.temperature).softmax(dim=-1)
-        return x + self.out((attn @ v).reshape(b, c, h, w))
+        if self.sdpa:  # the same attention written with PyTorch's fused op
+            o = F.scaled_dot_product_attention(q * self.temperature, k, v, scale=1.0)
+        else:
+            o = ((q @ k.transpose(-2, -1)) * self.temperature).softmax(dim=-1) @ v
+        return x + self.out(o.reshape(b, c, h, w))
 
 
-def _compiled(tmp_path):
+def _compiled(tmp_path, sdpa: bool = False):
     import tvm
 
     from cl_validate.analysis.fused_kernels import read_kernel_list
@@ -50,7 +53,7 @@ def _compiled(tmp_path):
                     'layout = "NHWC"\n[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
     case = load_case(path)
     torch.manual_seed(0)
-    model = ChannelAttention().eval()
+    model = ChannelAttention(sdpa=sdpa).eval()
     arrays = make_inputs(case)
     tensors = torch_inputs(case, arrays)
     compiled = compile_case(export_and_import(model, case, tensors), case, "llvm")
@@ -60,8 +63,10 @@ def _compiled(tmp_path):
     return compiled, read_kernel_list(compiled)
 
 
-def test_attention_over_channels_stays_as_matmuls_and_says_why(tmp_path):
-    compiled, kernels = _compiled(tmp_path)
+@pytest.mark.parametrize("sdpa", [False, True], ids=["matmuls", "sdpa"])
+def test_attention_over_channels_stays_as_matmuls_and_says_why(tmp_path, sdpa):
+    """Written as matmuls or with ``F.scaled_dot_product_attention`` alike."""
+    compiled, kernels = _compiled(tmp_path, sdpa)
     assert not any(k.name.startswith("attention") for k in kernels.kernels), kernels.render()
     assert any("sum over a feature map's H·W" in line for line in compiled.attention_left), \
         compiled.attention_left

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from tvm import relax
 
+from cl_validate.compile.passes.attention_left import sums_over_map
 from cl_validate.ir import is_tensor_constant, op_name
 
 
@@ -150,6 +151,20 @@ def _sdpa_grouped(bb: Any, q: Any, k: Any, v: Any, mask: Any, scale: Any, causal
     return bb.emit(relax.op.permute_dims(grouped, [perm.index(i) for i in range(rank)]))
 
 
+def _products(bb: Any, q: Any, k: Any, v: Any, scale: Any) -> Any:
+    """SDPA as PyTorch's math path writes it: ``softmax(q @ kᵀ · scale) @ v``. For attention
+    over a feature map's channels (`sums_over_map`), which as ``nn.attention`` would
+    transpose q, k and v whole; the matmuls read the channels-last map in place, and
+    RaiseAttention, finding them, leaves them and says why."""
+    e = (static_dims(q) or [1])[-1]
+    kt = bb.emit(relax.op.permute_dims(k, [0, 1, 3, 2]))
+    scores = bb.emit(relax.op.matmul(q, kt))
+    factor = 1.0 / float(np.sqrt(e)) if scale is None else float(scale)
+    if factor != 1.0:
+        scores = bb.emit(relax.op.multiply(scores, relax.const(factor, str(q.ty.dtype))))
+    return bb.emit(relax.op.matmul(bb.emit(relax.op.nn.softmax(scores, axis=-1)), v))
+
+
 def convert_sdpa(node: Any, importer: Any) -> Any:
     """``F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale,
     enable_gqa)`` as Relax's ``nn.attention``, which takes BSHD (batch, sequence, heads, head
@@ -159,7 +174,9 @@ def convert_sdpa(node: Any, importer: Any) -> Any:
     head axis (a reshape). Unlike TVM's converter this one keeps ``scale`` (TVM's drops it),
     takes a boolean mask (``True`` takes part, as in PyTorch) as an additive one, broadcasts
     a mask of fewer axes, repeats K/V heads for grouped-query attention and broadcasts a K/V
-    batch of one (a K/V head of one stays one: the attention kernel broadcasts it)."""
+    batch of one (a K/V head of one stays one: the attention kernel broadcasts it).
+    Attention over a feature map's channels is imported as PyTorch's math path writes it
+    (`_products`): as ``nn.attention`` q, k and v would each be a transpose of the map."""
     args = list(importer.retrieve_args(node))
     kwargs = {k: importer._retrieve_args(v) for k, v in node.kwargs.items()}
 
@@ -178,6 +195,10 @@ def convert_sdpa(node: Any, importer: Any) -> Any:
     if any(s is None or len(s) < 2 for s in shapes):
         return importer._scaled_dot_product_attention(node)  # symbolic: TVM's converter
     qs, ks, vs = (list(s or []) for s in shapes)
+    if len(qs) == 4 and mask is None and not causal and qs[:-2] == ks[:-2] == vs[:-2] and \
+            sums_over_map(lambda e: bb.lookup_binding(e) if isinstance(e, relax.Var) else None,
+                          q, lambda e: e):
+        return _products(bb, q, k, v, scale)
     if len(qs) >= 5 and not gqa:
         grouped = _sdpa_grouped(bb, q, k, v, mask, scale, causal, [qs, ks, vs])
         if grouped is not None:
