@@ -157,6 +157,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     from wild_zoo import (  # lazy: imports torch
         attention,
+        attention2,
         branches,
         classic,
         deploy,
@@ -172,7 +173,7 @@ def main() -> None:
     )
 
     models = merged(classic, mobile, deploy, attention, variants, positions, hybrids, idioms,
-                    heads, sequences, branches, pyramids)
+                    heads, sequences, branches, pyramids, attention2)
     rows: list[Row] = []
     print("  ".join(HEADER))
     with tempfile.TemporaryDirectory() as tmp:
@@ -180,7 +181,7 @@ def main() -> None:
             if args.pattern and not any(p in name for p in args.pattern):
                 continue
             small = {*attention.MODELS, *variants.MODELS, *positions.MODELS, *hybrids.MODELS,
-                     *idioms.MODELS, *heads.MODELS, *sequences.MODELS}
+                     *idioms.MODELS, *heads.MODELS, *sequences.MODELS, *attention2.MODELS}
             size = attention.SIZE if name in small else args.size
             try:
                 row = measure(name, factory, size, Path(tmp))
