@@ -16,7 +16,9 @@ monotonicity.
 What fixes a layout (the model of the hardware kernels, stated so it can be argued with):
 
 - convolutions, pooling, batch/group norm, resizes and grid sampling work on NCHW maps
-  stored NHWC (the pipeline's goal);
+  stored NHWC (the pipeline's goal); a 1-D convolution on (N, C, L) stored NLC (the
+  pipeline's Conv1d follows its channels-last conv2d), a norm on (N, C, L) in either order
+  (a per-channel affine);
 - Linear / ``mm`` / ``addmm``: tokens row-major, each token's features contiguous in any
   order (the weight's rows are permuted once, when it is compiled: a flattened NHWC map
   feeds a classifier as it is);
@@ -26,8 +28,10 @@ What fixes a layout (the model of the hardware kernels, stated so it can be argu
   innermost (an attention kernel reads the heads where they are);
 - graph inputs and outputs: as the case declares them (4-D maps NCHW unless declared NHWC);
 - elementwise ops, softmax, layer norm, reductions, ``roll``: no layout of their own (they
-  run in whatever layout they are given); concatenation and anything else unknown: cuts the
-  edge without a constraint (this makes the floor a lower bound).
+  run in whatever layout they are given); an ``einsum`` of one operand that only reorders
+  its axes (DiT's unpatchify, ``'nhwpqc->nchpwq'``) is a permute; concatenation and
+  anything else unknown: cuts the edge without a constraint (this makes the floor a lower
+  bound).
 
     python benchmarks/graph_floor.py [-k NAME]    # the attention zoo's floors
 """
@@ -58,7 +62,7 @@ FREE = {"add", "sub", "mul", "div", "relu", "gelu", "silu", "sigmoid", "tanh", "
         "layer_norm", "native_layer_norm", "mean", "sum", "amax", "amin", "rsub", "reciprocal",
         "masked_fill", "erf", "sin", "cos", "maximum", "minimum"}
 #: aten ops on NCHW maps (stored NHWC): their 4-D tensor arguments and results
-MAP = {"conv2d", "convolution", "_convolution", "max_pool2d", "avg_pool2d",
+MAP = {"conv1d", "conv2d", "convolution", "_convolution", "max_pool2d", "avg_pool2d",
        "adaptive_avg_pool2d", "_native_batch_norm_legit_no_training", "batch_norm",
        "group_norm", "native_group_norm", "instance_norm", "upsample_bilinear2d",
        "upsample_nearest2d", "grid_sampler_2d", "grid_sampler", "pixel_shuffle"}
@@ -84,9 +88,16 @@ def _shape(node: Any) -> tuple[int, ...] | None:
 Orders = list[tuple[int, ...]]  # storage orders: axis i of storage is logical axis order[i]
 
 
-def _orders(kind: str, rank: int, declared: str = "NCHW") -> Orders:
+#: MAP ops that are a per-channel affine: on (N, C, L) any order will do
+_AFFINE = {"_native_batch_norm_legit_no_training", "batch_norm", "group_norm",
+           "native_group_norm", "instance_norm"}
+
+
+def _orders(kind: str, rank: int, declared: str = "NCHW", op: str = "") -> Orders:
     if kind == "map" and rank == 4:
         return [(0, 2, 3, 1)]
+    if kind == "map" and rank == 3:
+        return [(0, 1, 2), (0, 2, 1)] if op in _AFFINE else [(0, 2, 1)]
     if kind == "boundary":
         return [(0, 2, 3, 1)] if rank == 4 and declared == "NHWC" else [tuple(range(rank))]
     if kind == "attention" and rank >= 2:
@@ -166,7 +177,7 @@ def edges(ep: Any, declared_in: Sequence[str], declared_out: Sequence[str]) -> l
         shape = _shape(prod)
         if shape is None or 0 in shape:
             continue
-        for order in _orders(kind, len(shape), declared):
+        for order in _orders(kind, len(shape), declared, _name(prod)):
             addr = np.arange(int(np.prod(shape))).reshape([shape[a] for a in order])
             addr = addr.transpose(np.argsort(order))  # logical view of the stored addresses
             _walk(prod, addr, users, outs, declared_out, found, prod.name, order)
@@ -204,8 +215,14 @@ def _walk(node: Any, addr: Any, users: dict[Any, list[Any]], outs: list[Any],
             if role == "tokens":
                 _judge_tokens(addr, found, origin, f"{user.name} ({name})", last)
             else:
-                _judge(addr, _orders(role, addr.ndim), found, origin, f"{user.name} ({name})",
-                       last)
+                _judge(addr, _orders(role, addr.ndim, op=name), found, origin,
+                       f"{user.name} ({name})", last)
+            continue
+        if name == "einsum":
+            moved = _reordering_einsum(user, node, addr)
+            if moved is not None:
+                _walk(user, moved, users, outs, declared_out, found, origin, order,
+                      depth + 1, user.name)
             continue
         here = user.name if name in _PERMUTING else last
         if name in MOVE or name in FREE:
@@ -229,6 +246,21 @@ def _walk(node: Any, addr: Any, users: dict[Any, list[Any]], outs: list[Any],
                 _walk(user, nxt, users, outs, declared_out, found, origin, order, depth + 1,
                       here)
         # anything else (cat, index, embedding, ...): the edge ends without a constraint
+
+
+def _reordering_einsum(user: Any, node: Any, addr: np.ndarray) -> np.ndarray | None:
+    """`addr` through ``einsum(eq, node)`` where the equation only reorders the axes (one
+    operand, each index once on either side); None for any other einsum (a product, a
+    trace, a sum), which ends the edge."""
+    eq, operands = (*user.args, None, None)[:2]
+    if not isinstance(eq, str) or not isinstance(operands, (list, tuple)) or \
+            len(operands) != 1 or operands[0] is not node or "->" not in eq:
+        return None
+    src, dst = (side.replace(" ", "") for side in eq.split("->"))
+    if not (src.isalpha() and len(set(src)) == len(src) == len(dst) == addr.ndim
+            and sorted(src) == sorted(dst)):
+        return None
+    return addr.transpose([src.index(c) for c in dst])
 
 
 def _judge(addr: np.ndarray, orders: Orders, found: list[Edge], origin: str,
