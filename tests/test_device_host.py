@@ -8,13 +8,16 @@ No GPU is needed to test the way there and back: a host runs the CPU's programs 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 
 import numpy as np
 import pytest
+from junitparser import JUnitXml
 
 from cl_validate.compile.tvm_targets import device_for
-from cl_validate.session import device_host
+from cl_validate.errors import ExitCode
+from cl_validate.session import device_host, sandbox
 from cl_validate.session.case_session import CaseSession
 from cl_validate.session.device_host import DeviceHost, DeviceHostError
 from cl_validate.session.execute import run_tvm
@@ -22,7 +25,7 @@ from cl_validate.session.inputs import program_arrays
 from cl_validate.session.kernel_check import wrong_kernels
 from cl_validate.spec import load_case
 from cl_validate.spec.options import RunOptions
-from tests.conftest import tiny_case
+from tests.conftest import DATA, by_case, case_error, passed, run_parent, tiny_case
 from tests.test_kernel_check import _compiled
 
 pytestmark = pytest.mark.compile
@@ -79,6 +82,45 @@ def test_a_host_that_dies_is_named(prepared):
         host.close()
 
 
+def test_a_host_started_by_the_case_process_serves_its_target_process(prepared):
+    """In an isolated run the case process starts a target's host and the target process
+    (a fork) adopts it: the programs run there, in a library folder of the target's own;
+    a host that dies is named by its pid (its exit is its parent's to read)."""
+    compiled = prepared.compiled("llvm")
+    arrays = program_arrays(prepared.case, prepared.samples[0][1])
+    want = run_tvm(compiled.executable, prepared.case, prepared.samples[0][1],
+                   device_for("cpu"))
+    host = DeviceHost("cpu")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the target process reports through the pipe
+        code = 1
+        try:
+            os.close(r)
+            device_host.adopt(host)
+            got = device_host.host_for("cpu").run_main(compiled.executable, arrays)
+            ok = all(np.array_equal(g, x) for g, x in zip(got, want, strict=True))
+            folder = os.path.dirname(host.library(compiled.executable))
+            os.kill(host.pid, signal.SIGKILL)
+            try:
+                host.run_main(compiled.executable, arrays)
+                died = "served"
+            except DeviceHostError as exc:
+                died = str(exc)
+            device_host.close_hosts()
+            os.write(w, f"{ok}|{folder.endswith(str(os.getpid()))}|{died}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(r) as f:
+        ok, own_folder, died = f.read().split("|")
+    host.close()
+    assert status == 0 and ok == "True" and own_folder == "True", (status, ok, own_folder)
+    assert died == f"the cpu device host died (pid {host.pid})", died
+
+
 def test_the_kernel_check_runs_the_targets_kernels_in_a_host(monkeypatch):
     monkeypatch.setenv(device_host.HOST_CPU_ENV, "1")
     started = []
@@ -130,3 +172,28 @@ def test_a_cuda_build_without_nvrtcs_binding_says_what_to_install(prepared, monk
     assert str(err.value).startswith("build failed: RuntimeError: Failed to compile CUDA")
     assert "hint: pip install cuda-bindings" in str(err.value)
     assert "TVM_CUDA_COMPILE_MODE=nvcc" in str(err.value)
+
+
+@pytest.mark.skipif(not sandbox.available(), reason="cases are not confined here (Landlock "
+                    "ABI < 6, or CL_VALIDATE_UNCONFINED set)")
+def test_a_hosted_case_writes_no_other_process_s_proc_file(tmp_path):
+    """A case whose programs run in device hosts (a GPU's; here the CPU's, as a GPU's are)
+    was left with /proc writable for the CUDA driver, which names its threads there: its
+    model could make the run's parent the first the OOM killer takes. Its hosts are started
+    before the model's code and wall /proc but their own folder; the case walls it all.
+    The write is refused and named; the programs run in the hosts and pass."""
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    for f in ("tiny_models.py", "hostile_state.py"):
+        shutil.copy(DATA / f, folder / f)
+    (folder / "a_oom.toml").write_text(
+        tiny_case(model="hostile_state:writes_the_parents_oom_score"))
+    (folder / "b_innocent.toml").write_text(tiny_case())
+    junit = tmp_path / "r.xml"
+    proc = run_parent(["run", str(folder), "-j", "2", "--junit", str(junit), "--no-cache"],
+                      {device_host.HOST_CPU_ENV: "1"})
+    assert proc.returncode == ExitCode.CHECK_FAILED, proc.stdout[-3000:] + proc.stderr
+    cases = by_case(JUnitXml.fromfile(str(junit)))
+    error = case_error(cases["a_oom"])
+    assert error.type == "ReachedOut" and "oom_score_adj" in error.message, error.message
+    assert passed(cases["b_innocent"]), proc.stdout[-3000:]

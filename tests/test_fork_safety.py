@@ -28,6 +28,7 @@ import pytest
 from junitparser import JUnitXml
 
 from cl_validate.errors import ExitCode
+from cl_validate.session import sandbox
 from tests.conftest import DATA, by_case, passed, run_parent, tiny_case
 
 pytestmark = pytest.mark.compile
@@ -117,6 +118,8 @@ def test_every_program_runs_in_a_device_host(watched_run):
     # one host per target that ran a program: llvm of each case (cuda has no device here)
     assert len(hosts) == 2, started
     assert all("cl_validate.session.device_host cpu " in started[pid] for pid in hosts)
+    if sandbox.available():  # started before the case's /proc wall, each walls its own
+        assert all(started[pid].endswith(" --wall-proc") for pid in hosts), started
 
 
 def test_no_forking_process_calls_the_driver(watched_run):

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -200,6 +201,56 @@ def test_a_case_that_opens_a_gpu_may_name_its_threads():
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split("\n") == [named, "signal refused", ""], (proc_writes,
                                                                           proc.stdout)
+
+
+@walled
+def test_a_gpu_case_s_hosts_name_their_threads_and_nothing_else_in_proc_is_written():
+    """A case that opens a GPU is confined with `proc_writes` (its device hosts' driver
+    names their threads under /proc); its hosts, started before any of the model's code,
+    each wall /proc but their own folder, and the case process then walls it all: the
+    host names a thread from another thread as the driver does (``pthread_setname_np``
+    opens ``/proc/self/task/TID/comm``), but neither it nor the case writes another
+    process's /proc file (the parent's ``oom_score_adj``), and a host started after the
+    case's wall cannot open a way back."""
+    host = ("import os, sys, threading\nfrom cl_validate.session import sandbox\n"
+            "why = sandbox.wall_proc(own=True)\nassert why is None, why\n"
+            "def attempt(path, text):\n"
+            "    try:\n"
+            "        with open(path, 'w') as f:\n"
+            "            f.write(text)\n"
+            "        return 'written'\n"
+            "    except PermissionError:\n"
+            "        return 'refused'\n"
+            "ready, done = threading.Event(), threading.Event()\n"
+            "tids = []\n"
+            "def worker():\n"
+            "    tids.append(threading.get_native_id()); ready.set(); done.wait()\n"
+            "t = threading.Thread(target=worker); t.start(); ready.wait()\n"
+            "named = attempt(f'/proc/self/task/{tids[0]}/comm', 'cuda-worker')\n"
+            "done.set(); t.join()\n"
+            "print(named, attempt(f'/proc/{sys.argv[1]}/oom_score_adj', '5'))\n")
+    code = ("import os, subprocess, sys\nfrom cl_validate.session import sandbox\n"
+            f"PARENT = {os.getpid()}\n"
+            "why = sandbox.confine(proc_writes=True)\nassert why is None, why\n"
+            f"host = {host!r}\n"
+            "def start():\n"
+            "    return subprocess.run([sys.executable, '-c', host, str(PARENT)],\n"
+            "                          capture_output=True, text=True).stdout.strip()\n"
+            "print(start())\n"
+            "why = sandbox.wall_proc(own=False)\nassert why is None, why\n"
+            "try:\n"
+            "    open(f'/proc/{PARENT}/oom_score_adj', 'w').write('5')\n"
+            "    print('case wrote')\n"
+            "except PermissionError:\n"
+            "    print('case refused')\n"
+            "print(start())\n")
+    before = Path(f"/proc/{os.getpid()}/oom_score_adj").read_text()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n") == ["written refused", "case refused",
+                                        "refused refused", ""], proc.stdout
+    assert Path(f"/proc/{os.getpid()}/oom_score_adj").read_text() == before
 
 
 @pytest.mark.skipif(not sandbox.filterable(), reason="no seccomp filter here (not Linux on "

@@ -23,7 +23,7 @@ strided_s=${3:-120}
 } > "$out/env.txt" 2>&1
 # which step of a run's process tree keeps a GPU from working, if one does (seconds)
 timeout -s TERM -k 5 60 python3 tools/gpu-fork-check.py > "$out/fork.log" 2>&1
-grep -v Warning "$out/fork.log" | grep -E "^(Landlock|plain|landlock|seccomp|confined|after|this)"
+grep -v Warning "$out/fork.log" | grep -E "^(Landlock|plain|landlock|seccomp|confined|GPU case|after|this)"
 start=$(date +%s.%N)
 timeout -s TERM -k 20 "$suite_s" python3 -m cl_validate run model_cases --target cuda \
   --require-device -j 8 --profile --no-cache --junit "$out/gpu.xml" --markdown "$out/gpu.md" \

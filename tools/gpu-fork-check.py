@@ -12,7 +12,11 @@ does one thing more, and then opens the GPU in the (grand)child and copies a ten
 - ``landlock``, ``seccomp``, ``confined``: the child puts up Landlock's walls, the seccomp
   filter, or both (`sandbox.confine`) first;
 - ``confined, then fork``: the child confines itself and forks again, the grandchild opens
-  the GPU (a case process and its target process);
+  the GPU (a case process and its target process, all of /proc walled: no GPU seen on an
+  H200);
+- ``GPU case, host walled``: the child confines itself as a case that opens a GPU does
+  (``/proc`` writable) and forks, the grandchild walls ``/proc`` but its own folder
+  (`sandbox.wall_proc`, as a device host does) and opens the GPU;
 - ``after warm-up``: the parent first runs the zygote's warm-up (an export and an import).
 
 Before each fork it says whether the parent's CUDA driver is initialized
@@ -67,7 +71,7 @@ def _seccomp_only() -> str | None:
 
     libc = sb._libc()
     libc.prctl(sb._PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    return sb._deny_foreign_limits(libc)
+    return sb._deny_foreign_limits(libc, None)
 
 
 def _confined() -> str | None:
@@ -76,7 +80,21 @@ def _confined() -> str | None:
     return sandbox.confine()
 
 
-def _in_child(before: Callable[[], str | None] | None, grandchild: bool = False) -> str:
+def _gpu_case() -> str | None:
+    from cl_validate.session import sandbox
+
+    return sandbox.confine(proc_writes=True)
+
+
+def _walled_host() -> str:
+    from cl_validate.session import sandbox
+
+    why = sandbox.wall_proc(own=True)
+    return _open_gpu() + (f" (host wall not up: {why})" if why else "")
+
+
+def _in_child(before: Callable[[], str | None] | None, grandchild: bool = False,
+              opens: Callable[[], str] = _open_gpu) -> str:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -87,7 +105,7 @@ def _in_child(before: Callable[[], str | None] | None, grandchild: bool = False)
                 gpid = os.fork()
                 if gpid == 0:
                     try:
-                        out = _open_gpu()
+                        out = opens()
                     except BaseException as exc:
                         out = f"FAILED {type(exc).__name__}: {str(exc).splitlines()[0]}"
                     os.write(w, out.encode())
@@ -130,6 +148,9 @@ def main() -> None:
     for name, before, grand in checks:
         print(f"{name:22} driver initialized in parent: {cuda_driver_initialized()}; "
               f"child: {_in_child(before, grand)}", flush=True)
+    print(f"{'GPU case, host walled':22} driver initialized in parent: "
+          f"{cuda_driver_initialized()}; child: {_in_child(_gpu_case, True, _walled_host)}",
+          flush=True)
     from cl_validate.session import zygote
 
     zygote._warm_up()

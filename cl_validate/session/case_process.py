@@ -52,8 +52,9 @@ from cl_validate.measurements.messages import (
     frame,
 )
 from cl_validate.paths import repo_root
-from cl_validate.session import sandbox
+from cl_validate.session import device_host, sandbox
 from cl_validate.session.case_session import CaseSession
+from cl_validate.session.device_host import DeviceHost, hosted
 from cl_validate.session.file_record import FileRecorder
 from cl_validate.session.open_watch import OpenWatch
 from cl_validate.spec.options import selected_targets
@@ -131,17 +132,19 @@ def case_main(msg: StartCase, result_fd: int, control_fd: int, log_fd: int,
         # The kernel's wall, before any thread or model code: from here on this process and
         # what it starts may signal and trace only each other (`sandbox`), and its opens are
         # seen by the watcher; where the kernel cannot, the parent's defence stands alone.
-        sandbox.confine(proc_writes=_opens_a_gpu(msg),
+        hosted = _hosted_targets(msg)
+        sandbox.confine(proc_writes=bool(hosted),
                         watch=watch.hand_over if watch is not None else None)
         if watch is not None and not watch.watching:
             watch.abandon()
             watch = None
+        hosts = _start_hosts(hosted)
         control = _Control(control_fd)
         os.environ["TVM_NUM_THREADS"] = str(msg.threads)
         import torch  # lazy: already imported by the zygote; the threads are this case's
 
         torch.set_num_threads(msg.threads)
-        _run(msg, result_fd, control, watch, left_out)
+        _run(msg, result_fd, control, watch, left_out, hosts)
     except BaseException:  # pragma: no cover - a bug here; said on the pipe if possible
         code = 71
         with contextlib.suppress(BaseException):
@@ -154,11 +157,32 @@ def case_main(msg: StartCase, result_fd: int, control_fd: int, log_fd: int,
         os._exit(code)
 
 
-def _opens_a_gpu(msg: StartCase) -> bool:
-    """Whether a target of this case runs its programs on a GPU of this machine (in a device
-    host, which the CUDA driver needs ``/proc`` writes for)."""
-    return any(d != "cpu" and device_available(d) for d in (
-        msg.case.target_def(t).device for t in selected_targets(msg.case, msg.options)))
+def _hosted_targets(msg: StartCase) -> dict[str, str]:
+    """The targets of this case whose programs run in a device host (a GPU of this machine;
+    with ``CL_VALIDATE_HOST_CPU``, the CPU too), with their device."""
+    devices = {t: msg.case.target_def(t).device for t in selected_targets(msg.case, msg.options)}
+    return {t: d for t, d in devices.items()
+            if hosted(d) and (d == "cpu" or device_available(d))}
+
+
+def _start_hosts(hosted: dict[str, str]) -> dict[str, DeviceHost]:
+    """A device host for each hosted target, started before any of the model's code runs,
+    then ``/proc`` walled for this case: the CUDA driver names a host's threads in the
+    host's own ``/proc/PID`` (each host walls the rest, `sandbox.wall_proc`), a folder no
+    rule of the case's could name before the host existed. Their pids are kept among this
+    case's own helpers; a host leaves when its target process and this one closed its
+    pipes."""
+    global _KEEP
+    if not hosted:
+        return {}
+    walled = sandbox.confined
+    hosts = {t: DeviceHost(d, wall_proc=walled) for t, d in hosted.items()}
+    _KEEP = (*_KEEP, *(h.pid for h in hosts.values()))
+    if walled:
+        why = sandbox.wall_proc(own=False)
+        if why is not None:
+            print(f"/proc not walled for this case: {why}", file=sys.stderr)
+    return hosts
 
 
 def _left_out(msg: StartCase) -> list[str]:
@@ -188,7 +212,7 @@ def _start_watch(left_out: list[str]) -> OpenWatch | None:
 
 
 def _run(msg: StartCase, result_fd: int, control: _Control, watch: OpenWatch | None,
-         left_out: list[str]) -> None:
+         left_out: list[str], hosts: dict[str, DeviceHost]) -> None:
     print(f"=== {msg.case.label}", flush=True)
     recorder = FileRecorder(left_out)
     recorder.start()
@@ -210,7 +234,7 @@ def _run(msg: StartCase, result_fd: int, control: _Control, watch: OpenWatch | N
                 for t in session.targets:
                     emit(session.failed(t, error), keys.get(t), False)
             else:
-                _serve(session, keys, result_fd, control, recorder, root)
+                _serve(session, keys, result_fd, control, recorder, root, hosts)
     except SystemExit as exc:  # the model's code called sys.exit: that case's verdict
         _send(result_fd, CaseFailed(f"the model's code called sys.exit({exc.code!r})",
                                     CaseKind.MODEL_EXITED, traceback.format_exc()))
@@ -221,6 +245,8 @@ def _run(msg: StartCase, result_fd: int, control: _Control, watch: OpenWatch | N
                                     CaseKind.INTERNAL_ERROR, tb))
         return
     recorder.stop()
+    for host in hosts.values():  # a target never granted (its result cached) left its own
+        host.close()
     procs.end_descendants(os.getpid(), keep=_KEEP)
     unseen = ""
     if watch is not None:  # what the case's processes opened, Python or not
@@ -233,7 +259,7 @@ def _run(msg: StartCase, result_fd: int, control: _Control, watch: OpenWatch | N
 
 
 def _serve(session: CaseSession, keys: dict[str, str], result_fd: int, control: _Control,
-           recorder: FileRecorder, root: Path) -> None:
+           recorder: FileRecorder, root: Path, hosts: dict[str, DeviceHost]) -> None:
     """Ready: fork a target process for each target the parent grants, and say how each
     ended, until every target was measured."""
     # What the model's code started while the case was prepared and left running: ended now,
@@ -258,10 +284,14 @@ def _serve(session: CaseSession, keys: dict[str, str], result_fd: int, control: 
             seen = recorder.seen()
             pid = os.fork()
             if pid == 0:
+                for other, host in hosts.items():  # its own host only
+                    (device_host.adopt if other == target else DeviceHost.release)(host)
                 _target_main(session, target, keys.get(target), fd,
                              (result_fd, *control.fds()), recorder, seen, root, strays,
                              prep_peak)
             os.close(fd)
+            if target in hosts:  # the target process holds it now: it leaves with it
+                hosts.pop(target).release()
             children[pid] = target
             strays, prep_peak = [], 0.0
         for pid, status in procs.ended_children():

@@ -8,17 +8,20 @@ forks its target processes — and what ran before the fork is not ours to promi
 export, TVM's import and the model's own code all ran there, and on an H200 with torch 2.11
 the zygote's warm-up alone initialized the driver (seen with `devices.cuda_driver_initialized`:
 every case errored). So a target process never opens a GPU itself. It exports the compiled
-program as a shared library and starts a device host with fork+exec — a new interpreter,
-which imports TVM and NumPy only (not torch, nor the model) and inherits no driver state —,
-sends it the program's arguments and gets the outputs back, as typed data on two pipes
-(`cl_validate.measurements.wire`: arrays as dtype, shape and bytes, never pickles). One host
-serves a target process for all its runs of one device (numerics, ``--profile``, the
-kernel-by-kernel check of a failing program), and ends with it.
+program as a shared library and sends it to a device host — a new interpreter started with
+fork+exec, which imports TVM and NumPy only (not torch, nor the model) and inherits no
+driver state —, with the program's arguments, and gets the outputs back, as typed data on
+two pipes (`cl_validate.measurements.wire`: arrays as dtype, shape and bytes, never
+pickles). One host serves a target process for all its runs of one device (numerics,
+``--profile``, the kernel-by-kernel check of a failing program), and ends with it. In an
+isolated run the case process starts each target's host before the model's code runs (the
+``/proc`` wall, `session.sandbox.wall_proc`) and the target process adopts it (`adopt`);
+in one process, the host is started on first use (`host_for`).
 
 The host is a process of the case: it inherits the case's walls (`session.sandbox`), its
 process group and its limits, and a timeout or a crash of the case ends it with the rest.
-A host that dies mid-request (a segfault in a kernel) is a `DeviceHostError` naming its exit,
-for that target's verdict.
+A host that dies mid-request (a segfault in a kernel) is a `DeviceHostError` naming its exit
+(its pid, where the process asking did not start it), for that target's verdict.
 
     python -m cl_validate.session.device_host DEVICE REQUEST_FD REPLY_FD   (started by `DeviceHost`)
 
@@ -52,6 +55,8 @@ from cl_validate.measurements import wire
 HOST_CPU_ENV = "CL_VALIDATE_HOST_CPU"
 #: How long `close` waits for a host to leave after its pipe closed.
 _LEAVE_S = 10.0
+#: The host's argument that has it wall /proc but its own folder (`sandbox.wall_proc`)
+_WALL_PROC = "--wall-proc"
 
 
 def hosted(device: str) -> bool:
@@ -129,25 +134,41 @@ def _plain(a: np.ndarray) -> np.ndarray:
 
 class DeviceHost:
     """A device host for `device`, started now; `close` ends it (so does the end of the
-    target process, whose descendants are ended)."""
+    target process, whose descendants are ended). With `wall_proc`, the host walls files
+    under ``/proc`` but its own folder before it opens the device (`sandbox.wall_proc`): a
+    case that opens a GPU starts its hosts so, before any of its model's code runs, and then
+    walls ``/proc`` for itself (`cl_validate.session.case_process`). A host may be started
+    by one process and used by a process forked from it (a case's target process): the
+    process that started it waits for its end."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, wall_proc: bool = False) -> None:
         self.device = device
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, device, str(req_r), str(rep_w)],
+                [sys.executable, "-m", __name__, device, str(req_r), str(rep_w),
+                 *([_WALL_PROC] if wall_proc else [])],
                 pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL, env=procs.python_env())
         finally:
             os.close(req_r)
             os.close(rep_w)
         self._w, self._r = req_w, rep_r
-        self._tmp = tempfile.TemporaryDirectory(prefix="cl_validate-device-")
+        self._owner = os.getpid()
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._libs: dict[int, tuple[Any, str]] = {}  # id(module) → (module, library path)
 
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
     def library(self, module: Any) -> str:
-        """`module` (an executable or a runtime module) exported as a shared library, once."""
+        """`module` (an executable or a runtime module) exported as a shared library, once;
+        in a folder of the process that uses the host (so two never share a name)."""
+        if self._tmp is None or not self._tmp.name.endswith(f"-{os.getpid()}"):
+            self._tmp = tempfile.TemporaryDirectory(prefix="cl_validate-device-",
+                                                    suffix=f"-{os.getpid()}")
+            self._libs = {}
         held = self._libs.get(id(module))
         if held is None:
             path = str(Path(self._tmp.name) / f"program{len(self._libs)}.so")
@@ -195,6 +216,8 @@ class DeviceHost:
         return reply
 
     def _exit(self) -> str:
+        if os.getpid() != self._owner:  # its exit status is its parent's to read
+            return f"pid {self._proc.pid}"
         try:
             code = self._proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -204,24 +227,41 @@ class DeviceHost:
                 return f"killed by {signal.Signals(-code).name}"
         return f"exit {code}"
 
-    def close(self) -> None:
+    def release(self) -> None:
+        """This process's ends of the host's pipes closed: the host leaves when every process
+        that holds them did (the case process, once a target process it forked holds them;
+        it reaps the host with its other children)."""
         for fd in (self._w, self._r):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        try:
-            self._proc.wait(timeout=_LEAVE_S)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        self._tmp.cleanup()
+
+    def close(self) -> None:
+        """`release`, and this process's libraries removed; the process that started the
+        host also waits for it to leave."""
+        self.release()
+        if os.getpid() == self._owner:
+            try:
+                self._proc.wait(timeout=_LEAVE_S)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._tmp is not None and self._tmp.name.endswith(f"-{os.getpid()}"):
+            self._tmp.cleanup()
 
 
 #: This process's hosts, by device type (`host_for`), until `close_hosts`.
 _hosts: dict[str, DeviceHost] = {}
 
 
+def adopt(host: DeviceHost) -> None:
+    """`host` (started by the case process for this target) serves this process's
+    programs for its device."""
+    _hosts[host.device] = host
+
+
 def host_for(device: str) -> DeviceHost:
-    """This process's device host for `device`, started on first use."""
+    """This process's device host for `device`: the one adopted, else one started on first
+    use."""
     host = _hosts.get(device)
     if host is None:
         host = _hosts[device] = DeviceHost(device)
@@ -320,4 +360,10 @@ def serve(device_type: str, req_fd: int, rep_fd: int) -> None:
 
 
 if __name__ == "__main__":
+    if _WALL_PROC in sys.argv[4:]:
+        from cl_validate.session import sandbox  # lazy: only a walled host needs it
+
+        why = sandbox.wall_proc(own=True)  # before the device is opened
+        if why is not None:
+            print(f"device host: /proc not walled: {why}", file=sys.stderr)
     serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))

@@ -23,11 +23,12 @@ Two more walls go up with it, so a case cannot change the run from outside its p
   same filter holds each ``open``/``openat``/``openat2`` for the watcher to stamp the file,
   and refuses ``io_uring`` (ENOSYS), which opens files past any filter;
 - Landlock refuses writing files under ``/proc`` (``/proc/PID/oom_score_adj`` of the parent,
-  say); writing anywhere else is as before. Not for a case with a target whose programs run
-  on a GPU of this machine: the CUDA driver (570 and later) writes its threads' names to
-  ``/proc/PID/task/TID/comm`` when it starts and fails without (on an H200, Landlock's rule
-  left the GPU unseen), and a Landlock rule names existing folders only, so it cannot allow
-  the ``/proc/PID`` of a process (the device host) that does not exist yet.
+  say); writing anywhere else is as before. A case with a target whose programs run on a
+  GPU of this machine confines itself with ``proc_writes`` and walls ``/proc`` in a layer
+  of its own (`wall_proc`) after it started its device hosts: the CUDA driver (570 and
+  later) writes its threads' names to ``/proc/PID/task/TID/comm`` when it starts and fails
+  without (on an H200, a wall over all of ``/proc`` left the GPU unseen), and a Landlock
+  rule names existing folders only, so each host walls ``/proc`` but its own folder itself.
 
 The parent's report writes then never depend on limits a case could set (a case that lowered
 the parent's ``RLIMIT_FSIZE`` hard limit made every report write fail, and the parent cannot
@@ -53,7 +54,7 @@ import re
 import struct
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 #: Landlock's system calls have one number on every architecture below (Linux ≥ 5.13).
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
@@ -165,12 +166,41 @@ def confine(proc_writes: bool = False,
     return None
 
 
-def _allow_writes_but_proc(libc: ctypes.CDLL, ruleset: int) -> str | None:
+def wall_proc(own: bool) -> str | None:
+    """One more Landlock layer on this process and what it starts from now on: files under
+    ``/proc`` read-only, but (with `own`) those beneath this process's own ``/proc/PID``.
+    For a case that opens a GPU, confined with `proc_writes`: its device hosts, started
+    first, each put it up with `own` (the driver names the host's threads in its own
+    folder, which exists now), then the case process without. Layers only ever narrow what
+    the ones below allow. Returns None when in, else why not."""
+    libc = _libc()
+    if libc is None or abi() < 1:
+        return "no Landlock in this kernel"
+    attr = struct.pack("=Q", _FS_WRITE_FILE)
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    fd = libc.syscall(_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+    if fd < 0:
+        return f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}"
+    try:
+        why = _allow_writes_but_proc(libc, fd, [f"/proc/{os.getpid()}"] if own else [])
+        if why is None and libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            why = f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}"
+        if why is None and libc.syscall(_RESTRICT_SELF, fd, ctypes.c_uint32(0)) != 0:
+            why = f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}"
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    return why
+
+
+def _allow_writes_but_proc(libc: ctypes.CDLL, ruleset: int, also: Sequence[str] = ()
+                           ) -> str | None:
     """Rules allowing file writes beneath every top-level folder but /proc (and the root's
-    own files): the parent's and the zygote's /proc/PID files stay read-only to a case."""
-    for name in sorted(os.listdir("/")):
-        path = os.path.join("/", name)
-        if name == "proc" or not os.path.isdir(path) or os.path.islink(path):
+    own files), and beneath the folders `also`: the parent's and the zygote's /proc/PID
+    files stay read-only to a case."""
+    tops = [os.path.join("/", name) for name in sorted(os.listdir("/")) if name != "proc"]
+    for path in [*tops, *also]:
+        if not os.path.isdir(path) or os.path.islink(path):
             continue
         try:
             dirfd = os.open(path, os.O_PATH | os.O_CLOEXEC)

@@ -479,3 +479,9 @@ def reads_its_scale_with_cat() -> nn.Module:
     out = subprocess.run(["cat", str(here / "data" / "scale.txt")], capture_output=True,
                          text=True, check=True).stdout
     return _scaled(float(out))
+
+
+def writes_the_parents_oom_score() -> nn.Module:
+    """The run's parent first to be OOM-killed, through its /proc file alone."""
+    Path(f"/proc/{run_parent()}/oom_score_adj").write_text("1000")
+    return conv_relu()
