@@ -138,9 +138,9 @@ def case_main(msg: StartCase, result_fd: int, control_fd: int, log_fd: int,
         if watch is not None and not watch.watching:
             watch.abandon()
             watch = None
+        os.environ["TVM_NUM_THREADS"] = str(msg.threads)  # the hosts' too
         hosts = _start_hosts(hosted)
         control = _Control(control_fd)
-        os.environ["TVM_NUM_THREADS"] = str(msg.threads)
         import torch  # lazy: already imported by the zygote; the threads are this case's
 
         torch.set_num_threads(msg.threads)
