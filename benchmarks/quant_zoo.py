@@ -22,10 +22,11 @@ import sys
 sys.path[:0] = [{str(ROOT / "benchmarks")!r}, {str(ROOT / "model_cases")!r}]
 import torch
 from zoo.quant import _x86, pt2e_quantize
-from wild_zoo import (attention, branches, heads, hybrids, idioms, merged, positions,
-                      sequences, variants)
+from wild_zoo import (attention, attention2, branches, heads, hybrids, idioms, merged,
+                      positions, pyramids, sequences, variants)
 
-MODELS = merged(positions, hybrids, idioms, heads, attention, variants, sequences, branches)
+MODELS = merged(positions, hybrids, idioms, heads, attention, variants, sequences, branches,
+                pyramids, attention2)
 
 
 def quantized(name):
@@ -54,21 +55,23 @@ def main() -> None:
     ap.add_argument("-j", dest="jobs", default="2", help="cases run at once (default 2)")
     ap.add_argument("--keep", type=Path, help="write the cases here (kept) instead of a temp dir")
     args = ap.parse_args()
-    sys.path[:0] = [str(ROOT / "benchmarks")]
+    sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "model_cases")]
     from wild_zoo import (  # lazy: imports torch
         attention,
+        attention2,
         branches,
         heads,
         hybrids,
         idioms,
         merged,
         positions,
+        pyramids,
         sequences,
         variants,
     )
 
     names = [n for n in merged(positions, hybrids, idioms, heads, attention, variants,
-                               sequences, branches)
+                               sequences, branches, pyramids, attention2)
              if not args.pattern or any(p in n for p in args.pattern)]
     with tempfile.TemporaryDirectory() as tmp:
         where = args.keep or Path(tmp)

@@ -55,3 +55,37 @@ def test_the_float64_reference_runs_a_graph_module_that_creates_float32_states()
     assert got.dtype == np.float64
     want = eager.double()(x.double()).detach().numpy()
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_the_float64_reference_runs_a_graph_module_that_casts_to_its_own_dtype():
+    """``x.to(h.dtype)``, ``.float()``, ``.type_as``: an exported graph keeps such a cast,
+    a no-op at export, as an assertion that the tensor is float32
+    (``aten._assert_tensor_metadata``), and a real cast (an index to float) as a copy to
+    float32: in float64 the assertion failed ("Tensor dtype mismatch! Expected: Float, Got:
+    double") and the numerics of a PT2E-quantized GPT-2, T5, Whisper or diffusers block
+    could not be judged. Both follow the reference's float64."""
+    import torch
+    from torch import nn
+
+    from cl_validate.session.execute import float64_model, run_torch64
+
+    class Casts(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.proj(x).to(x.dtype)  # whisper's, diffusers' own-dtype casts
+            positions = torch.arange(4).float() / 3  # T5's buckets: an index made float
+            return h.float() * positions + h.type_as(x)
+
+    torch.manual_seed(0)
+    eager, x = Casts().eval(), torch.randn(2, 4)
+    graph = torch.export.export(eager, (x,)).module()
+    (got,) = run_torch64(float64_model(graph), [x])
+    assert got.dtype == np.float64
+    # float64 throughout but for the index made float32 (the eager model's own), where
+    # eager float64 would take h.float() down to float32
+    h = eager.proj.double()(x.double())
+    want = (h * (torch.arange(4).float() / 3).double() + h).detach().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

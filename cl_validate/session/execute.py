@@ -79,6 +79,9 @@ def run_torch64(model64: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> lis
     return [_to_numpy(t) for _, t in named_outputs(out)]
 
 
+#: casts a graph module calls with its dtype baked in at export (and the assertion a cast
+#: that was a no-op at export leaves)
+_CASTS = frozenset({"to", "_to_copy", "_assert_tensor_metadata"})
 #: factory ops a graph module calls with its dtype baked in at export
 _FACTORIES = frozenset({"zeros", "ones", "full", "empty", "empty_strided", "scalar_tensor",
                         "new_zeros", "new_ones", "new_full", "new_empty"})
@@ -92,6 +95,10 @@ class _GraphInFloat64(TorchDispatchMode):
     creates with the dtype baked in at export (a PT2E-quantized LSTM's zero states,
     ``aten.zeros(..., dtype=float32)``) is created float64, as the eager module creates it
     from its float64 input; an eager model's own ``dtype=float32`` is its code's and stays.
+    A cast of a floating tensor to float32 (``x.to(h.dtype)``, ``.float()``, ``type_as``)
+    keeps it float64 there, and the assertion of float32 a cast that was a no-op at export
+    leaves (``aten._assert_tensor_metadata``) takes float64: float32 is the least precision
+    the model asks for (an integer made float32 stays float32, as in the eager model).
     Every other op runs as it is."""
 
     def __init__(self, promote_factories: bool = False) -> None:
@@ -105,6 +112,14 @@ class _GraphInFloat64(TorchDispatchMode):
         if (self.promote_factories and op.__name__ in _FACTORIES
                 and kwargs.get("dtype") == torch.float32):
             kwargs = {**kwargs, "dtype": torch.float64}
+        if (self.promote_factories and op.__name__ in _CASTS and args
+                and getattr(args[0], "dtype", None) == torch.float64):
+            # a cast of a floating tensor to float32 baked in at export (``x.to(h.dtype)``,
+            # ``.float()``, ``.type_as``; a no-op there is kept as an assertion of float32):
+            # float32 is the least precision the model asks for, so float64 stays
+            args = tuple(torch.float64 if a == torch.float32 else a for a in args)
+            if kwargs.get("dtype") == torch.float32:
+                kwargs = {**kwargs, "dtype": torch.float64}
         if getattr(op, "_qualified_op_name", "").startswith("quantized_decomposed::"):
             name = op.__name__
             if name in ("quantize_per_tensor", "dequantize_per_tensor"):
