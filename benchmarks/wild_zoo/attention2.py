@@ -23,7 +23,9 @@ transpose, ``bmm`` over batch × heads), DiT (patchify, a sinusoidal timestep em
 constant timestep made in forward, adaLN-Zero modulation and gates, timm's fused Attention,
 unpatchify by ``einsum('nhwpqc->nchpwq')``) and diffusers' Transformer2DModel (GroupNorm, a 1×1
 ``proj_in``, ``permute``+``reshape`` to tokens, BasicTransformerBlock with self- and
-cross-attention over a 77×64 buffer by SDPA, GEGLU, back to the map, ``proj_out``, residual).
+cross-attention over a 77×64 buffer by SDPA, GEGLU, back to the map, ``proj_out``, residual)
+and MobileNetV4's mobile multi-query attention on conv maps (timm's ``MultiQueryAttention2d``:
+one K/V head broadcast by SDPA, strided K/V and strided queries).
 Norm affines are randomized and BatchNorm calibrated on one batch (`finalize`); the floors come
 from the exported graph (`graph_floor`).
 """
@@ -1572,6 +1574,109 @@ class Transformer2DModel(nn.Module):
         return hidden_states + residual
 
 
+# --------------------------------------------------------------------------------------------
+# timm: MobileNetV4's mobile multi-query attention (MultiQueryAttention2d, MobileAttention)
+# --------------------------------------------------------------------------------------------
+class MultiQueryAttention2d(nn.Module):
+    """timm's ``MultiQueryAttention2d``: queries by a 1x1 conv reshaped ``(B, heads, key_dim,
+    H·W)`` and transposed; one key and one value head, each a 1x1 conv (after a strided
+    depthwise conv + BatchNorm where ``kv_stride > 1``) reshaped ``(B, C, m·m)``, transposed
+    and ``unsqueeze(1)``; SDPA broadcasts the one K/V head over the query heads; the output
+    transposed back, reshaped to ``(B, H, W, heads·value_dim)``, permuted to NCHW and
+    projected by a 1x1 conv (an average pool and a bilinear upsample where
+    ``query_strides > 1``)."""
+
+    def __init__(self, dim: int, num_heads: int = 4, key_dim: int = 16, value_dim: int = 16,
+                 query_strides: int = 1, kv_stride: int = 1) -> None:
+        super().__init__()
+        self.num_heads, self.key_dim, self.value_dim = num_heads, key_dim, value_dim
+        self.query_strides = query_strides
+        self.query = nn.Sequential()
+        if query_strides > 1:
+            self.query.add_module("down_pool", nn.AvgPool2d(kernel_size=query_strides))
+            self.query.add_module("norm", nn.BatchNorm2d(dim))
+        self.query.add_module("proj", nn.Conv2d(dim, num_heads * key_dim, 1, bias=False))
+
+        def kv(out: int) -> nn.Sequential:
+            seq = nn.Sequential()
+            if kv_stride > 1:
+                seq.add_module("down_conv", nn.Conv2d(dim, dim, 3, kv_stride, 1, groups=dim,
+                                                      bias=False))
+                seq.add_module("norm", nn.BatchNorm2d(dim))
+            seq.add_module("proj", nn.Conv2d(dim, out, 1, bias=False))
+            return seq
+
+        self.key, self.value = kv(key_dim), kv(value_dim)
+        self.output = nn.Sequential()
+        if query_strides > 1:
+            self.output.add_module("upsample", nn.Upsample(scale_factor=query_strides,
+                                                           mode="bilinear",
+                                                           align_corners=False))
+        self.output.add_module("proj", nn.Conv2d(value_dim * num_heads, dim, 1, bias=False))
+
+    def _reshape_input(self, t: torch.Tensor) -> torch.Tensor:
+        s = t.shape
+        t = t.reshape(s[0], s[1], -1).transpose(1, 2)
+        return t.unsqueeze(1).contiguous()
+
+    def _reshape_projected_query(self, t: torch.Tensor) -> torch.Tensor:
+        s = t.shape
+        t = t.reshape(s[0], self.num_heads, self.key_dim, -1)
+        return t.transpose(-1, -2).contiguous()
+
+    def _reshape_output(self, t: torch.Tensor, h_px: int, w_px: int) -> torch.Tensor:
+        s = t.shape
+        feat_dim = s[-1] * self.num_heads
+        t = t.transpose(1, 2)
+        return t.reshape(s[0], h_px, w_px, feat_dim).permute(0, 3, 1, 2).contiguous()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, _, h, w = x.shape
+        q = self._reshape_projected_query(self.query(x))
+        k = self._reshape_input(self.key(x))
+        v = self._reshape_input(self.value(x))
+        o = F.scaled_dot_product_attention(q, k, v)
+        o = self._reshape_output(o, h // self.query_strides, w // self.query_strides)
+        return self.output(o)
+
+
+class MobileAttention(nn.Module):
+    """timm's ``MobileAttention`` block: BatchNorm, the attention, a layer scale, the
+    residual."""
+
+    def __init__(self, dim: int, **attn: int) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm2d(dim)
+        self.attn = MultiQueryAttention2d(dim, **attn)
+        self.gamma = nn.Parameter(1e-1 * torch.rand(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.attn(self.norm(x)) * self.gamma.reshape(1, -1, 1, 1)
+
+
+class MobileNetV4Hybrid(nn.Module):
+    """A MobileNetV4-hybrid stage, small: a conv stem, an inverted residual, mobile MQA
+    blocks with ``kv_stride = 2`` and with ``query_strides = 2``, a pooled head."""
+
+    def __init__(self, dim: int = 32) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, dim, 3, 2, 1, bias=False), nn.BatchNorm2d(dim),
+                                  nn.ReLU())
+        self.ir = nn.Sequential(nn.Conv2d(dim, 2 * dim, 1, bias=False),
+                                nn.BatchNorm2d(2 * dim), nn.ReLU(),
+                                nn.Conv2d(2 * dim, 2 * dim, 3, 1, 1, groups=2 * dim,
+                                          bias=False), nn.BatchNorm2d(2 * dim), nn.ReLU(),
+                                nn.Conv2d(2 * dim, dim, 1, bias=False), nn.BatchNorm2d(dim))
+        self.blocks = nn.Sequential(MobileAttention(dim, kv_stride=2),
+                                    MobileAttention(dim, query_strides=2))
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        x = self.blocks(x + self.ir(x))
+        return self.head(x.mean((2, 3)))
+
+
 def _built(cls: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
     return lambda: finalize(cls(), CALIB)
 
@@ -1589,4 +1694,5 @@ MODELS: dict[str, Callable[[], nn.Module]] = {
     "linformer": _built(Linformer),
     "dit_block": _built(DiT),
     "sd_transformer2d": _built(Transformer2DModel),
+    "mnv4_mqa2d": _built(MobileNetV4Hybrid),
 }
