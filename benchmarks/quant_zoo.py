@@ -1,11 +1,12 @@
 """The held-out architectures quantized as a new user would: each `benchmarks/wild_zoo/` model
-(or those named) through PT2E with the x86 quantizer (`model_cases/zoo/quant.py`'s
-``pt2e_quantize``), as a case that asks every quantized product to compute in integers
+(or those named) through PT2E with the x86 quantizer, or Arm's (``--quantizer arm``: int8
+per-tensor weights; `model_cases/zoo/quant.py`'s ``pt2e_quantize``), as a case that asks
+every quantized product to compute in integers
 (``float_qdq_products = 0``) and the outputs to be within one quantization step of the same
 QDQ graph in float64; then ``cl-validate run`` on them, llvm. The run's table is the result:
 runtime transforms, products in float / in integers (``+Ni``), numerics in steps.
 
-    python benchmarks/quant_zoo.py [-k NAME] [-j N] [--keep DIR]
+    python benchmarks/quant_zoo.py [-k NAME] [-j N] [--keep DIR] [--quantizer x86|arm]
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ FACTORIES = f'''"""PT2E-quantized wild_zoo models (written by benchmarks/quant_z
 import sys
 sys.path[:0] = [{str(ROOT / "benchmarks")!r}, {str(ROOT / "model_cases")!r}]
 import torch
-from zoo.quant import _x86, pt2e_quantize
+from zoo.quant import _arm, _x86, pt2e_quantize
 from wild_zoo import (attention, attention2, branches, heads, hybrids, idioms, merged,
                       positions, pyramids, sequences, variants)
 
@@ -31,7 +32,7 @@ MODELS = merged(positions, hybrids, idioms, heads, attention, variants, sequence
 
 def quantized(name):
     torch.manual_seed(0)
-    return pt2e_quantize(MODELS[name]().eval(), torch.randn(1, 3, 32, 32), _x86())
+    return pt2e_quantize(MODELS[name]().eval(), torch.randn(1, 3, 32, 32), __QUANTIZER__())
 '''
 CASE = """model = "quant_zoo_models:{name}"
 targets = ["llvm"]
@@ -54,6 +55,8 @@ def main() -> None:
     ap.add_argument("-k", dest="pattern", action="append", help="only models whose name has it")
     ap.add_argument("-j", dest="jobs", default="2", help="cases run at once (default 2)")
     ap.add_argument("--keep", type=Path, help="write the cases here (kept) instead of a temp dir")
+    ap.add_argument("--quantizer", choices=("x86", "arm"), default="x86",
+                    help="PT2E quantizer (default x86)")
     args = ap.parse_args()
     sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "model_cases")]
     from wild_zoo import (  # lazy: imports torch
@@ -76,7 +79,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         where = args.keep or Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
-        factories = FACTORIES + "".join(
+        factories = FACTORIES.replace("__QUANTIZER__", f"_{args.quantizer}") + "".join(
             f"\n\ndef {n}():\n    return quantized({n!r})\n" for n in names)
         (where / "quant_zoo_models.py").write_text(factories)
         for n in names:
