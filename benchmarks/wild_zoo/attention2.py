@@ -25,7 +25,10 @@ unpatchify by ``einsum('nhwpqc->nchpwq')``) and diffusers' Transformer2DModel (G
 ``proj_in``, ``permute``+``reshape`` to tokens, BasicTransformerBlock with self- and
 cross-attention over a 77×64 buffer by SDPA, GEGLU, back to the map, ``proj_out``, residual)
 and MobileNetV4's mobile multi-query attention on conv maps (timm's ``MultiQueryAttention2d``:
-one K/V head broadcast by SDPA, strided K/V and strided queries).
+one K/V head broadcast by SDPA, strided K/V and strided queries), and SAM's vision encoder
+with decomposed relative positions (transformers' ``SamVisionAttention``: heads folded
+into the batch, interpolated tables indexed by ``long()`` coordinates, two einsums; padded
+windows).
 Norm affines are randomized and BatchNorm calibrated on one batch (`finalize`); the floors come
 from the exported graph (`graph_floor`).
 """
@@ -1677,6 +1680,161 @@ class MobileNetV4Hybrid(nn.Module):
         return self.head(x.mean((2, 3)))
 
 
+# --------------------------------------------------------------------------------------------
+# transformers: SAM's vision encoder with decomposed relative positions
+# --------------------------------------------------------------------------------------------
+class SamVisionAttention(nn.Module):
+    """transformers' ``SamVisionAttention`` with ``use_rel_pos``: qkv reshaped ``(B, H·W, 3,
+    heads, -1)``, permuted and folded to ``(3, B·heads, H·W, -1)``, ``unbind``; the
+    decomposed relative positions (``get_rel_pos``: the tables linearly interpolated, indexed
+    by ``long()`` coordinates; two einsums ``bhwc,hkc->bhwk``) added to the scores; softmax
+    in float32 and ``.to(query.dtype)``; the heads unfolded back to ``(B, H, W, C)``."""
+
+    def __init__(self, dim: int, heads: int, input_size: tuple[int, int]) -> None:
+        super().__init__()
+        self.num_attention_heads = heads
+        head_dim = dim // heads
+        self.scale = head_dim ** -0.5
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+        self.rel_pos_h = nn.Parameter(0.1 * torch.randn(2 * input_size[0] - 1, head_dim))
+        self.rel_pos_w = nn.Parameter(0.1 * torch.randn(2 * input_size[1] - 1, head_dim))
+
+    def get_rel_pos(self, q_size: int, k_size: int, rel_pos: torch.Tensor) -> torch.Tensor:
+        max_rel_dist = int(2 * max(q_size, k_size) - 1)
+        rel_pos_resized = F.interpolate(
+            rel_pos.reshape(1, rel_pos.shape[0], -1).permute(0, 2, 1), size=max_rel_dist,
+            mode="linear")
+        rel_pos_resized = rel_pos_resized.reshape(-1, max_rel_dist).permute(1, 0)
+        q_coords = torch.arange(q_size)[:, None] * max(k_size / q_size, 1.0)
+        k_coords = torch.arange(k_size)[None, :] * max(q_size / k_size, 1.0)
+        relative_coords = (q_coords - k_coords) + (k_size - 1) * max(q_size / k_size, 1.0)
+        return rel_pos_resized[relative_coords.long()]
+
+    def get_decomposed_rel_pos(self, query: torch.Tensor, q_size: tuple[int, int],
+                               k_size: tuple[int, int]) -> torch.Tensor:
+        query_height, query_width = q_size
+        key_height, key_width = k_size
+        relative_position_height = self.get_rel_pos(query_height, key_height, self.rel_pos_h)
+        relative_position_width = self.get_rel_pos(query_width, key_width, self.rel_pos_w)
+        batch_size, _, dim = query.shape
+        reshaped_query = query.reshape(batch_size, query_height, query_width, dim)
+        rel_h = torch.einsum("bhwc,hkc->bhwk", reshaped_query, relative_position_height)
+        rel_w = torch.einsum("bhwc,wkc->bhwk", reshaped_query, relative_position_width)
+        return rel_h[:, :, :, :, None] + rel_w[:, :, :, None, :]
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        batch_size, height, width, _ = hidden_states.shape
+        qkv = (self.qkv(hidden_states)
+               .reshape(batch_size, height * width, 3, self.num_attention_heads, -1)
+               .permute(2, 0, 3, 1, 4))
+        query, key, value = qkv.reshape(3, batch_size * self.num_attention_heads,
+                                        height * width, -1).unbind(0)
+        attn_weights = (query * self.scale) @ key.transpose(-2, -1)
+        decomposed_rel_pos = self.get_decomposed_rel_pos(query, (height, width),
+                                                         (height, width))
+        attn_weights = attn_weights + decomposed_rel_pos.reshape_as(attn_weights)
+        attn_weights = F.softmax(attn_weights, dtype=torch.float32, dim=-1).to(query.dtype)
+        attn_output = (attn_weights @ value).reshape(batch_size, self.num_attention_heads,
+                                                     height, width, -1)
+        attn_output = attn_output.permute(0, 2, 3, 1, 4).reshape(batch_size, height, width, -1)
+        return self.proj(attn_output)
+
+
+class SamVisionLayer(nn.Module):
+    """transformers' ``SamVisionLayer``: LayerNorm, window partition (padded to a multiple
+    of the window) or global attention, unpartition, residual, MLP (GELU)."""
+
+    def __init__(self, dim: int, heads: int, grid: int, window_size: int) -> None:
+        super().__init__()
+        self.window_size = window_size
+        size = (window_size, window_size) if window_size else (grid, grid)
+        self.layer_norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = SamVisionAttention(dim, heads, size)
+        self.layer_norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def window_partition(self, hidden_states: torch.Tensor, window_size: int
+                         ) -> tuple[torch.Tensor, tuple[int, int]]:
+        batch_size, height, width, channel = hidden_states.shape
+        pad_h = (window_size - height % window_size) % window_size
+        pad_w = (window_size - width % window_size) % window_size
+        hidden_states = F.pad(hidden_states, (0, 0, 0, pad_w, 0, pad_h))
+        pad_height, pad_width = height + pad_h, width + pad_w
+        hidden_states = hidden_states.reshape(batch_size, pad_height // window_size,
+                                              window_size, pad_width // window_size,
+                                              window_size, channel)
+        windows = hidden_states.permute(0, 1, 3, 2, 4, 5).contiguous().reshape(
+            -1, window_size, window_size, channel)
+        return windows, (pad_height, pad_width)
+
+    def window_unpartition(self, windows: torch.Tensor, window_size: int,
+                           padding_shape: tuple[int, int], original_shape: tuple[int, int]
+                           ) -> torch.Tensor:
+        pad_height, pad_width = padding_shape
+        height, width = original_shape
+        batch_size = windows.shape[0] // (pad_height * pad_width // window_size // window_size)
+        hidden_states = windows.reshape(batch_size, pad_height // window_size,
+                                        pad_width // window_size, window_size, window_size, -1)
+        hidden_states = hidden_states.permute(0, 1, 3, 2, 4, 5).contiguous().reshape(
+            batch_size, pad_height, pad_width, -1)
+        return hidden_states[:, :height, :width, :].contiguous()
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        residual = hidden_states
+        hidden_states = self.layer_norm1(hidden_states)
+        if self.window_size > 0:
+            height, width = hidden_states.shape[1], hidden_states.shape[2]
+            hidden_states, padding_shape = self.window_partition(hidden_states,
+                                                                 self.window_size)
+        hidden_states = self.attn(hidden_states)
+        if self.window_size > 0:
+            hidden_states = self.window_unpartition(hidden_states, self.window_size,
+                                                    padding_shape, (height, width))
+        hidden_states = residual + hidden_states
+        return hidden_states + self.mlp(self.layer_norm2(hidden_states))
+
+
+class SamLayerNorm2d(nn.Module):
+    """SAM's channels-first LayerNorm (``data_format="channels_first"``), written out."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(1 + 0.1 * torch.randn(dim))
+        self.bias = nn.Parameter(0.1 * torch.randn(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        u = x.mean(1, keepdim=True)
+        s = (x - u).pow(2).mean(1, keepdim=True)
+        x = (x - u) / torch.sqrt(s + self.eps)
+        return self.weight[:, None, None] * x + self.bias[:, None, None]
+
+
+class SamRelPosEncoder(nn.Module):
+    """SAM's vision encoder, small: a patch conv then ``permute(0, 2, 3, 1)``, an absolute
+    position embedding, a windowed layer (window 3 on the 8x8 grid: padded to 9) and a
+    global one, both with decomposed relative positions, and the neck (1x1 conv,
+    LayerNorm2d, 3x3 conv, LayerNorm2d) back on NCHW."""
+
+    def __init__(self, dim: int = 48, heads: int = 4, patch: int = 4) -> None:
+        super().__init__()
+        grid = SIZE // patch
+        self.patch_embed = nn.Conv2d(3, dim, patch, patch)
+        self.pos_embed = nn.Parameter(0.1 * torch.randn(1, grid, grid, dim))
+        self.layers = nn.ModuleList([SamVisionLayer(dim, heads, grid, 3),
+                                     SamVisionLayer(dim, heads, grid, 0)])
+        self.neck = nn.Sequential(nn.Conv2d(dim, 32, 1, bias=False), SamLayerNorm2d(32),
+                                  nn.Conv2d(32, 32, 3, padding=1, bias=False),
+                                  SamLayerNorm2d(32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden_states = self.patch_embed(x).permute(0, 2, 3, 1) + self.pos_embed
+        for layer in self.layers:
+            hidden_states = layer(hidden_states)
+        return self.neck(hidden_states.permute(0, 3, 1, 2))
+
+
 def _built(cls: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
     return lambda: finalize(cls(), CALIB)
 
@@ -1695,4 +1853,5 @@ MODELS: dict[str, Callable[[], nn.Module]] = {
     "dit_block": _built(DiT),
     "sd_transformer2d": _built(Transformer2DModel),
     "mnv4_mqa2d": _built(MobileNetV4Hybrid),
+    "sam_relpos": _built(SamRelPosEncoder),
 }
