@@ -109,17 +109,8 @@ class _GraphInFloat64(TorchDispatchMode):
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         op = func.overloadpacket
-        if (self.promote_factories and op.__name__ in _FACTORIES
-                and kwargs.get("dtype") == torch.float32):
-            kwargs = {**kwargs, "dtype": torch.float64}
-        if (self.promote_factories and op.__name__ in _CASTS and args
-                and getattr(args[0], "dtype", None) == torch.float64):
-            # a cast of a floating tensor to float32 baked in at export (``x.to(h.dtype)``,
-            # ``.float()``, ``.type_as``; a no-op there is kept as an assertion of float32):
-            # float32 is the least precision the model asks for, so float64 stays
-            args = tuple(torch.float64 if a == torch.float32 else a for a in args)
-            if kwargs.get("dtype") == torch.float32:
-                kwargs = {**kwargs, "dtype": torch.float64}
+        if self.promote_factories:
+            args, kwargs = _float64_baked(op.__name__, args, kwargs)
         if getattr(op, "_qualified_op_name", "").startswith("quantized_decomposed::"):
             name = op.__name__
             if name in ("quantize_per_tensor", "dequantize_per_tensor"):
@@ -129,6 +120,19 @@ class _GraphInFloat64(TorchDispatchMode):
                 x, scale, zp, axis, qmin, qmax = args[:6]
                 return _qdq64(name, x, scale, zp, qmin, qmax, axis=int(axis))
         return func(*args, **kwargs)
+
+
+def _float64_baked(name: str, args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """A graph module's call with float32 baked in at export, float64: a factory's dtype,
+    and a cast of a floating tensor (``x.to(h.dtype)``, ``.float()``, ``.type_as``; a no-op
+    there is kept as an assertion of float32) — float32 is the least precision the model
+    asks for, so float64 stays. Any other call as it is."""
+    cast = name in _CASTS and bool(args) and getattr(args[0], "dtype", None) == torch.float64
+    if cast:
+        args = tuple(torch.float64 if a == torch.float32 else a for a in args)
+    if (cast or name in _FACTORIES) and kwargs.get("dtype") == torch.float32:
+        kwargs = {**kwargs, "dtype": torch.float64}
+    return args, kwargs
 
 
 def _qdq64(name: str, x: torch.Tensor, scale: Any, zp: Any, qmin: int, qmax: int,

@@ -141,27 +141,17 @@ def confine(proc_writes: bool = False,
         return unscoped
     # Writing files is handled, and allowed beneath every top-level folder but /proc.
     attr = struct.pack("=QQQ", 0 if proc_writes else _FS_WRITE_FILE, 0, _SCOPE_SIGNAL)
-    buf = ctypes.create_string_buffer(attr, len(attr))
-    fd = libc.syscall(_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
-    if fd < 0:
-        return f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}"
-    try:
-        why = None if proc_writes else _allow_writes_but_proc(libc, fd)
-        if why is not None:
-            return why
-        # Required of a process without CAP_SYS_ADMIN; from now on nothing this process runs
-        # gains privileges through a setuid program either.
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            return f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}"
+
+    def filter_in() -> str | None:
+        global filtered
         why = _deny_foreign_limits(libc, watch)
-        if why is not None:
-            return why
-        filtered = platform.machine() in _SYSCALLS
-        if libc.syscall(_RESTRICT_SELF, fd, ctypes.c_uint32(0)) != 0:
-            return f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}"
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+        if why is None:
+            filtered = platform.machine() in _SYSCALLS
+        return why
+
+    why = _layer(libc, attr, None if proc_writes else [], before=filter_in)
+    if why is not None:
+        return why
     confined = True
     return None
 
@@ -176,15 +166,27 @@ def wall_proc(own: bool) -> str | None:
     libc = _libc()
     if libc is None or abi() < 1:
         return "no Landlock in this kernel"
-    attr = struct.pack("=Q", _FS_WRITE_FILE)
+    return _layer(libc, struct.pack("=Q", _FS_WRITE_FILE),
+                  [f"/proc/{os.getpid()}"] if own else [])
+
+
+def _layer(libc: ctypes.CDLL, attr: bytes, allow: Sequence[str] | None,
+           before: Callable[[], str | None] = lambda: None) -> str | None:
+    """One Landlock layer on this process and what it starts from now on: a ruleset with
+    `attr` (the accesses it handles, its scopes); with `allow`, file writes allowed beneath
+    every top-level folder but /proc and beneath `allow`; no new privileges (required of a
+    process without CAP_SYS_ADMIN; nothing it runs gains privileges through a setuid
+    program either); `before` (the seccomp filter) put in; then the layer restricts this
+    process. None when in, else why not."""
     buf = ctypes.create_string_buffer(attr, len(attr))
     fd = libc.syscall(_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
     if fd < 0:
         return f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}"
     try:
-        why = _allow_writes_but_proc(libc, fd, [f"/proc/{os.getpid()}"] if own else [])
+        why = None if allow is None else _allow_writes_but_proc(libc, fd, allow)
         if why is None and libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             why = f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}"
+        why = why or before()
         if why is None and libc.syscall(_RESTRICT_SELF, fd, ctypes.c_uint32(0)) != 0:
             why = f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}"
     finally:
