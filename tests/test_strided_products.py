@@ -156,6 +156,69 @@ def test_a_depth_a_view_merged_from_two_axes_is_read_as_before():
     tvm.ir.assert_structural_equal(strided_products(Before, LLVM), Before)
 
 
+def test_a_depth_of_axes_next_to_each_other_in_memory_is_read_in_place():
+    """Restormer's v: a head's share of the channels summed (``h * 4 + k``), or a map's H and
+    W merged into tokens (``k // 4``, ``k % 4`` of axes next to each other in NHWC): one
+    stride through memory either way, so the matmuls read them in place."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((1, 4, 4, 8), "float32"), p: R.Tensor((2, 4, 4), "float32"),
+                 w: R.Tensor((16, 3), "float32")):
+            R.func_attr({"num_input": 2})
+            with R.dataflow():
+                t = R.permute_dims(x, axes=[0, 3, 1, 2])  # (1, 8, 4, 4): NCHW
+                heads = R.reshape(t, R.shape([2, 4, 16]))  # (heads, channels, tokens)
+                o = R.matmul(p, heads)  # sums a head's 4 channels
+                t2 = R.permute_dims(x, axes=[0, 3, 1, 2])
+                tokens = R.reshape(t2, R.shape([8, 16]))
+                y = R.matmul(tokens, w)  # sums the 16 pixels (H and W merged)
+                out = (o, y)
+                R.output(out)
+            return out
+
+    x = np.random.default_rng(0).standard_normal((1, 4, 4, 8)).astype("float32")
+    p = np.random.default_rng(1).standard_normal((2, 4, 4)).astype("float32")
+    w = np.random.default_rng(2).standard_normal((16, 3)).astype("float32")
+    assert len(find(Before["main"])) == 2  # both read x in place
+    after = strided_products(Before, LLVM)
+    assert count_permutes(after) == 0, after
+    for g, r in zip(_run_all(after, [x, p, w]), _run_all(Before, [x, p, w]), strict=True):
+        np.testing.assert_array_equal(g, r)
+
+
+def test_a_result_written_down_its_rows_when_their_operand_is_the_smaller():
+    """XCiT's probabilities times v, written back to tokens: the result's innermost axis
+    is the matmul's rows. Each column then sweeps the rows' operand again, which is cheap
+    when it is the smaller one ((2, 4, 4) against (2, 4, 16)); a large one (a pointwise
+    convolution's input against its weight) keeps its transpose."""
+
+    def module(rows: int, cols: int) -> tvm.IRModule:
+        bb = relax.BlockBuilder()
+        a = relax.Var("a", relax.TensorType([2, rows, 4], "float32"))
+        b = relax.Var("b", relax.TensorType([2, 4, cols], "float32"))
+        with bb.function("main", [a, b], attrs={"num_input": 2}):
+            with bb.dataflow():
+                o = bb.emit(relax.op.matmul(a, b))
+                out = bb.emit_output(relax.op.permute_dims(o, [2, 0, 1]))
+            bb.emit_func_output(out)
+        return bb.get()
+
+    small, large = module(4, 16), module(16, 4)
+    assert len(find(small["main"])) == 1 and find(large["main"]) == []
+    a = np.random.default_rng(0).standard_normal((2, 4, 4)).astype("float32")
+    b = np.random.default_rng(1).standard_normal((2, 4, 16)).astype("float32")
+    np.testing.assert_array_equal(_run(strided_products(small, LLVM), [a, b]),
+                                  _run(small, [a, b]))
+
+
+def _run_all(mod: tvm.IRModule, args: list[np.ndarray]) -> list[np.ndarray]:
+    ex = tvm.compile(relax.transform.LegalizeOps()(mod), target=LLVM)
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](*map(tvm.runtime.tensor, args))
+    return [o.numpy() for o in out]
+
+
 def test_a_transpose_read_elsewhere_too_stays():
     """The transposed k is also an output: the transpose runs anyway, the matmul reads it."""
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from tvm import relax
 
-from cl_validate.compile.passes.attention_left import sums_over_map
+from cl_validate.compile.passes.attention_left import sums_over_tokens
 from cl_validate.ir import is_tensor_constant, op_name
 
 
@@ -153,7 +153,7 @@ def _sdpa_grouped(bb: Any, q: Any, k: Any, v: Any, mask: Any, scale: Any, causal
 
 def _products(bb: Any, q: Any, k: Any, v: Any, scale: Any) -> Any:
     """SDPA as PyTorch's math path writes it: ``softmax(q @ kᵀ · scale) @ v``. For attention
-    over a feature map's channels (`sums_over_map`), which as ``nn.attention`` would
+    over channels (`sums_over_tokens`: the scores sum over tokens), which as ``nn.attention`` would
     transpose q, k and v whole; the matmuls read the channels-last map in place, and
     RaiseAttention, finding them, leaves them and says why."""
     e = (static_dims(q) or [1])[-1]
@@ -196,8 +196,8 @@ def convert_sdpa(node: Any, importer: Any) -> Any:
         return importer._scaled_dot_product_attention(node)  # symbolic: TVM's converter
     qs, ks, vs = (list(s or []) for s in shapes)
     if len(qs) == 4 and mask is None and not causal and qs[:-2] == ks[:-2] == vs[:-2] and \
-            sums_over_map(lambda e: bb.lookup_binding(e) if isinstance(e, relax.Var) else None,
-                          q, lambda e: e):
+            sums_over_tokens(lambda e: bb.lookup_binding(e) if isinstance(e, relax.Var)
+                             else None, q):
         return _products(bb, q, k, v, scale)
     if len(qs) >= 5 and not gqa:
         grouped = _sdpa_grouped(bb, q, k, v, mask, scale, causal, [qs, ks, vs])

@@ -3,13 +3,13 @@ kernel list says about attention-like code the pass did not raise."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from tvm import relax
 
-from cl_validate.ir import known_shape, op_name
+from cl_validate.ir import known_shape, op_name, strided_slice_args
 
 _MATMUL, _SOFTMAX = "relax.matmul", "relax.nn.softmax"
 _LINEAR = "a Linear on the scores"
@@ -89,62 +89,84 @@ _QUIET = frozenset({"relax.reshape", "relax.broadcast_to", "relax.permute_dims",
                     "relax.astype", "relax.multiply", "relax.divide", "relax.add",
                     "relax.squeeze", "relax.expand_dims", "relax.nn.softmax", "relax.take"})
 
-#: The reason a chain whose scores sum over a feature map's H·W is left as matmuls
-OVER_THE_MAP = ("the scores sum over a feature map's H·W (channel attention, Restormer- or "
-                "DANet-style): left as matmuls, which read the channels-last map in place, "
-                "where the attention op would transpose q, k and v")
-#: Shape-keeping ops an operand may pass through after the view (F.normalize, a scale)
-_ELEMENTWISE = frozenset({"relax.multiply", "relax.divide", "relax.add", "relax.subtract",
-                          "relax.astype"})
+#: The reason a chain whose scores sum over the tokens is left as matmuls
+OVER_THE_TOKENS = ("the scores sum over the tokens, not the channels (attention across "
+                   "channels: XCiT, Restormer, DANet, EdgeNeXt): left as matmuls, which read "
+                   "q, k and v where they are, where the attention op would transpose each "
+                   "whole (its head dimension, the tokens, innermost)")
+#: Ops that keep every axis where it is (their output has the shape of the operand followed)
+_SAME_PLACE = frozenset({"relax.multiply", "relax.divide", "relax.add", "relax.subtract",
+                         "relax.astype", "relax.nn.layer_norm", "relax.nn.group_norm",
+                         "relax.nn.batch_norm", "relax.nn.relu", "relax.nn.gelu",
+                         "relax.nn.silu", "relax.sigmoid", "relax.tanh"})
 
 
-def sums_over_map(value_of: Callable[[relax.Expr], relax.Expr | None], e: relax.Expr,
-                  peel: Callable[[relax.Expr], relax.Expr]) -> bool:
-    """`e`, a score product's left operand ``(..., L, E)``, sums over a convolution's
-    spatial axes: it is ``reshape(X, (..., H·W))`` of an ``(N, C, H, W)`` X that a
-    convolution computed (through ops that keep its shape, a split of its channels), the
-    leading axes splitting N and C (heads, channels); through shape-keeping elementwise ops
-    (F.normalize, a scale) and the views `peel` sees through. Attention over channels:
-    raised, each of q, k and v would be a transpose of the whole map (the head dimension
-    H·W innermost), which the matmuls read in place."""
-    for _ in range(_NEAR):
-        e = peel(e)
-        value = value_of(e)
-        name = op_name(value)
-        if name in _ELEMENTWISE:
-            shape = known_shape(e)
+def _source_axes(src: Sequence[int], dst: Sequence[int], axes: set[int]) -> set[int] | None:
+    """The axes of a reshape's input (shape `src`) that hold `axes` (a run of its output's,
+    shape `dst`): whole input axes merged, or one input axis split; None when the run
+    straddles an input axis."""
+    lo, hi = min(axes), max(axes)
+    inner, outer = int(np.prod(dst[hi + 1:])), int(np.prod(dst[lo:]))
+    held, whole = set(), True
+    for j in range(len(src)):
+        j_in, j_out = int(np.prod(src[j + 1:])), int(np.prod(src[j:]))
+        if src[j] == 1 or j_out <= inner or j_in >= outer:
+            continue
+        held.add(j)
+        whole = whole and inner <= j_in and j_out <= outer
+    return held if held and (whole or len(held) == 1) else None
+
+
+def sums_over_tokens(value_of: Callable[[relax.Expr], relax.Expr | None], e: relax.Expr
+                     ) -> bool:
+    """`e`, a score product's left operand ``(..., L, E)``, sums over tokens: its last axis
+    traces (through views, permutes, slices, a split and ops that keep every axis in place)
+    to the rows of a matmul (a Linear's tokens) or to the H and W of a convolution's NCHW
+    output, not to channels. Attention across channels (XCiT's cross-covariance attention,
+    Restormer's transposed attention, DANet's channel attention): raised, q, k and v would
+    each be transposed whole, the tokens innermost; as matmuls they are read in place."""
+    axes = {len(known_shape(e) or (0,)) - 1}
+    for _ in range(3 * _NEAR):
+        value = value_of(e) if isinstance(e, relax.Var) else None
+        if isinstance(value, relax.TupleGetItem):  # a part of a split: axes stay put
+            value = value_of(value.tuple_value) if isinstance(value.tuple_value, relax.Var) \
+                else None
+            if op_name(value) != "relax.split" or int(value.attrs.axis) in axes:  # type: ignore[union-attr]
+                return False
+            e = value.args[0]  # type: ignore[union-attr]
+            continue
+        name, shape = op_name(value), known_shape(e)
+        if value is None or shape is None:
+            return False
+        if name == _MATMUL:
+            return max(axes) == len(shape) - 2  # the rows (tokens), not the batch axes
+        if name == "relax.nn.conv2d":
+            return str(value.attrs.data_layout) == "NCHW" and axes <= {2, 3}  # type: ignore[union-attr]
+        arg = value.args[0]  # type: ignore[union-attr]
+        if name == "relax.permute_dims":
+            order = [int(a) for a in value.attrs.axes]  # type: ignore[union-attr]
+            axes = {order[a] for a in axes}
+        elif name in ("relax.reshape", "relax.squeeze", "relax.expand_dims",
+                      "relax.broadcast_to"):
+            src = known_shape(arg)
+            if src is None or (name == "relax.broadcast_to" and tuple(src) != tuple(shape)):
+                return False
+            found = _source_axes(src, shape, axes)
+            if found is None:
+                return False
+            axes = found
+        elif name == "relax.strided_slice":
+            sliced = strided_slice_args(value)  # type: ignore[arg-type]
+            if sliced is None or any(int(a) % len(shape) in axes for a in sliced[0]):
+                return False
+        elif name in _SAME_PLACE:
             same = [a for a in value.args if known_shape(a) == shape]  # type: ignore[union-attr]
             if not same:
                 return False
-            e = same[0]
-            continue
-        if name != "relax.reshape":
+            arg = same[0]
+        else:
             return False
-        x = value.args[0]  # type: ignore[union-attr]
-        src, out = known_shape(x), known_shape(e)
-        if src is None or out is None or len(src) != 4 or len(out) < 3:
+        if max(axes) - min(axes) + 1 != len(axes):
             return False
-        spatial = src[2] * src[3]
-        return spatial > 1 and out[-1] == spatial and \
-            int(np.prod(out[:-1])) == src[0] * src[1] and _convolved(value_of, x)
-    return False
-
-
-def _convolved(value_of: Callable[[relax.Expr], relax.Expr | None], x: relax.Expr) -> bool:
-    """`x` (N, C, H, W) is a convolution's output, through ops that keep its H and W (a
-    split of the channels, elementwise ops, norms)."""
-    hw = (known_shape(x) or (0, 0, 0, 0))[2:]
-    for _ in range(_NEAR):
-        value = value_of(x) if isinstance(x, relax.Var) else x
-        if isinstance(value, relax.TupleGetItem):
-            x = value.tuple_value
-            continue
-        name = op_name(value) or ""
-        if name.startswith("relax.nn.conv2d"):
-            return True
-        ins = [a for a in getattr(value, "args", ()) if isinstance(a, relax.Expr)
-               and len(known_shape(a) or ()) == 4 and known_shape(a)[2:] == hw]  # type: ignore[index]
-        if not ins:
-            return False
-        x = ins[0]
+        e = arg
     return False

@@ -36,9 +36,9 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from cl_validate.compile.passes._util import relax_function_pass
 from cl_validate.compile.passes.attention_heads import Fold, batch_heads
 from cl_validate.compile.passes.attention_left import (
-    OVER_THE_MAP,
+    OVER_THE_TOKENS,
     Left,
-    sums_over_map,
+    sums_over_tokens,
     unmatched_softmaxes,
 )
 from cl_validate.ir import (
@@ -314,8 +314,8 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> _Match | None:
     if found is None:  # what stands between the matmul and the softmax: said later
         return None
     a, b, scale, bias, q_factor = found
-    if sums_over_map(g.value, a, lambda e: _peel(g, e)):
-        g.left.append(Left(name, OVER_THE_MAP))
+    if sums_over_tokens(g.value, a):
+        g.left.append(Left(name, OVER_THE_TOKENS))
         return None
     qs, ks, vs = known_shape(a), known_shape(b), known_shape(v)
     if qs is None or ks is None or vs is None or not (len(qs) == len(ks) == len(vs) >= 2):

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import tvm
 from tvm import relax, te, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -217,28 +218,50 @@ def walks_one_axis(p: _Product) -> bool:
     """Whether the product walks memory the way the matmul it replaces does, which on llvm
     (no schedule: the loops as written) decides its speed:
 
-    - the summed depth is one axis of each source, walked with a fixed stride: a depth that
-      a view merged from two axes would be read split (``k // 8``, ``k % 8``), a jump every
-      few elements (XCiT's projection: 5% slower than with its transpose);
-    - the result's innermost axis is the matmul's columns, written along: a result written
-      down its columns (a pointwise convolution writing an NCHW output) took 2.2x the
-      time of the convolution and its transpose (BENCHMARKS.md).
+    - the summed depth is walked with a fixed stride through each source: one axis of it,
+      or axes a view merged that lie next to each other in memory (a channels-last map's H
+      and W read as its tokens); a depth merged from axes apart in memory would be read in
+      jumps (``k // 8``, ``k % 8``: XCiT's projection, 5% slower than with its transpose);
+    - the result is written along the matmul's columns, or along its rows where the rows'
+      operand is no larger than the columns' (the loops sweep it again for each column:
+      XCiT's probabilities times v, written back to tokens); a pointwise convolution writing
+      an NCHW output down its columns (its input larger than its weight) took 2.2x the time
+      of the convolution and its transpose (BENCHMARKS.md).
     """
     final, depth = _final_shape(p), p.shapes[0][-1]
     idx = [tirx.Var(f"i{a}", "int64") for a in range(len(final))]
     ana = _bound(idx, final)
     k = tirx.Var("k", "int64")
     ana.bind(k, tvm.ir.Range(0, depth))
-    for index in _indices(p, idx, k, ana):
-        reading = [e for e in index if _uses(e, k)]
-        if len(reading) != 1 or not ana.can_prove_equal(reading[0], k):
+    at = [_indices(p, idx, tirx.const(d, "int64"), ana) for d in (0, 1)]
+    for index, source, zero, one in zip(_indices(p, idx, k, ana), p.sources, *at,
+                                        strict=True):
+        shape = known_shape(source)
+        if shape is None:
+            return False
+        offset = [_flat(x, shape) for x in (index, zero, one)]
+        stride = ana.simplify(offset[2] - offset[1])
+        if not isinstance(stride, tirx.IntImm) or stride.value == 0 or \
+                not ana.can_prove_equal(offset[0] - offset[1], k * stride.value):
             return False
     if not p.writes:
         return True
     m, inner = _walk(p.writes, idx, ana), idx[-1]
-    rest = _walk(p.writes, [*idx[:-1], tirx.const(0, "int64")], ana)[-1]  # inner at 0
-    return not any(_uses(e, inner) for e in m[:-1]) and \
-        ana.can_prove_equal(m[-1] - rest, inner)
+    rest = _walk(p.writes, [*idx[:-1], tirx.const(0, "int64")], ana)  # inner at 0
+    small = int(np.prod(p.shapes[0])) <= int(np.prod(p.shapes[1]))  # rows' operand
+    for axis in (-1, -2) if small else (-1,):
+        if not any(_uses(e, inner) for a, e in enumerate(m) if a != len(m) + axis) and \
+                ana.can_prove_equal(m[axis] - rest[axis], inner):
+            return True
+    return False
+
+
+def _flat(index: Sequence[Any], shape: Sequence[int]) -> Any:
+    """The offset of `index` in a row-major tensor of `shape`."""
+    flat: Any = tirx.const(0, "int64")
+    for i, n in zip(index, shape, strict=True):
+        flat = flat * n + i
+    return flat
 
 
 def _moves(steps: Sequence[_Step]) -> bool:
