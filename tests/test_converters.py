@@ -110,6 +110,34 @@ def test_an_integer_clamp_with_one_bound_compiles_and_computes_it():
         np.testing.assert_array_equal(g.numpy(), w.numpy())
 
 
+def test_var_mean_imports_with_each_correction():
+    """``torch.var_mean`` (BiT's StdConv2d standardizes its weight with it) has no converter
+    in TVM 0.27: biased and unbiased variance, a kept or a dropped axis, all axes."""
+    import numpy as np
+    import tvm
+    from torch import nn
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+
+    class VarMean(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            v, m = torch.var_mean(x, dim=[1, 2, 3], keepdim=True, unbiased=False)
+            v1, m1 = torch.var_mean(x, dim=1)
+            v2, m2 = torch.var_mean(x, correction=2)
+            return (x - m) / torch.sqrt(v + 1e-10), v1, m1, v2, m2
+
+    x = torch.randn(4, 3, 5, 5)
+    ep = torch.export.export(VarMean(), (x,))
+    mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy()))
+    for g, w in zip(got, VarMean()(x), strict=True):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_a_failed_stage_names_the_op_and_the_models_source():
     """TVM's own converter's ``R.clip(int64, -inf, 5)`` fails legalization with "Cannot
     convert infinity to BigInt" and no op or line: the culprit search runs each call through

@@ -40,6 +40,9 @@ every index is counted from the end where it is negative (a constant folds; a dy
 is read at run time). Indexed writes likewise: ``x[:, idx] = v`` (``index_put`` with sliced
 axes) did not import at all, and ``x[x > 0] = 0`` (a mask and one value) is a ``where``.
 
+``var_mean`` (BiT's weight standardization) has no converter in TVM 0.27: Relax's
+``variance`` and ``mean``, the variance scaled by N / (N − correction).
+
 ``clamp`` of an integer tensor with one bound (``rel_pos.clamp(max=k)``: SAM's decomposed
 relative positions) is ``R.clip(x, -inf, k)`` in TVM's converter, whose legalization then fails
 ("Cannot convert infinity to BigInt"); here it is the bounds it has, as integer
@@ -431,6 +434,28 @@ def _grid_sample(node: Any, importer: Any) -> Any:
                                               padding_mode=padding, align_corners=align))
 
 
+def _var_mean(node: Any, importer: Any) -> Any:
+    """``torch.var_mean`` (BiT's ``StdConv2d`` standardizing its weight in forward): the
+    variance, divided by N − correction as PyTorch has it (1 unless given), and the mean."""
+    bb = importer.block_builder
+    args = importer.retrieve_args(node)
+    x, dims = args[0], args[1] if len(args) > 1 else node.kwargs.get("dim")
+    correction = node.kwargs.get("correction")
+    keep = bool(node.kwargs.get("keepdim", False))
+    shape = static_dims(x)
+    if shape is None:
+        raise ValueError("var_mean of a tensor of symbolic shape")
+    axis = None if dims is None else [dims] if isinstance(dims, int) else list(dims)
+    n = math.prod(shape[a] for a in (axis if axis else range(len(shape))))
+    c = 1 if correction is None else float(correction)
+    mean = bb.emit(relax.op.mean(x, axis, keepdims=keep))
+    var = bb.emit(relax.op.variance(x, axis, keepdims=keep))
+    if c:
+        factor = n / (n - c) if n > c else math.inf
+        var = bb.emit(relax.op.multiply(var, relax.const(factor, str(x.ty.dtype))))
+    return bb.emit(relax.Tuple([var, mean]))
+
+
 def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
     """The converters, keyed as the importer looks them up (``node.target.__name__``)."""
     return {
@@ -458,5 +483,6 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "grid_sampler_2d.default": _grid_sample,
         "clamp.default": _clamp,
         "cumsum.default": _cumulative(relax.op.cumsum),
+        "var_mean.correction": _var_mean,
         "cumprod.default": _cumulative(relax.op.cumprod),
     }
