@@ -161,6 +161,7 @@ def main() -> None:
         branches,
         classic,
         deploy,
+        families,
         heads,
         hybrids,
         idioms,
@@ -173,7 +174,7 @@ def main() -> None:
     )
 
     models = merged(classic, mobile, deploy, attention, variants, positions, hybrids, idioms,
-                    heads, sequences, branches, pyramids, attention2)
+                    heads, sequences, branches, pyramids, attention2, families)
     rows: list[Row] = []
     print("  ".join(HEADER))
     with tempfile.TemporaryDirectory() as tmp:
