@@ -33,7 +33,7 @@ import numpy as np
 from cl_validate.checks.registry import Check, FailureKind, Figure, Judging, register
 from cl_validate.checks.verdict import CheckResult, Figures, Status
 from cl_validate.measurements.bisection import Bisection
-from cl_validate.measurements.error_stats import ErrorStats, compare
+from cl_validate.measurements.error_stats import STEP_SLACK, ErrorStats, compare
 from cl_validate.measurements.measurement import Measurement, Sample
 from cl_validate.measurements.quant_steps import OutputStep, steps_text
 from cl_validate.measurements.selection import match_items
@@ -178,7 +178,11 @@ def worst_failure(stats: Sequence[ErrorStats]) -> ErrorStats | None:
 
 
 def check_numerics(case: CaseSpec, target: str, stats: Sequence[ErrorStats],
-                   bisection: Bisection | None = None) -> CheckResult:
+                   bisection: Bisection | None = None,
+                   elsewhere: Sequence[tuple[int, float]] = ()) -> CheckResult:
+    """The verdict on every sample's `stats`; `elsewhere`: per output, (seed, eager
+    float32's largest error against float64) on further input draws
+    (`Measurement.eager_elsewhere`)."""
     if not stats:
         return CheckResult(NAME, Status.ERROR, f"the model has no outputs ({target})",
                            kind=NumericsKind.NO_OUTPUTS)
@@ -198,11 +202,20 @@ def check_numerics(case: CaseSpec, target: str, stats: Sequence[ErrorStats],
         kind = NumericsKind.SHAPE_MISMATCH if failed.shape_mismatch else \
             NumericsKind.NON_FINITE if nonfinite else NumericsKind.MISMATCH
         message = f"numerics {failed.summary()} ({target})"
+        other = _elsewhere(failed, elsewhere)
         if failed.sensitive:  # no stage to blame: eager float32 is as far off itself
             need = int(failed.eager_steps or 0) + 1
             message += (" — the quantized graph itself is that sensitive in float32, before "
                         f"any compiler (hint: a tolerance of its own, steps = {need}, or "
                         "reference = \"float32\"; not a compiler stage)")
+        elif other is not None:  # as far off on another draw: the same, found elsewhere
+            seed, steps = other
+            message += (f" — eager float32 itself is {steps_text(steps)} off float64 on "
+                        f"another input draw (seed {seed}): the quantized graph is that "
+                        "sensitive in float32, before any compiler (a value on a quantize's "
+                        "rounding boundary takes the neighbouring code and the layers after "
+                        f"amplify it) (hint: steps = {int(max(steps, failed.steps)) + 1} "
+                        "covers both, or reference = \"float32\"; not a compiler stage)")
         elif bisection is not None:
             message += f"; {bisection.summary()}"
         if bisection is not None:
@@ -228,6 +241,19 @@ def check_numerics(case: CaseSpec, target: str, stats: Sequence[ErrorStats],
     if stepped and not by_steps:  # quantized outputs judged by another rule: said in steps too
         head += f"; max {steps_text(max(s.steps for s in stepped))} of its quantization"
     return CheckResult(NAME, Status.PASSED, head + over, line=line, body=body, figures=figures)
+
+
+def _elsewhere(failed: ErrorStats, elsewhere: Sequence[tuple[int, float]]
+               ) -> tuple[int, float] | None:
+    """(seed, steps) where eager float32 is off float64 by more than a steps failure
+    allows on another input draw; None when it is not (or nothing was measured)."""
+    t, step = failed.tolerance, failed.step
+    if not t.by_steps or t.steps is None or step is None or step.scale <= 0 or \
+            failed.output >= len(elsewhere):
+        return None
+    seed, err = elsewhere[failed.output]
+    steps = err / step.scale
+    return (seed, steps) if steps > t.steps + STEP_SLACK else None
 
 
 def wants_bisection(case: CaseSpec, m: Measurement) -> bool:
@@ -300,7 +326,7 @@ class Numerics(Check):
                                    kind=NumericsKind.FLOAT64_MISSING,
                                    line=case.tolerance_for(m.target, None)[1])
             stats.extend(sample_stats(case, m.target, s, m.output_steps, match=False))
-        result = check_numerics(case, m.target, stats, m.bisection)
+        result = check_numerics(case, m.target, stats, m.bisection, m.eager_elsewhere)
         if result.status is Status.PASSED:
             result = _sensitivity(case, m, result)
         if m.ran_on:  # a reviewer must see that the figures come from the device, not the runner

@@ -69,6 +69,11 @@ class Measurement:
     #: each output's quantization step, read off the exported QDQ graph (None: no quantize
     #: before it); what ``[tolerance] steps`` counts the error in
     output_steps: list[OutputStep | None] = field(default_factory=list)
+    #: per output, (seed, eager float32's largest error against float64) on input draws
+    #: beyond the case's, where a steps failure had eager float32 within them on its own
+    #: draw (`session.draw_sensitivity`); the numerics check says when the graph is that
+    #: sensitive
+    eager_elsewhere: list[tuple[int, float]] = field(default_factory=list)
     #: processes the model's code started and left running (killed by the case process)
     stray_processes: list[str] = field(default_factory=list)
     #: why the program was not built (the static checks come from the IR alone)

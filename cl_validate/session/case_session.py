@@ -59,6 +59,7 @@ from cl_validate.measurements.measurement import Measurement, Sample, Skip
 from cl_validate.measurements.selection import TooManyItems
 from cl_validate.paths import display_path
 from cl_validate.session.device_host import DeviceHostError, close_hosts
+from cl_validate.session.draw_sensitivity import eager_elsewhere
 from cl_validate.session.execute import float64_model, run_program, run_torch64, run_torch_named
 from cl_validate.session.first_break import bisect, bisect_failure
 from cl_validate.session.inputs import make_inputs, torch_inputs
@@ -458,6 +459,9 @@ class CaseSession:
                 m.samples = [match_selections(case, target, s) for s in samples]
                 if m.decoy is not None and m.samples:
                     m.decoy = match_decoy(case, target, m.decoy, m.samples[0])
+                if want64:  # a steps failure eager float32 passed: its error elsewhere
+                    m.eager_elsewhere = eager_elsewhere(case, m, self.reference,
+                                                        self.reference64)
             except TooManyItems as exc:
                 m.numerics_error = ErrorRecord(
                     f"numerics cannot compare {exc} ({target}) (hint: declare the output "
