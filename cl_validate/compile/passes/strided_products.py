@@ -88,9 +88,7 @@ class _Step:
             off = len(self.dst) - len(self.src)
             return [0 if n == 1 and self.dst[a + off] != 1 else idx[a + off]
                     for a, n in enumerate(self.src)]
-        flat: Any = tirx.const(0, "int64")
-        for i, n in zip(idx, self.dst, strict=True):
-            flat = flat * n + i
+        flat = _flat(idx, self.dst)
         res, stride = [], 1
         for n in reversed(self.src):
             res.append(ana.simplify(tirx.floormod(tirx.floordiv(flat, stride), n)))
