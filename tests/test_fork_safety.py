@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from junitparser import JUnitXml
 
+from cl_validate.compile import devices
 from cl_validate.errors import ExitCode
 from cl_validate.session import sandbox
 from tests.conftest import DATA, by_case, passed, run_parent, tiny_case
@@ -99,7 +100,7 @@ def _roles(started: dict[int, str]) -> dict[str, set[int]]:
 
 
 def test_no_forking_process_asks_a_device(watched_run):
-    started, queries, _ = watched_run
+    started, queries, driver = watched_run
     roles = _roles(started)
     assert len(roles["zygote"]) >= 1 and len(roles["parent"]) == 1, started
     for pid, ppid, what in queries:
@@ -107,9 +108,10 @@ def test_no_forking_process_asks_a_device(watched_run):
             continue
         # forked, not started: a case process or a target process; or the parent, a zygote
         assert pid in roles["probe"] | roles["host"], f"process {pid} (of {ppid}) asked: {what}"
-    # the spy works: the probe asked about every device type (cuda included) in its process
-    probed = {what.split()[0] for pid, _, what in queries if pid in roles["probe"]}
-    assert roles["probe"] and {"1", "2"} <= probed, queries  # DLPack's kDLCPU 1, kDLCUDA 2
+    assert roles["probe"], started  # the question was asked, in the probe's process
+    if driver:  # a driver library loads (the stand-in): the probe asked TVM
+        probed = {what.split()[0] for pid, _, what in queries if pid in roles["probe"]}
+        assert {"1", "2"} <= probed, queries  # DLPack's kDLCPU 1, kDLCUDA 2
 
 
 def test_every_program_runs_in_a_device_host(watched_run):
@@ -158,3 +160,37 @@ def test_whether_the_driver_was_started_is_asked_without_starting_it(tmp_path):
     assert proc.stdout.strip() == "[False, False, False, True]"
     calls = [line.split()[-1] for line in log.read_text().splitlines()]
     assert calls == ["cuInit"]  # the test's own call, and only it: asking started nothing
+
+
+def _probe(env: dict[str, str]) -> tuple[str, bool]:
+    """The probe's answer, and whether it imported TVM to give it."""
+    code = ("import runpy, sys\n"
+            "runpy.run_module('cl_validate.compile.devices', run_name='__main__')\n"
+            "print('\\n' + str('tvm' in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr
+    answer, imported = proc.stdout.rsplit("\n", 2)[:2]
+    return answer, imported == "True"
+
+
+@pytest.mark.skipif(not shutil.which("cc"), reason="no cc to build the stand-in driver")
+def test_the_probe_asks_tvm_only_where_a_gpu_driver_loads(tmp_path):
+    """Importing TVM costs seconds of CPU on every run; on a machine where no GPU driver
+    library loads, the probe answers "the CPU alone" without it, and where one loads (the
+    stand-in CUDA driver here) it asks TVM as before."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        pytest.skip("a CUDA driver is installed here: no machine without one to try")
+    except OSError:
+        pass
+    answer, imported = _probe({})
+    facts = devices.decode(answer)
+    assert not imported and facts["cpu"].exist, answer
+    assert not any(f.exist for kind, f in facts.items() if kind != "cpu"), answer
+    assert set(facts) == set(devices.device_types())
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o",
+                    str(tmp_path / "libcuda.so.1"), str(DRIVER)], check=True)
+    _, imported = _probe({"LD_LIBRARY_PATH": str(tmp_path),
+                          "CL_VALIDATE_TEST_DRIVER_LOG": str(tmp_path / "driver.log")})
+    assert imported

@@ -155,6 +155,8 @@ def kinds_present(facts: Mapping[str, DeviceFacts]) -> dict[str, bool]:
 
 
 def has_device(device: str) -> bool:
+    if device == "cpu":  # the machine this runs on: nothing to probe
+        return True
     facts = device_facts().get(device)
     return facts is not None and facts.exist
 
@@ -172,8 +174,39 @@ def encode(facts: Mapping[str, DeviceFacts]) -> str:
                        for k, f in facts.items()})
 
 
+#: The libraries each GPU device type's runtime cannot work without (its driver's, loaded by
+#: TVM's runtime through the system's loader). A type none of whose libraries loads has no
+#: device here; a type missing from this table is always asked.
+_DRIVERS: dict[str, tuple[str, ...]] = {
+    "cuda": ("libcuda.so.1",),
+    "rocm": ("libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"),
+    "opencl": ("libOpenCL.so.1", "libOpenCL.so"),
+    "vulkan": ("libvulkan.so.1", "libvulkan.so"),
+}
+
+
+def _loads(name: str) -> bool:
+    try:
+        ctypes.CDLL(name)
+    except OSError:
+        return False
+    return True
+
+
+def _no_gpu_runtime() -> bool:
+    """Whether no GPU device type can have a device here, found without TVM: on Linux, no
+    driver library of any type loads. Importing TVM costs seconds of CPU, on every run, on the
+    machines (CPU runners) that have nothing to find."""
+    if not sys.platform.startswith("linux"):
+        return False
+    gpus = [kind for kind in device_types() if kind != "cpu"]
+    return all(kind in _DRIVERS and not any(map(_loads, _DRIVERS[kind])) for kind in gpus)
+
+
 def _probe_here() -> dict[str, DeviceFacts]:
     """Ask TVM about every device type (in the probe's own process only)."""
+    if _no_gpu_runtime():
+        return {kind: DeviceFacts(kind == "cpu") for kind in device_types()}
     import tvm  # lazy: the probe process alone touches a device runtime
 
     out: dict[str, DeviceFacts] = {}
