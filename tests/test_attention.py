@@ -148,8 +148,91 @@ def test_attention_whose_probabilities_are_read_elsewhere_stays_and_says_why():
 
     matches, left = find(Before["main"])
     assert not matches and len(left) == 1
-    assert "probabilities are also read elsewhere" in left[0].why
+    assert left[0].why == ("its attention probabilities are read by 2 ops (matmul, mean), "
+                           "not by one product with v alone")
     tvm.ir.assert_structural_equal(RaiseAttention()(Before), Before)
+
+
+def test_probabilities_returned_or_read_by_several_products_are_named_once():
+    """The note says what reads the probabilities: the model's outputs (attention weights),
+    or more products (Nyströmformer's pseudo-inverse reads its softmax six times): one note
+    per softmax, not one per product that reads it."""
+
+    @tvm.script.ir_module
+    class Returned:
+        @R.function
+        def main(q: R.Tensor((1, 2, 5, 4), "float32"), k: R.Tensor((1, 2, 4, 5), "float32"),
+                 v: R.Tensor((1, 2, 5, 3), "float32")):
+            with R.dataflow():
+                s = R.matmul(q, k)
+                p = R.nn.softmax(s, axis=3)
+                o = R.matmul(p, v)
+                R.output(o, p)
+            return (o, p)
+
+    @tvm.script.ir_module
+    class Iterated:
+        @R.function
+        def main(q: R.Tensor((1, 2, 5, 4), "float32"), k: R.Tensor((1, 2, 4, 5), "float32"),
+                 v: R.Tensor((1, 2, 5, 5), "float32")):
+            with R.dataflow():
+                s = R.matmul(q, k)
+                p = R.nn.softmax(s, axis=3)
+                a = R.matmul(p, v)
+                b = R.matmul(p, a)
+                c = R.matmul(p, b)
+                R.output(c)
+            return c
+
+    _, left = find(Returned["main"])
+    assert [x.why for x in left] == [
+        "its attention probabilities are also returned by the model (attention weights)"]
+    _, left = find(Iterated["main"])
+    assert [x.why for x in left] == ["its attention probabilities are read by 3 ops "
+                                     "(3x matmul), not by one product with v alone"]
+
+
+class _TwoWeights(nn.Module):
+    """Two attentions in one module, each returning its attention weights (in a block, as a
+    model has them: the notes name the block)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _TwoWeightsBlock()
+
+    def forward(self, x: torch.Tensor):
+        return self.block(x)
+
+
+class _TwoWeightsBlock(nn.Module):
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+
+    def forward(self, x: torch.Tensor):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        p1 = (q @ k.transpose(-2, -1)).softmax(-1)
+        p2 = (k @ q.transpose(-2, -1)).softmax(-1)
+        return p1 @ v + p2 @ v, p1, p2
+
+
+def test_a_modules_softmaxes_left_for_one_reason_are_one_line(tmp_path):
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case
+    from cl_validate.session.inputs import make_inputs, torch_inputs
+    from cl_validate.spec import load_case
+
+    path = tmp_path / "c.toml"
+    path.write_text('model = "x:y"\n[[inputs]]\nname = "x"\nshape = [1, 5, 8]\n')
+    case = load_case(path)
+    torch.manual_seed(0)
+    tensors = torch_inputs(case, make_inputs(case))
+    compiled = compile_case(export_and_import(_TwoWeights().eval(), case, tensors), case, "llvm")
+    assert compiled.attention_left == [
+        "attention at block (softmax) left as matmuls: its attention probabilities are also "
+        "returned "
+        "by the model (attention weights) (2 softmaxes)"], compiled.attention_left
 
 
 def test_talking_heads_between_matmul_and_softmax_stay_and_say_why():

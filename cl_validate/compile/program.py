@@ -4,6 +4,7 @@ after every stage (`Compiled`), then builds the executable."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,8 +149,9 @@ def _attention_left(compiled: Compiled, sources: dict[str, str]) -> list[str]:
     except ValueError:
         return []
     _, left = find_attention(before.mod["main"])
-    return [f"attention at {sources.get(x.source, x.source)} left as matmuls: {x.why}"
-            for x in left]
+    lines = Counter(f"attention at {sources.get(x.source, x.source)} left as matmuls: {x.why}"
+                    for x in left)  # softmaxes of one module, for one reason: one line
+    return [line + (f" ({n} softmaxes)" if n > 1 else "") for line, n in lines.items()]
 
 
 def _float_left(compiled: Compiled, sources: dict[str, str]) -> list[str]:

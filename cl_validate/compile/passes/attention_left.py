@@ -3,6 +3,7 @@ kernel list says about attention-like code the pass did not raise."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ _MATMUL, _SOFTMAX = "relax.matmul", "relax.nn.softmax"
 _LINEAR = "a Linear on the scores"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Left:
     """A softmax between two matmuls that stayed as it is, and why."""
 
@@ -170,3 +171,32 @@ def sums_over_tokens(value_of: Callable[[relax.Expr], relax.Expr | None], e: rel
             return False
         e = arg
     return False
+
+
+_Uses = dict[relax.Var, list[relax.Var | None]]
+
+
+def other_readers(values: dict[relax.Var, relax.Expr], uses: _Uses, e: relax.Expr) -> str:
+    """Why attention probabilities `e` are not the chain's alone, as the note says it: the
+    model returns them (attention weights), or which ops read them (Nyströmformer's
+    pseudo-inverse reads its softmax in six products)."""
+    users = uses.get(e, []) if isinstance(e, relax.Var) else []
+    if any(u is None or (isinstance(values.get(u), relax.Tuple) and None in uses.get(u, []))
+           for u in users):
+        return "its attention probabilities are also returned by the model (attention weights)"
+    ops = Counter(_reader(values, uses, u) for u in users if u is not None)
+    read = ", ".join(("" if n == 1 else f"{n}x ") + op.removeprefix("relax.")
+                     for op, n in ops.most_common())
+    return f"its attention probabilities are read by {len(users)} ops ({read}), not by one " \
+           "product with v alone"
+
+
+def _reader(values: dict[relax.Var, relax.Expr], uses: _Uses, u: relax.Var) -> str:
+    """The op that reads a value through `u`: `u`'s own, or past the views ``aten.matmul``
+    decomposes into (a broadcast, a reshape) that only one op reads."""
+    while op_name(values.get(u)) in ("relax.broadcast_to", "relax.reshape"):
+        after = uses.get(u, [])
+        if len(after) != 1 or after[0] is None:
+            break
+        u = after[0]
+    return op_name(values.get(u)) or "a tuple"

@@ -17,8 +17,9 @@ with ``c`` a scalar constant, ``S0 = matmul(A, B)`` with ``A`` possibly ``Q · c
 taken out of the operand). ``bias`` may be added through a view that splits the batch axis
 (Swin's shifted-window mask, ``attn.view(-1, nw, heads, n, n) + mask``); it becomes one bias
 tensor, constant when the mask is. Every intermediate must be read by the chain alone: when
-the attention probabilities are read elsewhere (returned as attention weights) the matmuls
-stay, and `report` says why.
+the attention probabilities are read elsewhere (returned as attention weights, or read by more
+products, as Nyströmformer's pseudo-inverse reads its kernel) the matmuls stay, and the note
+says what else reads them.
 
 The raised op computes the same sums; the scale is applied once to the scores instead of to
 Q (rounding differs within float32's, as PyTorch's own SDPA kernels differ from eager).
@@ -38,6 +39,7 @@ from cl_validate.compile.passes.attention_heads import Fold, batch_heads
 from cl_validate.compile.passes.attention_left import (
     OVER_THE_TOKENS,
     Left,
+    other_readers,
     sums_over_tokens,
     unmatched_softmaxes,
 )
@@ -305,10 +307,12 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> _Match | None:
     if op_name(g.value(softmax)) == "relax.astype":
         softmax = _peel(g, g.value(softmax).args[0])  # type: ignore[union-attr]
     name = softmax.name if isinstance(softmax, relax.Var) else m2.name
-    if not (_only_reader(g, x if not transposed else y) and _only_reader(g, probs)
-            and _only_reader(g, p)):
-        g.left.append(Left(name, "its attention probabilities are also read elsewhere "
-                                 "(returned as attention weights?)"))
+    shared = next((e for e in (x if not transposed else y, probs, p)
+                   if not _only_reader(g, e)), None)
+    if shared is not None:
+        while g.single_use(shared) and (inner := _peel_one(g, shared)) is not None:
+            shared = inner
+        g.left.append(Left(name, other_readers(g.values, g.uses, shared)))
         return None
     found = _scores(g, p)
     if found is None:  # what stands between the matmul and the softmax: said later
@@ -461,7 +465,7 @@ def find(func: relax.Function) -> tuple[dict[relax.Var, _Match], list[Left]]:
     taken = {s for m in matches.values() for s in m.consumed}
     g.left += unmatched_softmaxes(g.values, taken, {left.source for left in g.left},
                                   weight_derived(func))
-    return matches, g.left
+    return matches, list(dict.fromkeys(g.left))  # a softmax read by k products: said once
 
 
 def raise_attention(func: relax.Function) -> relax.Function:
