@@ -184,6 +184,21 @@ def test_probabilities_returned_or_read_by_several_products_are_named_once():
                 R.output(c)
             return c
 
+    @tvm.script.ir_module
+    class Ranks:
+        @R.function
+        def main(q: R.Tensor((1, 2, 5, 4), "float32"), k: R.Tensor((1, 2, 4, 5), "float32"),
+                 v: R.Tensor((2, 5, 3), "float32")):
+            with R.dataflow():
+                s = R.matmul(q, k)
+                p = R.nn.softmax(s, axis=3)
+                o = R.matmul(p, v)
+                R.output(o)
+            return o
+
+    _, left = find(Ranks["main"])  # one note, at the softmax, with the ranks
+    assert [(x.source, x.why) for x in left] == [
+        ("p", "q, k and v of unknown or different ranks (4, 4, 3)")]
     _, left = find(Returned["main"])
     assert [x.why for x in left] == [
         "its attention probabilities are also returned by the model (attention weights)"]

@@ -323,7 +323,8 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> _Match | None:
         return None
     qs, ks, vs = known_shape(a), known_shape(b), known_shape(v)
     if qs is None or ks is None or vs is None or not (len(qs) == len(ks) == len(vs) >= 2):
-        g.left.append(Left(m2.name, "q, k and v of unknown or different ranks"))
+        ranks = ", ".join("?" if x is None else str(len(x)) for x in (qs, ks, vs))
+        g.left.append(Left(name, f"q, k and v of unknown or different ranks ({ranks})"))
         return None
     if str(tensor_type(a).dtype) not in ("float32", "float16", "bfloat16"):  # type: ignore[union-attr]
         return None
