@@ -71,14 +71,16 @@ def unmatched_softmaxes(values: dict[relax.Var, relax.Expr], taken: set[relax.Va
         if before is None or after is None:
             continue  # not between two matmuls of run-time values: not attention
         ops = sorted({o.removeprefix("relax.") for o in before + after})
+        rank, axis = len(known_shape(value.args[0]) or ()), int(value.attrs.axis)  # type: ignore[union-attr]
         if ops:
             out.append(Left(var.name, f"{', '.join(ops)} between the matmuls and the softmax "
-                                      "(not attention's computation: talking heads?)"))
+                                      "(not attention's computation)"))
+        elif rank and axis % rank != rank - 1:
+            out.append(Left(var.name, f"a softmax over axis {axis % rank} of {rank}, not over "
+                                      "the keys (the last)"))
         else:
             out.append(Left(var.name, "the matmuls and the softmax do not read as "
-                                      "softmax(q·kᵀ·scale + bias)·v (a scale that is not one "
-                                      "number or one per head, or kᵀ that is not k's "
-                                      "transpose?)"))
+                                      "softmax(q·kᵀ·scale + bias)·v"))
     return out
 
 

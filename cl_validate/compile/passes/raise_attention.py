@@ -194,10 +194,11 @@ def _per_head(c: relax.Expr, scores: tuple[int, ...] | None) -> bool:
         return False
 
 
-def _scores(g: _Graph, s: relax.Expr) -> _Scores | None:
+def _scores(g: _Graph, s: relax.Expr) -> _Scores | str:
     """``(A, B, scale, bias, q_factor)`` with ``s = matmul(A, B) · scale · q_factor + bias``
     (through views); A's own scalar factor (``(q * scale) @ kᵀ``) taken out into the scale,
-    a per-head factor of the scores (`_per_head`) kept to be folded into q."""
+    a per-head factor of the scores (`_per_head`) kept to be folded into q. Else what stands
+    in the way, as the note says it."""
     scale = 1.0
     q_factor: tuple[relax.Expr, bool] | None = None
     terms: list[relax.Expr] = []  # the additive biases and masks, outermost first
@@ -220,7 +221,8 @@ def _scores(g: _Graph, s: relax.Expr) -> _Scores | None:
         elif _only_reader(g, b) and _leads_to_scores(g, b):
             s, term = b, a
         else:
-            return None
+            return "the scores are added to a value that is not a bias or a mask (another " \
+                   "product, or the scores themselves read twice)"
         terms.append(term)
     bias = None
     for term in reversed(terms):
@@ -233,17 +235,18 @@ def _scores(g: _Graph, s: relax.Expr) -> _Scores | None:
             x, c = c, x
         factor = _scalar(c)
         if not _only_reader(g, x):
-            return None
+            return "the scores before their scale are also read elsewhere"
         if factor is None and _per_head(c, known_shape(s)):
             q_factor = (c, divides)
         elif factor is None or factor == 0.0:
-            return None
+            return _no_scale(c, factor)
         else:
             scale = 1.0 / factor if divides else factor
         s = _peel(g, x)
         value = g.value(s)
     if op_name(value) != _MATMUL:
-        return None
+        return f"{(op_name(value) or 'an input').removeprefix('relax.')} between the product " \
+               "and the softmax (not attention's computation)"
     a, b = (_peel(g, x) for x in value.args)  # type: ignore[union-attr]
     av = g.value(a)
     if op_name(av) == "relax.multiply" and g.single_use(a):
@@ -255,10 +258,21 @@ def _scores(g: _Graph, s: relax.Expr) -> _Scores | None:
             scale *= factor
             a = _peel(g, x)
     if any(isinstance(x, relax.Var) and known_shape(x) is None for x in terms):
-        return None
+        return "a bias or mask of unknown shape on the scores"
     if q_factor is not None and not _per_head(q_factor[0], known_shape(a)):
-        return None  # it scales what q alone cannot carry (q broadcast by the matmul)
+        return "a per-head scale that q cannot carry (q broadcast by the product)"
     return a, b, scale, bias, q_factor
+
+
+def _no_scale(c: relax.Expr, factor: float | None) -> str:
+    """Why a factor of the scores is not attention's scale."""
+    shape = known_shape(c)
+    if factor is not None:
+        return "a scale of zero on the scores"
+    if shape is not None and all(d == 1 for d in shape):
+        return "a scale computed at run time on the scores (not a constant)"
+    text = "unknown" if shape is None else f"({', '.join(map(str, shape))})"
+    return f"a scale of shape {text} on the scores (not one number or one per head)"
 
 
 def _leads_to_scores(g: _Graph, e: relax.Expr) -> bool:
@@ -315,7 +329,8 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> _Match | None:
         g.left.append(Left(name, other_readers(g.values, g.uses, shared)))
         return None
     found = _scores(g, p)
-    if found is None:  # what stands between the matmul and the softmax: said later
+    if isinstance(found, str):
+        g.left.append(Left(name, found))
         return None
     a, b, scale, bias, q_factor = found
     if sums_over_tokens(g.value, a):
