@@ -90,6 +90,52 @@ def test_layout_check(case):
     assert r.status is Status.FAILED and "max_pool2d" in r.message
 
 
+def test_a_layout_that_differs_only_in_axes_of_one_is_the_declared_one(case):
+    """A one-channel map (RAFT's correlation pyramid, `(B·H·W, 1, h, w)`) lies in memory the
+    same in NCHW and NHWC: not a mismatch. Two channels are."""
+    def pool(channels: int) -> OpLayout:
+        return OpLayout("relax.nn.avg_pool2d", "lv4", {"layout": "NCHW", "out_layout": "NCHW"},
+                        None, {"layout": (64, channels, 4, 4)})
+
+    assert check_layout(case, "llvm", [_conv("NHWC", "OHWI"), pool(1)]).status is Status.PASSED
+    r = check_layout(case, "llvm", [_conv("NHWC", "OHWI"), pool(2)])
+    assert r.status is Status.FAILED and "avg_pool2d (lv4) layout NCHW" in r.message
+
+
+def test_the_layout_check_reads_the_one_channel_pool_of_a_compiled_model(tmp_path):
+    """End to end: a correlation volume viewed as one-channel maps and pooled (RAFT's
+    pyramid) passes the NHWC layout check, with its pool's data shape recorded."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from cl_validate.analysis.op_layouts import op_layouts
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case, op_level_stage
+    from cl_validate.session.inputs import make_inputs, torch_inputs
+
+    class Corr(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            f = self.conv(x).flatten(2)  # (1, 4, 16)
+            corr = (f.transpose(1, 2) @ f).view(16, 1, 4, 4)
+            return F.avg_pool2d(corr, 2)
+
+    path = tmp_path / "c.toml"
+    path.write_text('model = "x:y"\n[[inputs]]\nname = "x"\nshape = [1, 3, 4, 4]\n'
+                    '[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+    case = load_case(path)
+    tensors = torch_inputs(case, make_inputs(case))
+    compiled = compile_case(export_and_import(Corr().eval(), case, tensors), case, "llvm")
+    ops = op_layouts(compiled.stage(op_level_stage(compiled)).mod)
+    pools = [op for op in ops if op.op == "relax.nn.avg_pool2d"]
+    assert pools and pools[0].shapes.get("layout") == (16, 1, 4, 4), ops
+    assert check_layout(case, "llvm", ops).status is Status.PASSED, ops
+
+
 def test_layout_check_fails_when_no_declared_op_is_present(case):
     r = check_layout(case, "llvm", [])
     assert r.status is Status.FAILED and r.kind == "LayoutMissing"

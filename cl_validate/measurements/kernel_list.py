@@ -211,3 +211,5 @@ class OpLayout:
     var: str
     layouts: dict[str, str]
     module: str | None = None  # nn.Module path of the PyTorch op it came from
+    #: the shape of the operand each layout describes (data, kernel), where known
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
