@@ -49,7 +49,10 @@ DOCS: dict[str, dict[str, str]] = {
                    "`name` is an output's name is that output wherever it stands",
         "layout": "desired layouts for ConvertLayout, which are also the expected final "
                   "layouts: Relax op name to `[data, kernel]` layouts; `relax.nn.conv1d`, "
-                  "unless named, follows `relax.nn.conv2d` (`NHWC`/`OHWI`: `NWC`/`OWI`)",
+                  "unless named, follows `relax.nn.conv2d` (`NHWC`/`OHWI`: `NWC`/`OWI`); an "
+                  "op whose layout differs from the declared one only in axes of size one (a "
+                  "one-channel map in NCHW) is in the declared layout: it lies the same in "
+                  "memory",
         "layout_overrides": "`nn.Module` path to layouts: pins one module to another layout "
                             "(its transforms are attributed to the pin)",
         "budget": "`[budget]`: ceilings that are also records (below)",
