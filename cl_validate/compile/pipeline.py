@@ -32,6 +32,7 @@ from cl_validate.compile.passes import (
     FoldScaleShift,
     IntegerCompute,
     NormalizeAxes,
+    PerSampleInstanceNorm,
     RaiseAttention,
     StridedProducts,
     cleanup_passes,
@@ -181,7 +182,9 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
     ``integer_compute = false``)."""
     cleanup = Stage("cleanup", tvm.transform.Sequential(list(cleanup_passes())))
     return standard_stages(ctx, layout=[
-        Stage("normalize_axes", NormalizeAxes()),
+        # the import's spelling, made readable for ConvertLayout: axes, batch-folded norms
+        Stage("normalize_axes", tvm.transform.Sequential([NormalizeAxes(),
+                                                          PerSampleInstanceNorm()])),
         Stage("raise_attention", RaiseAttention()),
         _convert_layout(ctx),
         cleanup,

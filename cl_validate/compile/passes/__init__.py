@@ -28,7 +28,9 @@ TVM's own group_norm layout rule does under ConvertLayout). They work whether th
 are still parameters of ``main`` (beyond ``num_input``) or already bound constants.
 
 More passes run at other stages: ``NormalizeAxes`` before ConvertLayout (negative axes
-crash some of TVM's layout rules); ``FoldFlattenIntoLinear`` after the cleanup (a flatten's
+crash some of TVM's layout rules), with ``PerSampleInstanceNorm`` (an instance norm on a batch
+of more than one, which PyTorch folds into the channels, as the per-channel norm it is;
+exact); ``FoldFlattenIntoLinear`` after the cleanup (a flatten's
 transpose into the Linear's weight: the dot products sum in another order), with
 ``FoldPermuteIntoColumns`` (a computed kernel's transpose into its constant bank's columns,
 CondConv-style dynamic convolutions; exact);
@@ -56,6 +58,7 @@ from cl_validate.compile.passes.conv_transpose import lower_conv_transpose
 from cl_validate.compile.passes.flatten_linear import FoldFlattenIntoLinear
 from cl_validate.compile.passes.fold_scale_shift import FoldScaleShift
 from cl_validate.compile.passes.hoist_permutes import HoistPermutes, InterleaveConcats
+from cl_validate.compile.passes.instance_norm import PerSampleInstanceNorm
 from cl_validate.compile.passes.integer_compute import IntegerCompute
 from cl_validate.compile.passes.layout_agnostic import LAYOUT_AGNOSTIC_OPS, SinkPermutes
 from cl_validate.compile.passes.layout_rules import RULELESS_UNARY_OPS, extra_layout_rules
@@ -107,6 +110,7 @@ __all__ = [
     "IntegerCompute",
     "InterleaveConcats",
     "NormalizeAxes",
+    "PerSampleInstanceNorm",
     "PermuteToReshape",
     "RaiseAttention",
     "ReadSlicesAtSource",
