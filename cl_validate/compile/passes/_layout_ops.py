@@ -133,6 +133,22 @@ def _concat(call: relax.Call, perm_of: PermOf) -> Plan | None:
                 lambda new: remake(call, [relax.Tuple(list(new))], attrs))
 
 
+def _slice_scatter(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    """slice_scatter(x, src, start, end, step, axis): `src` replaces a slice of `x` along
+    `axis` (FasterNet's partial convolution, ``x[:, :c] = conv(x[:, :c])``; ShiftViT's
+    shifts): both follow one permutation, the axis with them."""
+    x, src, rest = call.args[0], call.args[1], list(call.args[2:])
+    rank = ndim(call)
+    if rank is None or ndim(x) != rank or ndim(src) != rank:
+        return None
+    p = _common_perm([x, src], rank, perm_of)
+    if p is None:
+        return None
+    attrs = with_fields(call.attrs, axis=p[int(call.attrs.axis) % rank])
+    return Plan(p, (Operand(x, p), Operand(src, p)),
+                lambda new: remake(call, [new[0], new[1], *rest], attrs))
+
+
 def _split(call: relax.Call, perm_of: PermOf) -> Plan | None:
     """split(x, sections, axis): every part keeps the input's layout; the axis follows."""
     x = call.args[0]
@@ -239,6 +255,7 @@ _HANDLERS: dict[str, Callable[[relax.Call, PermOf], Plan | None]] = {
     **{name: _layout_attr for name in LAYOUT_ATTR_OPS},
     "relax.concat": _concat,
     "relax.split": _split,
+    "relax.slice_scatter": _slice_scatter,
     "relax.nn.layer_norm": _layer_norm,
     "relax.nn.group_norm": _channel_norm,
     "relax.nn.instance_norm": _channel_norm,

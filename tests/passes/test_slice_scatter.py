@@ -1,0 +1,64 @@
+"""A slice written in place (``x[:, :c] = conv(x[:, :c])``, FasterNet's partial convolution;
+ShiftViT's shifted channel groups) imports as ``slice_scatter``, which ConvertLayout has no rule
+for: SinkPermutes runs it on the channels-last data, the sliced axis renamed, so it costs no
+transpose into NCHW and back."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from torch import nn
+
+pytestmark = pytest.mark.compile
+
+
+class PartialConv(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 8, 1), nn.Conv2d(8, 8, 1)
+        self.p = nn.Conv2d(2, 2, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.a(x).clone()
+        x[:, :2] = self.p(x[:, :2])
+        return self.b(x)
+
+
+class Shift(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 8, 1), nn.Conv2d(8, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.a(x)
+        out = torch.zeros_like(x)
+        out[:, 0:2, :, :-1] = x[:, 0:2, :, 1:]
+        out[:, 2:4, :, 1:] = x[:, 2:4, :, :-1]
+        out[:, 4:, :, :] = x[:, 4:, :, :]
+        return self.b(out)
+
+
+@pytest.mark.parametrize("model", [PartialConv, Shift], ids=["partial_conv", "shift"])
+def test_a_slice_written_in_place_costs_no_transform(tmp_path, model) -> None:
+    from cl_validate.analysis.fused_kernels import read_kernel_list
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case
+    from cl_validate.session.execute import run_torch, run_tvm
+    from cl_validate.session.inputs import make_inputs, torch_inputs
+    from cl_validate.spec import load_case
+
+    path = tmp_path / "c.toml"
+    path.write_text('model = "x:y"\n[[inputs]]\nname = "x"\nshape = [1, 3, 6, 6]\n'
+                    'layout = "NHWC"\n[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+    case = load_case(path)
+    torch.manual_seed(0)
+    net = model().eval()
+    arrays = make_inputs(case)
+    tensors = torch_inputs(case, arrays)
+    compiled = compile_case(export_and_import(net, case, tensors), case, "llvm")
+    got = run_tvm(compiled.executable, case, arrays, tvm.cpu())
+    np.testing.assert_allclose(got[0], run_torch(net, tensors)[0], rtol=1e-5, atol=1e-6)
+    kernels = read_kernel_list(compiled)
+    assert len(kernels.runtime_transforms) == 1, kernels.render()  # the NCHW output alone
