@@ -84,8 +84,34 @@ def test_the_float64_reference_runs_a_graph_module_that_casts_to_its_own_dtype()
     graph = torch.export.export(eager, (x,)).module()
     (got,) = run_torch64(float64_model(graph), [x])
     assert got.dtype == np.float64
-    # float64 throughout but for the index made float32 (the eager model's own), where
-    # eager float64 would take h.float() down to float32
+    # float64 throughout, the index made float included (an integer's values are the same
+    # in either), where eager float64 would take h.float() down to float32
     h = eager.proj.double()(x.double())
-    want = (h * (torch.arange(4).float() / 3).double() + h).detach().numpy()
+    want = (h * (torch.arange(4).double() / 3) + h).detach().numpy()
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_the_float64_reference_runs_a_graph_module_whose_index_grids_meet_products():
+    """RAFT's ``coords_grid`` (``torch.arange(...).float()``) and a ``torch.linspace`` grid
+    read by a matmul: in float64 the index made float32 met float64 in an op that does not
+    promote ("expected scalar type Double but found Float") and a quantized RAFT's numerics
+    could not be judged. The index is made float64 (the same values)."""
+    import torch
+    from torch import nn
+
+    from cl_validate.session.execute import float64_model, run_torch64
+
+    class Grid(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            coords = torch.arange(4).float().unsqueeze(1)
+            lin = torch.linspace(0, 1, 4).unsqueeze(1)
+            return x @ coords + x @ lin
+
+    x = torch.randn(2, 4)
+    graph = torch.export.export(Grid().eval(), (x,)).module()
+    (got,) = run_torch64(float64_model(graph), [x])
+    assert got.dtype == np.float64
+    xd = x.double()
+    want = xd @ torch.arange(4).double().unsqueeze(1) + xd @ torch.linspace(
+        0, 1, 4, dtype=torch.float64).unsqueeze(1)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-12, atol=1e-12)

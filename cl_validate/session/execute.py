@@ -84,7 +84,8 @@ def run_torch64(model64: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> lis
 _CASTS = frozenset({"to", "_to_copy", "_assert_tensor_metadata"})
 #: factory ops a graph module calls with its dtype baked in at export
 _FACTORIES = frozenset({"zeros", "ones", "full", "empty", "empty_strided", "scalar_tensor",
-                        "new_zeros", "new_ones", "new_full", "new_empty"})
+                        "new_zeros", "new_ones", "new_full", "new_empty", "arange", "linspace",
+                        "logspace", "eye"})
 
 
 class _GraphInFloat64(TorchDispatchMode):
@@ -92,13 +93,14 @@ class _GraphInFloat64(TorchDispatchMode):
     only, so here a quantize computes its integer codes from the float64 value exactly
     (``clamp(round(x / scale) + zero_point)``, kept as float64 numbers) and a dequantize
     returns float64. With `promote_factories` (a graph module), a float32 tensor the graph
-    creates with the dtype baked in at export (a PT2E-quantized LSTM's zero states,
-    ``aten.zeros(..., dtype=float32)``) is created float64, as the eager module creates it
-    from its float64 input; an eager model's own ``dtype=float32`` is its code's and stays.
+    creates with the dtype baked in at export or by torch's default (a PT2E-quantized
+    LSTM's zero states, ``aten.zeros(..., dtype=float32)``; ``linspace``) is created float64,
+    as the eager module creates it from its float64 input; an eager model's own
+    ``dtype=float32`` is its code's and stays.
     A cast of a floating tensor to float32 (``x.to(h.dtype)``, ``.float()``, ``type_as``)
     keeps it float64 there, and the assertion of float32 a cast that was a no-op at export
     leaves (``aten._assert_tensor_metadata``) takes float64: float32 is the least precision
-    the model asks for (an integer made float32 stays float32, as in the eager model).
+    the model asks for (an integer made float32 is made float64 too: the same values).
     Every other op runs as it is."""
 
     def __init__(self, promote_factories: bool = False) -> None:
@@ -111,6 +113,11 @@ class _GraphInFloat64(TorchDispatchMode):
         op = func.overloadpacket
         if self.promote_factories:
             args, kwargs = _float64_baked(op.__name__, args, kwargs)
+            if op.__name__ in _FACTORIES:  # float32 by a baked dtype or torch's default
+                out = func(*args, **kwargs)
+                if out.dtype != torch.float32:
+                    return out
+                return func(*args, **{**kwargs, "dtype": torch.float64})
         if getattr(op, "_qualified_op_name", "").startswith("quantized_decomposed::"):
             name = op.__name__
             if name in ("quantize_per_tensor", "dequantize_per_tensor"):
@@ -123,14 +130,19 @@ class _GraphInFloat64(TorchDispatchMode):
 
 
 def _float64_baked(name: str, args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """A graph module's call with float32 baked in at export, float64: a factory's dtype,
-    and a cast of a floating tensor (``x.to(h.dtype)``, ``.float()``, ``.type_as``; a no-op
-    there is kept as an assertion of float32) — float32 is the least precision the model
-    asks for, so float64 stays. Any other call as it is."""
-    cast = name in _CASTS and bool(args) and getattr(args[0], "dtype", None) == torch.float64
+    """A graph module's cast with float32 baked in at export, float64 (a factory that makes
+    float32, by a baked dtype or torch's default, is asked for float64 where it is called):
+    a cast to float32 of a float64 tensor (``x.to(h.dtype)``, ``.float()``, ``.type_as``; a
+    no-op there is kept as an assertion of float32) or of an integer one (an index made
+    float, RAFT's ``coords_grid``: the same values; left float32, it met float64 operands in
+    ops that do not promote, a ``matmul``, a ``grid_sample``) — float32 is the least
+    precision the model asks for, so float64 stays. Any other call as it is."""
+    dtype = getattr(args[0], "dtype", None) if args else None
+    cast = name in _CASTS and dtype is not None and (
+        dtype == torch.float64 or not (dtype.is_floating_point or dtype.is_complex))
     if cast:
         args = tuple(torch.float64 if a == torch.float32 else a for a in args)
-    if (cast or name in _FACTORIES) and kwargs.get("dtype") == torch.float32:
+    if cast and kwargs.get("dtype") == torch.float32:
         kwargs = {**kwargs, "dtype": torch.float64}
     return args, kwargs
 
