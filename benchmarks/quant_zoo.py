@@ -24,10 +24,10 @@ sys.path[:0] = [{str(ROOT / "benchmarks")!r}, {str(ROOT / "model_cases")!r}]
 import torch
 from zoo.quant import _arm, _x86, pt2e_quantize
 from wild_zoo import (attention, attention2, branches, families, heads, hybrids, idioms,
-                      merged, positions, pyramids, sequences, variants)
+                      idioms2, merged, positions, pyramids, sequences, variants)
 
 MODELS = merged(positions, hybrids, idioms, heads, attention, variants, sequences, branches,
-                pyramids, attention2, families)
+                pyramids, attention2, families, idioms2)
 
 
 def quantized(name, size):
@@ -67,6 +67,7 @@ def main() -> None:
         heads,
         hybrids,
         idioms,
+        idioms2,
         merged,
         positions,
         pyramids,
@@ -75,7 +76,7 @@ def main() -> None:
     )
 
     modules = (positions, hybrids, idioms, heads, attention, variants, sequences, branches,
-               pyramids, attention2, families)
+               pyramids, attention2, families, idioms2)
     names = [n for n in merged(*modules) if not args.pattern or any(p in n for p in args.pattern)]
     # 32×32 unless a module says a model needs another size (`SIZES`)
     sizes = {n: s for m in modules for n, s in getattr(m, "SIZES", {}).items()}

@@ -165,6 +165,7 @@ def main() -> None:
         heads,
         hybrids,
         idioms,
+        idioms2,
         merged,
         mobile,
         positions,
@@ -174,7 +175,7 @@ def main() -> None:
     )
 
     models = merged(classic, mobile, deploy, attention, variants, positions, hybrids, idioms,
-                    heads, sequences, branches, pyramids, attention2, families)
+                    heads, sequences, branches, pyramids, attention2, families, idioms2)
     rows: list[Row] = []
     print("  ".join(HEADER))
     with tempfile.TemporaryDirectory() as tmp:
