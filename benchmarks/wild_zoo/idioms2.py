@@ -55,23 +55,9 @@ import torch.nn.functional as F
 from torch import nn
 from zoo._common import finalize
 
+from wild_zoo.families import Mlp, _ls  # the layer scale and Mlp the seventh set writes
+
 CALIB = (2, 3, 64, 64)
-
-
-def _ls(dim: int, *shape: int) -> nn.Parameter:
-    """A layer scale or zero-initialised gain, random here so the branch counts."""
-    return nn.Parameter(torch.rand(dim, *shape) * 0.5 + 0.5)
-
-
-class Mlp(nn.Module):
-    """timm's Mlp on the last axis."""
-
-    def __init__(self, dim: int, hidden: int, act: Callable[[], nn.Module] = nn.GELU) -> None:
-        super().__init__()
-        self.fc1, self.act, self.fc2 = nn.Linear(dim, hidden), act(), nn.Linear(hidden, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
 
 
 # --------------------------------------------------------------------------------------------
