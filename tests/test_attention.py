@@ -301,6 +301,21 @@ def test_each_refusal_names_what_stands_in_the_way():
                 R.output(o)
             return o
 
+    @tvm.script.ir_module
+    class ContextPool:  # GCNet's context modeling: a softmax over a conv's map, no attention
+        @R.function
+        def main(x: R.Tensor((1, 4, 3, 3), "float32"), t: R.Tensor((), "float32"),
+                 w: R.Tensor((1, 4, 1, 1), "float32")):
+            R.func_attr({"num_input": 2})
+            with R.dataflow():
+                c = R.nn.conv2d(x, w)
+                s = R.multiply(R.reshape(c, R.shape([1, 1, 9])), t)
+                p = R.nn.softmax(s, axis=2)
+                o = R.matmul(R.reshape(x, R.shape([1, 4, 9])), R.permute_dims(p, [0, 2, 1]))
+                R.output(o)
+            return o
+
+    assert find(ContextPool["main"]) == ({}, [])  # not between two products: no note
     assert [x.why for x in find(RunTimeScale["main"])[1]] == [
         "a scale computed at run time on the scores (not a constant)"]
     assert [x.why for x in find(OverQueries["main"])[1]] == [

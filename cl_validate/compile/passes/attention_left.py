@@ -25,10 +25,12 @@ class Left:
 
 
 def unmatched_softmaxes(values: dict[relax.Var, relax.Expr], taken: set[relax.Var],
-                        reported: set[str], weights: set[relax.Var] | None = None
-                        ) -> list[Left]:
-    """Softmaxes between two matmuls (within a few ops) that no match took, each with what
-    stands between it and the matmuls: ops that are not attention's computation
+                        reported: set[str], weights: set[relax.Var] | None = None,
+                        reasons: dict[str, str] | None = None) -> list[Left]:
+    """Softmaxes between two matmuls (within a few ops) that no match took, each with where
+    the match of its scores stopped (`reasons`, by softmax; said only here, where the softmax
+    is between two products: a softmax over a convolution's map is no attention), else with
+    what stands between it and the matmuls: ops that are not attention's computation
     (EfficientFormerV2's talking heads: a conv on the heads), a Linear on the scores (CaiT's
     talking heads: the matmul next to the softmax multiplies by a weight), or, when neither,
     that the chain does not read as attention. Computations on weights alone (SwinV2's
@@ -72,7 +74,9 @@ def unmatched_softmaxes(values: dict[relax.Var, relax.Expr], taken: set[relax.Va
             continue  # not between two matmuls of run-time values: not attention
         ops = sorted({o.removeprefix("relax.") for o in before + after})
         rank, axis = len(known_shape(value.args[0]) or ()), int(value.attrs.axis)  # type: ignore[union-attr]
-        if ops:
+        if (reasons or {}).get(var.name):
+            out.append(Left(var.name, (reasons or {})[var.name]))
+        elif ops:
             out.append(Left(var.name, f"{', '.join(ops)} between the matmuls and the softmax "
                                       "(not attention's computation)"))
         elif rank and axis % rank != rank - 1:

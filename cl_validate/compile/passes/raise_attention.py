@@ -89,6 +89,8 @@ class _Graph:
     values: dict[relax.Var, relax.Expr]
     uses: dict[relax.Var, list[relax.Var | None]]
     left: list[Left] = field(default_factory=list)
+    #: softmax → where the match of its scores stopped (said if it is between two products)
+    reasons: dict[str, str] = field(default_factory=dict)
 
     def value(self, e: relax.Expr) -> relax.Expr | None:
         return self.values.get(e) if isinstance(e, relax.Var) else None
@@ -330,7 +332,7 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> _Match | None:
         return None
     found = _scores(g, p)
     if isinstance(found, str):
-        g.left.append(Left(name, found))
+        g.reasons.setdefault(name, found)
         return None
     a, b, scale, bias, q_factor = found
     if sums_over_tokens(g.value, a):
@@ -480,7 +482,7 @@ def find(func: relax.Function) -> tuple[dict[relax.Var, _Match], list[Left]]:
                 matches[var] = found
     taken = {s for m in matches.values() for s in m.consumed}
     g.left += unmatched_softmaxes(g.values, taken, {left.source for left in g.left},
-                                  weight_derived(func))
+                                  weight_derived(func), g.reasons)
     return matches, list(dict.fromkeys(g.left))  # a softmax read by k products: said once
 
 
