@@ -10,7 +10,7 @@ from cl_validate.checks.verdict import CheckResult, Figures, Status
 from cl_validate.measurements.kernel_list import OpLayout
 from cl_validate.measurements.kinds import SkipKind
 from cl_validate.spec import CaseSpec
-from cl_validate.spec.layouts import implied_layouts
+from cl_validate.spec.layouts import implied_layouts, moves_only_unit_axes
 
 NAME = "layout"
 _LAYOUT_KEYS = ("data_layout", "kernel_layout")
@@ -54,8 +54,7 @@ def same_in_memory(actual: str, want: str, shape: Sequence[int] | None) -> bool:
     if shape is None or len(shape) != len(actual) or not actual.isalpha() or \
             sorted(actual) != sorted(want):
         return False
-    size = dict(zip(actual, shape, strict=True))
-    return [a for a in actual if size[a] != 1] == [a for a in want if size[a] != 1]
+    return moves_only_unit_axes(shape, [actual.index(axis) for axis in want])
 
 
 def check_layout(case: CaseSpec, target: str, ops: Sequence[OpLayout]) -> CheckResult:

@@ -114,10 +114,11 @@ class _GraphInFloat64(TorchDispatchMode):
         if self.promote_factories:
             args, kwargs = _float64_baked(op.__name__, args, kwargs)
             if op.__name__ in _FACTORIES:  # float32 by a baked dtype or torch's default
-                out = func(*args, **kwargs)
-                if out.dtype != torch.float32:
-                    return out
-                return func(*args, **{**kwargs, "dtype": torch.float64})
+                f64 = {**kwargs, "dtype": torch.float64}
+                if kwargs.get("dtype") == torch.float32:
+                    return func(*args, **f64)
+                out = func(*args, **kwargs)  # the default's dtype is known once made
+                return func(*args, **f64) if out.dtype == torch.float32 else out
         if getattr(op, "_qualified_op_name", "").startswith("quantized_decomposed::"):
             name = op.__name__
             if name in ("quantize_per_tensor", "dequantize_per_tensor"):

@@ -16,6 +16,7 @@ a case asks for it by naming ``relax.nn.conv3d``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 #: op → the spatial axes its layouts spell where conv2d's spell ``HW``
 _SPATIAL = {"relax.nn.conv1d": "W"}
@@ -29,3 +30,14 @@ def implied_layouts(declared: Mapping[str, Sequence[str]]) -> dict[str, list[str
         return {}
     return {op: [lay.replace("HW", spatial) for lay in conv]
             for op, spatial in _SPATIAL.items() if op not in declared}
+
+
+def moves_only_unit_axes(in_shape: Sequence[Any], perm: Sequence[int]) -> bool:
+    """True if ``perm`` keeps the relative order of every axis whose extent is not 1.
+
+    Such a permute copies every element to the same linear offset: it is a reshape (and data
+    in one of the two orders lies in memory as in the other). A symbolic extent counts as
+    "not 1", so the answer is never wrong, only sometimes conservative.
+    """
+    kept = [p for p in perm if in_shape[p] != 1]
+    return kept == sorted(kept)

@@ -85,3 +85,31 @@ def kernels_and_output(mod: Any, args: list[np.ndarray]) -> tuple[int, np.ndarra
     kernels = sum(isinstance(f, tvm.tirx.PrimFunc) for f in mod.functions.values())
     vm = relax.VirtualMachine(tvm.compile(mod, llvm), tvm.cpu())
     return kernels, vm["main"](*[tvm.runtime.tensor(a) for a in args]).numpy()
+
+
+def compile_nhwc_case(tmp_path: Any, model: Any, shape: tuple[int, ...], rtol: float,
+                      atol: float) -> Any:
+    """`model` as a case with channels-last input and NHWC convolutions, through the whole
+    `nhwc` pipeline for llvm: its output checked against PyTorch's, its kernel list returned."""
+    import torch
+    import tvm
+
+    from cl_validate.analysis.fused_kernels import read_kernel_list
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case
+    from cl_validate.session.execute import run_torch, run_tvm
+    from cl_validate.session.inputs import make_inputs, torch_inputs
+    from cl_validate.spec import load_case
+
+    path = tmp_path / "c.toml"
+    path.write_text(f'model = "x:y"\n[[inputs]]\nname = "x"\nshape = {list(shape)}\n'
+                    'layout = "NHWC"\n[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+    case = load_case(path)
+    torch.manual_seed(0)
+    net = model().eval()
+    arrays = make_inputs(case)
+    tensors = torch_inputs(case, arrays)
+    compiled = compile_case(export_and_import(net, case, tensors), case, "llvm")
+    got = run_tvm(compiled.executable, case, arrays, tvm.cpu())
+    np.testing.assert_allclose(got[0], run_torch(net, tensors)[0], rtol=rtol, atol=atol)
+    return read_kernel_list(compiled)

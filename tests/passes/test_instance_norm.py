@@ -4,7 +4,6 @@ carries into NHWC: no transpose into the fold and back."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 import tvm
@@ -13,6 +12,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 from cl_validate.compile.passes import PerSampleInstanceNorm
+from tests.passes.conftest import compile_nhwc_case
 
 X = R.Tensor((2, 4, 3, 3), "float32")
 F8 = R.Tensor((1, 8, 3, 3), "float32")
@@ -83,24 +83,7 @@ class _Generator(nn.Module):
 @pytest.mark.compile
 @pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
 def test_instance_norm_at_batch_two_costs_no_transform(tmp_path, affine) -> None:
-    from cl_validate.analysis.fused_kernels import read_kernel_list
-    from cl_validate.compile.frontend import export_and_import
-    from cl_validate.compile.program import compile_case
-    from cl_validate.session.execute import run_torch, run_tvm
-    from cl_validate.session.inputs import make_inputs, torch_inputs
-    from cl_validate.spec import load_case
-
-    path = tmp_path / "c.toml"
-    path.write_text('model = "x:y"\n[[inputs]]\nname = "x"\nshape = [2, 3, 8, 8]\n'
-                    'layout = "NHWC"\n[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
-    case = load_case(path)
-    torch.manual_seed(0)
-    model = _Generator(affine).eval()
-    arrays = make_inputs(case)
-    tensors = torch_inputs(case, arrays)
-    compiled = compile_case(export_and_import(model, case, tensors), case, "llvm")
-    got = run_tvm(compiled.executable, case, arrays, tvm.cpu())
-    np.testing.assert_allclose(got[0], run_torch(model, tensors)[0], rtol=1e-4, atol=1e-5)
-    kernels = read_kernel_list(compiled)
+    kernels = compile_nhwc_case(tmp_path, lambda: _Generator(affine), (2, 3, 8, 8), rtol=1e-4,
+                                atol=1e-5)
     # NHWC in, NCHW out: the output boundary alone (the fold cost one transform more)
     assert len(kernels.runtime_transforms) == 1, kernels.render()

@@ -5,11 +5,11 @@ transpose into NCHW and back."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-import tvm
 from torch import nn
+
+from tests.passes.conftest import compile_nhwc_case
 
 pytestmark = pytest.mark.compile
 
@@ -42,23 +42,5 @@ class Shift(nn.Module):
 
 @pytest.mark.parametrize("model", [PartialConv, Shift], ids=["partial_conv", "shift"])
 def test_a_slice_written_in_place_costs_no_transform(tmp_path, model) -> None:
-    from cl_validate.analysis.fused_kernels import read_kernel_list
-    from cl_validate.compile.frontend import export_and_import
-    from cl_validate.compile.program import compile_case
-    from cl_validate.session.execute import run_torch, run_tvm
-    from cl_validate.session.inputs import make_inputs, torch_inputs
-    from cl_validate.spec import load_case
-
-    path = tmp_path / "c.toml"
-    path.write_text('model = "x:y"\n[[inputs]]\nname = "x"\nshape = [1, 3, 6, 6]\n'
-                    'layout = "NHWC"\n[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
-    case = load_case(path)
-    torch.manual_seed(0)
-    net = model().eval()
-    arrays = make_inputs(case)
-    tensors = torch_inputs(case, arrays)
-    compiled = compile_case(export_and_import(net, case, tensors), case, "llvm")
-    got = run_tvm(compiled.executable, case, arrays, tvm.cpu())
-    np.testing.assert_allclose(got[0], run_torch(net, tensors)[0], rtol=1e-5, atol=1e-6)
-    kernels = read_kernel_list(compiled)
+    kernels = compile_nhwc_case(tmp_path, model, (1, 3, 6, 6), rtol=1e-5, atol=1e-6)
     assert len(kernels.runtime_transforms) == 1, kernels.render()  # the NCHW output alone

@@ -26,6 +26,7 @@ from cl_validate.ir import (
     static_shape,
     weight_derived,
 )
+from cl_validate.spec.layouts import moves_only_unit_axes  # the passes import it from here
 
 Perm = tuple[int, ...]
 #: A static shape: an int per axis, None for a symbolic extent.
@@ -50,16 +51,6 @@ def inverse(perm: Sequence[int]) -> Perm:
     for i, p in enumerate(perm):
         inv[p] = i
     return tuple(inv)
-
-
-def moves_only_unit_axes(in_shape: Shape, perm: Sequence[int]) -> bool:
-    """True if ``perm`` keeps the relative order of every axis whose extent is not 1.
-
-    Such a permute copies every element to the same linear offset: it is a reshape. A symbolic
-    extent counts as "not 1", so the answer is never wrong, only sometimes conservative.
-    """
-    kept = [p for p in perm if in_shape[p] != 1]
-    return kept == sorted(kept)
 
 
 def permute_cost(in_shape: Shape | None, perm: Sequence[int]) -> Cost:

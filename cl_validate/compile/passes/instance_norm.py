@@ -21,7 +21,7 @@ import numpy as np
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from cl_validate.compile.passes._plan import with_fields
+from cl_validate.compile.passes._plan import remake, with_fields
 from cl_validate.compile.passes._util import relax_function_pass
 from cl_validate.ir import bindings, is_tensor_constant, known_shape, op_name, use_sites
 
@@ -72,7 +72,7 @@ def _plans(func: relax.Function) -> dict[relax.Var, relax.Call]:
         if gamma is None or beta is None:
             continue
         new_attrs = with_fields(attrs, axes=list(range(2, len(shape))))
-        out[var] = relax.Call(norm.op, [data, gamma, beta], new_attrs)  # type: ignore[union-attr]
+        out[var] = remake(norm, [data, gamma, beta], new_attrs)
     return out
 
 
@@ -88,7 +88,7 @@ class _Unfold(PyExprMutator):  # type: ignore[misc]
             super().visit_var_binding_(binding)
             return
         args = [self.visit_expr(a) for a in plan.args]
-        new = self.builder_.normalize(relax.Call(plan.op, args, plan.attrs))
+        new = self.builder_.normalize(remake(plan, args))
         self.builder_.emit_normalized(relax.VarBinding(binding.var, new))
 
 
