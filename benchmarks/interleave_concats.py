@@ -18,31 +18,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from strided_products import MODULE, compare
-
-
-def _register_without() -> str:
-    """``module:function`` of the ``nhwc`` pipeline with InterleaveConcats left out."""
-    from cl_validate.compile import pipeline
-    from cl_validate.compile.pipeline import PipelineContext, Stage
-
-    def without(ctx: PipelineContext) -> list[Stage]:
-        original = pipeline.cleanup_passes
-        pipeline.cleanup_passes = lambda: [  # type: ignore[assignment]
-            p for p in original() if p.info.name != "InterleaveConcats"]
-        try:
-            return pipeline.nhwc(ctx)
-        finally:
-            pipeline.cleanup_passes = original  # type: ignore[assignment]
-
-    sys.modules.setdefault(MODULE, types.ModuleType(MODULE)).without_interleave = without
-    return f"{MODULE}:without_interleave"
+from strided_products import compare, register_without_cleanup_pass
 
 
 def _models() -> dict[str, tuple[Any, list[int]]]:
@@ -61,7 +42,8 @@ def main() -> None:
     print("| model | program | runtime transforms | kernels | run (median) | vs with the "
           "transposes | max abs diff vs PyTorch |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
-    compare(_models(), (("concat + transpose", _register_without()),
+    without = register_without_cleanup_pass("InterleaveConcats")
+    compare(_models(), (("concat + transpose", without),
                         ("interleaving concat", "nhwc")), args.target, args.repeat)
 
 

@@ -99,6 +99,26 @@ def _register_without() -> str:
     return f"{MODULE}:without"
 
 
+def register_without_cleanup_pass(pass_name: str) -> str:
+    """``module:function`` of the ``nhwc`` pipeline with the cleanup pass `pass_name` left
+    out (a pipeline registered in this process)."""
+    from cl_validate.compile import pipeline
+    from cl_validate.compile.pipeline import PipelineContext, Stage
+
+    def without(ctx: PipelineContext) -> list[Stage]:
+        original = pipeline.cleanup_passes
+        pipeline.cleanup_passes = lambda: [  # type: ignore[assignment]
+            p for p in original() if p.info.name != pass_name]
+        try:
+            return pipeline.nhwc(ctx)
+        finally:
+            pipeline.cleanup_passes = original  # type: ignore[assignment]
+
+    attr = f"without_{pass_name}"
+    setattr(sys.modules.setdefault(MODULE, types.ModuleType(MODULE)), attr, without)
+    return f"{MODULE}:{attr}"
+
+
 def prepare(name: str, factory: Any, shape: list[int], pipeline: str, folder: Path,
             target: str) -> tuple[int, int, float, Any]:
     """(runtime transforms, kernels, max |tvm - torch|, a timer of one run of the program)."""

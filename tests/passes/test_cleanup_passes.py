@@ -16,6 +16,7 @@ from cl_validate.compile.passes import (
     InterleaveConcats,
     PermuteToReshape,
     ReadSlicesAtSource,
+    ShareChainLayouts,
     SinkPermutes,
     cleanup_passes,
 )
@@ -25,7 +26,8 @@ def test_order() -> None:
     names = [p.info.name for p in cleanup_passes()]
     assert names == [ElideBroadcasts().info.name, CancelPermutes().info.name,
                      SinkPermutes().info.name, HoistPermutes().info.name,
-                     FoldMovementChains().info.name, InterleaveConcats().info.name,
+                     ShareChainLayouts().info.name, FoldMovementChains().info.name,
+                     InterleaveConcats().info.name,
                      ReadSlicesAtSource().info.name,
                      PermuteToReshape().info.name,
                      "CanonicalizeBindings"]

@@ -12,6 +12,9 @@ input and output boundary, and the model's own permutes):
   their operands already have, so transposes meet;
 * ``CancelPermutes`` folds permute chains and drops inverse pairs and identities;
 * ``HoistPermutes`` moves a transpose after a concat of single-channel parts onto the parts;
+* ``ShareChainLayouts`` makes a movement result read by several reshape/permute chains once,
+  in the layout one chain ends in, where every other chain is then a reshape of it (CSWin's
+  values: one map read by a conv and by the attention heads);
 * ``FoldMovementChains`` turns reshape/permute chains (PixelShuffle, channel shuffle, patch
   unfold/fold) into at most one transpose;
 * ``InterleaveConcats`` lets a concat whose transpose interleaves its parts (a channel
@@ -66,6 +69,7 @@ from cl_validate.compile.passes.movement_chains import FoldMovementChains
 from cl_validate.compile.passes.normalize_axes import NormalizeAxes
 from cl_validate.compile.passes.permute_to_reshape import PermuteToReshape
 from cl_validate.compile.passes.raise_attention import RaiseAttention
+from cl_validate.compile.passes.shared_chains import ShareChainLayouts
 from cl_validate.compile.passes.slice_views import ReadSlicesAtSource
 from cl_validate.compile.passes.strided_products import StridedProducts
 from cl_validate.compile.passes.weight_columns import FoldPermuteIntoColumns
@@ -88,6 +92,7 @@ def cleanup_passes() -> list[tvm.transform.Pass]:
         CancelPermutes(),
         SinkPermutes(),
         HoistPermutes(),
+        ShareChainLayouts(),
         FoldMovementChains(),
         InterleaveConcats(),
         ReadSlicesAtSource(),
@@ -114,6 +119,7 @@ __all__ = [
     "PermuteToReshape",
     "RaiseAttention",
     "ReadSlicesAtSource",
+    "ShareChainLayouts",
     "SinkPermutes",
     "StridedProducts",
     "cleanup_passes",
