@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from strided_products import compare, register_without_cleanup_pass
+from strided_products import compare, register_without_pass
 
 
 def _models() -> dict[str, tuple[Any, list[int]]]:
@@ -42,7 +42,7 @@ def main() -> None:
     print("| model | program | runtime transforms | kernels | run (median) | vs with the "
           "transposes | max abs diff vs PyTorch |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
-    without = register_without_cleanup_pass("InterleaveConcats")
+    without = register_without_pass("InterleaveConcats")
     compare(_models(), (("concat + transpose", without),
                         ("interleaving concat", "nhwc")), args.target, args.repeat)
 

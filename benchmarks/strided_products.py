@@ -99,20 +99,27 @@ def _register_without() -> str:
     return f"{MODULE}:without"
 
 
-def register_without_cleanup_pass(pass_name: str) -> str:
-    """``module:function`` of the ``nhwc`` pipeline with the cleanup pass `pass_name` left
-    out (a pipeline registered in this process)."""
+def register_without_pass(pass_name: str) -> str:
+    """``module:function`` of the ``nhwc`` pipeline with our pass `pass_name` left out (a
+    pipeline registered in this process): dropped from the cleanup stage, or, for a pass a
+    stage of its own builds (``PermuteIntoGather`` in ``normalize_axes``), made a no-op."""
+    import tvm
+
     from cl_validate.compile import pipeline
     from cl_validate.compile.pipeline import PipelineContext, Stage
 
     def without(ctx: PipelineContext) -> list[Stage]:
-        original = pipeline.cleanup_passes
+        original, factory = pipeline.cleanup_passes, getattr(pipeline, pass_name, None)
         pipeline.cleanup_passes = lambda: [  # type: ignore[assignment]
             p for p in original() if p.info.name != pass_name]
+        if factory is not None:
+            setattr(pipeline, pass_name, lambda: tvm.transform.Sequential([]))
         try:
             return pipeline.nhwc(ctx)
         finally:
             pipeline.cleanup_passes = original  # type: ignore[assignment]
+            if factory is not None:
+                setattr(pipeline, pass_name, factory)
 
     attr = f"without_{pass_name}"
     setattr(sys.modules.setdefault(MODULE, types.ModuleType(MODULE)), attr, without)

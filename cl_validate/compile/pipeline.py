@@ -32,6 +32,7 @@ from cl_validate.compile.passes import (
     FoldScaleShift,
     IntegerCompute,
     NormalizeAxes,
+    PermuteIntoGather,
     PerSampleInstanceNorm,
     RaiseAttention,
     StridedProducts,
@@ -184,7 +185,8 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
     return standard_stages(ctx, layout=[
         # the import's spelling, made readable for ConvertLayout: axes, batch-folded norms
         Stage("normalize_axes", tvm.transform.Sequential([NormalizeAxes(),
-                                                          PerSampleInstanceNorm()])),
+                                                          PerSampleInstanceNorm(),
+                                                          PermuteIntoGather()])),
         Stage("raise_attention", RaiseAttention()),
         _convert_layout(ctx),
         cleanup,

@@ -33,7 +33,8 @@ are still parameters of ``main`` (beyond ``num_input``) or already bound constan
 More passes run at other stages: ``NormalizeAxes`` before ConvertLayout (negative axes
 crash some of TVM's layout rules), with ``PerSampleInstanceNorm`` (an instance norm on a batch
 of more than one, which PyTorch folds into the channels, as the per-channel norm it is;
-exact); ``FoldFlattenIntoLinear`` after the cleanup (a flatten's
+exact) and ``PermuteIntoGather`` (an unfold's permute of the gathered positions folded into
+the gather's constant index; exact); ``FoldFlattenIntoLinear`` after the cleanup (a flatten's
 transpose into the Linear's weight: the dot products sum in another order), with
 ``FoldPermuteIntoColumns`` (a computed kernel's transpose into its constant bank's columns,
 CondConv-style dynamic convolutions; exact);
@@ -60,6 +61,7 @@ from cl_validate.compile.passes.cancel_permutes import CancelPermutes
 from cl_validate.compile.passes.conv_transpose import lower_conv_transpose
 from cl_validate.compile.passes.flatten_linear import FoldFlattenIntoLinear
 from cl_validate.compile.passes.fold_scale_shift import FoldScaleShift
+from cl_validate.compile.passes.gather_order import PermuteIntoGather
 from cl_validate.compile.passes.hoist_permutes import HoistPermutes, InterleaveConcats
 from cl_validate.compile.passes.instance_norm import PerSampleInstanceNorm
 from cl_validate.compile.passes.integer_compute import IntegerCompute
@@ -116,6 +118,7 @@ __all__ = [
     "InterleaveConcats",
     "NormalizeAxes",
     "PerSampleInstanceNorm",
+    "PermuteIntoGather",
     "PermuteToReshape",
     "RaiseAttention",
     "ReadSlicesAtSource",

@@ -1,0 +1,84 @@
+"""One of our movement passes against the same program without it, on llvm or
+(``--target cuda``) a GPU, in one process.
+
+Per model, the ``nhwc`` pipeline compiles twice through the case session: as it is, and with
+the pass left out (a pipeline registered here). For each program: the runtime transforms, the
+kernels, the median run time (the two programs' timings interleaved, as in
+``strided_products.py``) and the largest difference from PyTorch's output.
+
+``ShareChainLayouts`` (a movement read by several chains made once):
+
+- ``cswin_64``: the zoo's reduced CSWin Transformer at 64x64 (``benchmarks/wild_zoo``);
+- ``cswin_t_224``: the same code at CSWin-T's first three stages' widths, heads and stripe
+  widths at 224x224 (dims 64/128/256, heads 2/4/8, stripes 1/2/7);
+- ``window_values_56``: one window-attention block whose values are read as a map by a
+  depthwise conv and as heads, q/k/v selected from one projection (the pattern alone), on a
+  56x56 map of 64 channels with 7x7 windows.
+
+``PermuteIntoGather`` (an unfold's permute folded into its gather's index):
+
+- ``rednet_64``: the zoo's reduced RedNet (involution, ``nn.Unfold``) at 64x64;
+- ``involution_56``: one involution (64 channels, 7x7 kernel, groups of 16) on a 56x56 map.
+
+    python benchmarks/movement_passes.py PASS [--target llvm|cuda] [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).parent))
+
+from strided_products import compare, register_without_pass
+
+
+def _shared_chains() -> dict[str, tuple[Any, list[int]]]:
+    from wild_zoo.idioms2 import CSWin
+
+    from tests.passes.test_shared_chains import WindowValues
+
+    return {
+        "cswin_64": (CSWin, [1, 3, 64, 64]),
+        "cswin_t_224": (lambda: CSWin(224, (64, 128, 256), (2, 4, 8), (1, 2, 7)),
+                        [1, 3, 224, 224]),
+        "window_values_56": (lambda: WindowValues(7, 7, dim=64, heads=2), [1, 3, 56, 56]),
+    }
+
+
+def _gather_order() -> dict[str, tuple[Any, list[int]]]:
+    from torch import nn
+    from wild_zoo.idioms2 import Involution, RedNet
+
+    return {
+        "rednet_64": (RedNet, [1, 3, 64, 64]),
+        "involution_56": (lambda: nn.Sequential(nn.Conv2d(3, 64, 1), Involution(64, 7, 1),
+                                                nn.Conv2d(64, 64, 1)), [1, 3, 56, 56]),
+    }
+
+
+PASSES: dict[str, Callable[[], dict[str, tuple[Any, list[int]]]]] = {
+    "ShareChainLayouts": _shared_chains,
+    "PermuteIntoGather": _gather_order,
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("name", choices=sorted(PASSES), metavar="PASS", help=", ".join(PASSES))
+    ap.add_argument("--target", choices=("llvm", "cuda"), default="llvm")
+    ap.add_argument("--repeat", type=int, default=10, help="timings of each, interleaved")
+    args = ap.parse_args()
+    print("| model | program | runtime transforms | kernels | run (median) | vs without "
+          "| max abs diff vs PyTorch |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    compare(PASSES[args.name](), ((f"without {args.name}", register_without_pass(args.name)),
+                                  (f"with {args.name}", "nhwc")), args.target, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
