@@ -530,3 +530,36 @@ def test_the_steps_rule_fails_a_program_with_its_quantization_removed(monkeypatc
     (step,) = output_steps(torch.export.export(quantized, (x,)).run_decompositions())
     assert step is not None and not step.on_grid and step.after[0] == "addmm", step
     assert float((dropped - want).abs().max()) / step.scale > 10, step.describe()
+
+
+def test_a_steps_failure_through_a_top_k_says_it_picks_by_value(write_case):
+    """(#42) A quantized detector's decode (CenterNet: two `topk`s of quantized scores) failed
+    by 2100 steps with "first break after import": scores on one quantize's grid tie, and TVM
+    and PyTorch pick or order tied items differently, which moves whole items. An output whose
+    step path passes through a selecting op says so and points at `selection`; with
+    `selection` declared, or no such op on the path, the verdict is as before."""
+    import numpy as np
+
+    from cl_validate.checks.numerics import check_numerics
+    from cl_validate.measurements.bisection import Bisection
+    from cl_validate.measurements.error_stats import compare
+    from cl_validate.measurements.quant_steps import OutputStep
+    from cl_validate.spec import Tolerance
+    from tests.conftest import tiny_case
+
+    tol = Tolerance(0.0, 0.0, reference="float64", steps=1)
+    ref64 = np.zeros((1, 8))
+    tvm_out = ref64.astype(np.float32)
+    tvm_out[0, 3] = 2.0  # eight steps: another item in that place
+    bisection = Bisection("llvm", "", ())
+    plain = load_case(write_case(tiny_case()))
+    for after, said in ((("mul", "view", "topk", "getitem"), True), (("add", "relu"), False)):
+        stats = compare(tvm_out, ref64.astype(np.float32), tol, reference64=ref64,
+                        step=OutputStep(0.25, False, after))
+        verdict = check_numerics(plain, "llvm", [stats], bisection)
+        assert ("passes through topk" in verdict.message) is said, verdict.message
+        assert ("selection = { axis" in verdict.message) is said, verdict.message
+    declared = load_case(write_case(tiny_case(extra="[[outputs]]\nselection = { axis = 1 }")))
+    stats = compare(tvm_out, ref64.astype(np.float32), tol, reference64=ref64,
+                    step=OutputStep(0.25, False, ("topk",)))
+    assert "passes through" not in check_numerics(declared, "llvm", [stats], bisection).message

@@ -216,6 +216,15 @@ def check_numerics(case: CaseSpec, target: str, stats: Sequence[ErrorStats],
                         "rounding boundary takes the neighbouring code and the layers after "
                         f"amplify it) (hint: steps = {int(max(steps, failed.steps)) + 1} "
                         "covers both, or reference = \"float32\"; not a compiler stage)")
+        elif (chosen := _chosen_by(case, failed)) is not None:
+            message += (f" — the output passes through {chosen}, which picks and orders "
+                        "items by value: values that tie, or sit within rounding of each "
+                        "other, can be picked or ordered differently, and that moves whole "
+                        "items, not a rounding step (hint: `selection = { axis = ... }` on "
+                        "this [[outputs]] judges the items it selected; a stage is to blame "
+                        "only if the items themselves differ)")
+            if bisection is not None:
+                message += f"; {bisection.summary()}"
         elif bisection is not None:
             message += f"; {bisection.summary()}"
         if bisection is not None:
@@ -378,6 +387,19 @@ def insensitive_outputs(case: CaseSpec, m: Measurement) -> tuple[list[str], bool
     if every and not lines:
         lines = ["every output is the same under another input"]
     return lines, every or bool(lines)
+
+
+#: ops that pick or order items by value: a tie or near-tie moves whole items
+SELECTING_OPS = frozenset({"topk", "sort", "argsort", "msort", "kthvalue", "argmax", "argmin"})
+
+
+def _chosen_by(case: CaseSpec, failed: ErrorStats) -> str | None:
+    """The selecting op a failing quantized output's value passes through after its last
+    quantize (the step's path), where the output has no `selection` of its own."""
+    declared = case.declared_output(failed.output)
+    if failed.step is None or (declared is not None and declared.selection is not None):
+        return None
+    return next((op for op in failed.step.after if op in SELECTING_OPS), None)
 
 
 def _sensitivity_hint(case: CaseSpec, m: Measurement) -> str:
