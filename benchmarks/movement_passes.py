@@ -20,6 +20,12 @@ kernels, the median run time (the two programs' timings interleaved, as in
 - ``rednet_64``: the zoo's reduced RedNet (involution, ``nn.Unfold``) at 64x64;
 - ``involution_56``: one involution (64 channels, 7x7 kernel, groups of 16) on a 56x56 map.
 
+``ComputeInLayout`` (a kernel computed elementwise from a weight, computed in OHWI):
+
+- ``stylegan2_64``: the zoo's reduced StyleGAN2 generator (modulated convolutions) at 64x64;
+- ``modconv_512_8``: one modulated 3x3 convolution of 512 channels on an 8x8 map (StyleGAN2's
+  8x8 layer: a 9.4 MB kernel computed per sample).
+
     python benchmarks/movement_passes.py PASS [--target llvm|cuda] [--repeat N]
 """
 
@@ -61,9 +67,21 @@ def _gather_order() -> dict[str, tuple[Any, list[int]]]:
     }
 
 
+def _computed_weights() -> dict[str, tuple[Any, list[int]]]:
+    from wild_zoo.idioms2 import MODELS
+
+    from tests.passes.test_computed_weights import ModulatedConv
+
+    return {
+        "stylegan2_64": (MODELS["stylegan2_modconv"], [1, 3, 64, 64]),
+        "modconv_512_8": (lambda: ModulatedConv(512, 512), [1, 3, 8, 8]),
+    }
+
+
 PASSES: dict[str, Callable[[], dict[str, tuple[Any, list[int]]]]] = {
     "ShareChainLayouts": _shared_chains,
     "PermuteIntoGather": _gather_order,
+    "ComputeInLayout": _computed_weights,
 }
 
 

@@ -27,6 +27,7 @@ from cl_validate.compile.fold import fold_params
 from cl_validate.compile.legalize import legalize
 from cl_validate.compile.passes import (
     BoolArithmetic,
+    ComputeInLayout,
     FoldFlattenIntoLinear,
     FoldPermuteIntoColumns,
     FoldScaleShift,
@@ -190,9 +191,11 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
         Stage("raise_attention", RaiseAttention()),
         _convert_layout(ctx),
         cleanup,
-        # permutations moved into weights: a flatten's rows, a computed kernel's columns
+        # permutations moved into weights: a flatten's rows, a computed kernel's columns, a
+        # kernel computed elementwise from a weight
         Stage("fold_flatten", tvm.transform.Sequential([FoldFlattenIntoLinear(),
-                                                        FoldPermuteIntoColumns()])),
+                                                        FoldPermuteIntoColumns(),
+                                                        ComputeInLayout()])),
         Stage("conv_transpose", lower_conv_transpose(ctx.case.layout)),
         # after the layouts are final: the integer products keep them
         *([Stage("integer_compute", IntegerCompute())] if ctx.case.integer_compute else []),

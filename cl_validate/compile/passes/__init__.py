@@ -37,7 +37,9 @@ exact) and ``PermuteIntoGather`` (an unfold's permute of the gathered positions 
 the gather's constant index; exact); ``FoldFlattenIntoLinear`` after the cleanup (a flatten's
 transpose into the Linear's weight: the dot products sum in another order), with
 ``FoldPermuteIntoColumns`` (a computed kernel's transpose into its constant bank's columns,
-CondConv-style dynamic convolutions; exact);
+CondConv-style dynamic convolutions; exact) and ``ComputeInLayout`` (a kernel computed
+elementwise from a weight and per-channel factors, StyleGAN2's modulation, computed in the
+layout the convolution wants; exact);
 ``lower_conv_transpose`` after it (a transposed convolution ConvertLayout carried into a
 layout TVM cannot lower becomes a convolution of the zero-stuffed input there); and, once the
 weights are bound, ``FoldScaleShift`` moves the per-channel scale and shift a BatchNorm leaves
@@ -58,6 +60,7 @@ from tvm import relax
 from cl_validate.compile.passes.bool_arithmetic import BoolArithmetic
 from cl_validate.compile.passes.broadcasts import ElideBroadcasts
 from cl_validate.compile.passes.cancel_permutes import CancelPermutes
+from cl_validate.compile.passes.computed_weights import ComputeInLayout
 from cl_validate.compile.passes.conv_transpose import lower_conv_transpose
 from cl_validate.compile.passes.flatten_linear import FoldFlattenIntoLinear
 from cl_validate.compile.passes.fold_scale_shift import FoldScaleShift
@@ -108,6 +111,7 @@ __all__ = [
     "RULELESS_UNARY_OPS",
     "BoolArithmetic",
     "CancelPermutes",
+    "ComputeInLayout",
     "ElideBroadcasts",
     "FoldFlattenIntoLinear",
     "FoldMovementChains",
