@@ -1,9 +1,9 @@
 """ComputeInLayout: a kernel computed at run time from a constant, elementwise, is computed in
 the layout the convolution wants, so ConvertLayout's transpose of it is gone.
 
-StyleGAN2's modulated convolution (and GFPGAN's and CodeFormer's decoders, which are
-StyleGAN2's) computes its kernel per sample: the constant weight times a style vector, times
-a demodulation vector, viewed ``(B·O, I, k, k)``. In NHWC the convolution wants OHWI, so
+StyleGAN2's modulated convolution (and the decoders built on it, such as GFPGAN's) computes
+its kernel per sample: the constant weight times a style vector, times a demodulation vector,
+viewed ``(B·O, I, k, k)``. In NHWC the convolution wants OHWI, so
 ConvertLayout transposes the computed kernel on every call. Each element of that kernel is one
 product of a weight element and a few per-channel factors: computed from the weight already
 permuted (a constant, folded when the program is compiled) and the factors viewed alike (their
