@@ -90,10 +90,14 @@ def _factorizations(n: int) -> list[tuple[int, int]]:
 
 @st.composite
 def _movement(draw: st.DrawFn, shape: tuple[int, ...]) -> list[tuple[str, tuple[int, ...]]]:
-    """1-3 random steps: a permute, an axis split in two, or two neighbours merged."""
+    """1-3 random steps: a permute, an axis split in two, two neighbours merged, or a
+    per-tensor quantize-dequantize (a quantized network's, which commutes with them)."""
     steps: list[tuple[str, tuple[int, ...]]] = []
     for _ in range(draw(st.integers(1, 3))):
-        kind = draw(st.sampled_from(["permute", "split", "merge"]))
+        kind = draw(st.sampled_from(["permute", "split", "merge", "qdq"]))
+        if kind == "qdq":
+            steps.append(("qdq", shape))
+            continue
         if kind == "permute" and len(shape) > 1:
             perm = tuple(draw(st.permutations(range(len(shape)))))
             steps.append(("permute", perm))
@@ -117,8 +121,13 @@ def _apply(bb: relax.BlockBuilder, x: relax.Expr, steps: list[tuple[str, tuple[i
            ) -> relax.Expr:
     """`steps` applied to `x`, one binding each (as the importer writes them)."""
     for kind, arg in steps:
-        x = bb.emit(R.permute_dims(x, list(arg)) if kind == "permute"
-                    else R.reshape(x, list(arg)))
+        if kind == "qdq":
+            scale, zero = relax.const(0.05, "float32"), relax.const(128, "uint8")
+            x = bb.emit(R.dequantize(bb.emit(R.quantize(x, scale, zero, out_dtype="uint8")),
+                                     scale, zero, out_dtype="float32"))
+        else:
+            x = bb.emit(R.permute_dims(x, list(arg)) if kind == "permute"
+                        else R.reshape(x, list(arg)))
     return x
 
 
@@ -176,4 +185,28 @@ def test_sharing_is_exact_and_never_adds_a_transform(func: relax.Function, run_l
     x = np.random.default_rng(0).uniform(-1, 1, size=known_shape(func.params[0])).astype(
         "float32")
     for want, got in zip(run_llvm(before, x), run_llvm(after, x), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_quantize_dequantize_pair_on_a_readers_way_is_kept_and_seen_through(run_llvm) -> None:
+    """A quantized network quantizes the conv's input inside the chain (CSWin's values, PT2E:
+    map -> quantize -> dequantize -> ConvertLayout's transpose -> conv): the pair, per
+    tensor, commutes with the movement, so the chains still share it, and the reader keeps
+    its pair."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 16, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            src = bb.emit(R.exp(x))
+            mid = _apply(bb, src, [("permute", (0, 2, 1)), ("reshape", (1, 8, 4, 4))])
+            conv_in = _apply(bb, mid, [("qdq", (1, 8, 4, 4)), ("permute", (0, 2, 3, 1))])
+            heads = _apply(bb, mid, [("reshape", (1, 2, 4, 16)), ("permute", (0, 3, 1, 2))])
+            out = bb.emit_output(relax.Tuple([R.negative(conv_in), R.negative(heads)]))
+        bb.emit_func_output(out)
+    before = tvm.IRModule({"main": bb.get()["main"]})
+    after = tvm.IRModule({"main": share_chain_layouts(before["main"])})
+    assert count_permutes(before) == 3 and count_permutes(after) == 0, after
+    assert "quantize" in after.script()
+    data = np.random.default_rng(0).uniform(-1, 1, size=(1, 16, 8)).astype("float32")
+    for want, got in zip(run_llvm(before, data), run_llvm(after, data), strict=True):
         np.testing.assert_array_equal(got, want)

@@ -19,12 +19,14 @@ down; pure data movement, so exact.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from cl_validate.compile.passes._plan import with_fields
 from cl_validate.compile.passes._util import (
     FREE,
     Cost,
@@ -34,7 +36,6 @@ from cl_validate.compile.passes._util import (
     relax_function_pass,
 )
 from cl_validate.compile.passes.movement_chains import (
-    Chain,
     MovementChains,
     Step,
     fold_chain,
@@ -45,8 +46,11 @@ from cl_validate.ir import (
     is_identity,
     is_tensor_constant,
     is_weight_derived,
+    known_shape,
     merge_origins,
     op_name,
+    origin_tag,
+    permute_axes,
     static_shape,
     strided_slice_args,
 )
@@ -61,8 +65,33 @@ class _Plan:
     steps: list[Step]  # from root to the shared movement's result
     shape: tuple[int, ...]  # that result's shape
     origin: str | None
-    #: every reader chain's end, each a reshape of the result (or of its slice at an index)
-    ends: tuple[tuple[relax.Var, int | None], ...]
+    #: every reader chain's end, each a reshape of the result (or of its slice at an index),
+    #: then quantized and dequantized again where its chain did so on the way (per tensor)
+    ends: tuple[tuple[relax.Var, int | None, tuple[relax.Call, ...]], ...]
+
+
+@dataclass(frozen=True)
+class _Tail:
+    """A reader's chain: movement ops, and per-tensor quantize-dequantize pairs (which
+    commute with them), each read only by the next."""
+
+    end: relax.Var
+    steps: list[Step]
+    cost: Cost
+    internal: tuple[relax.Var, ...]
+    origin: str | None
+    qdq: tuple[relax.Call, ...]  # the pairs' calls, in order
+
+
+_QUANTIZE, _DEQUANTIZE = "relax.quantize", "relax.dequantize"
+
+
+def _per_tensor(call: relax.Expr | None) -> bool:
+    """A quantize or dequantize with one scale and one zero point."""
+    if op_name(call) not in (_QUANTIZE, _DEQUANTIZE):
+        return False
+    return all((s := known_shape(a)) is not None and math.prod(s) == 1
+               for a in call.args[1:3])  # type: ignore[union-attr]
 
 
 def _shapes(start: tuple[int, ...], steps: list[Step]) -> list[tuple[int, ...]]:
@@ -98,52 +127,98 @@ class _Finder:
         self.chains = MovementChains(func)
         self.taken: set[relax.Var] = set()
 
-    def _end(self, var: relax.Var) -> relax.Var:
-        """Forward from a reader through movement ops each read once by the next one."""
-        while not self.chains.is_chain_end(var):
-            var = self.chains.uses[var][0]  # type: ignore[assignment]
-        return var
+    def _next(self, var: relax.Var) -> relax.Var | None:
+        """The one op reading `var`, where it continues a chain (movement, or a per-tensor
+        quantize read only by a per-tensor dequantize); None otherwise."""
+        users = self.chains.uses.get(var, [])
+        if len(users) != 1 or users[0] is None:
+            return None
+        value = self.chains.values.get(users[0])
+        if is_movement(value):
+            return users[0]
+        after = self.chains.uses.get(users[0], [])
+        if op_name(value) == _QUANTIZE and _per_tensor(value) and len(after) == 1 and \
+                after[0] is not None and _per_tensor(self.chains.values.get(after[0])) and \
+                op_name(self.chains.values.get(after[0])) == _DEQUANTIZE:
+            return users[0]
+        return None
+
+    def _tail(self, reader: relax.Var, root: relax.Var) -> _Tail | None:
+        """`root`'s chain through `reader`, forward as far as it goes."""
+        chains = self.chains
+        block = chains.block.get(root)
+        steps: list[Step] = []
+        costs: list[Cost] = []
+        internal: list[relax.Var] = []
+        qdq: list[relax.Call] = []
+        origin: str | None = None
+        var: relax.Var | None = reader
+        last = reader
+        while var is not None:
+            value = chains.values.get(var)
+            if chains.block.get(var) != block or value is None:
+                return None
+            shape, src_shape = static_shape(var), static_shape(value.args[0])
+            if shape is None or None in shape or src_shape is None or None in src_shape:
+                return None
+            axes = permute_axes(value)
+            if axes is not None:
+                steps.append(("permute", axes))
+                costs.append(permute_cost(src_shape, axes))  # type: ignore[arg-type]
+                origin = merge_origins(origin, origin_tag(value))
+            elif op_name(value) == _QUANTIZE:
+                deq = chains.uses[var][0]
+                qdq += [value, chains.values[deq]]  # type: ignore[list-item,index]
+                internal.append(var)
+                var = deq  # type: ignore[assignment]
+            else:
+                steps.append(("reshape", shape))  # type: ignore[arg-type]
+            last = var  # type: ignore[assignment]
+            nxt = self._next(var)  # type: ignore[arg-type]
+            if nxt is not None:
+                internal.append(var)  # type: ignore[arg-type]
+            var = nxt
+        return _Tail(last, steps, add_costs(costs), tuple(internal), origin, tuple(qdq))
 
     def plan(self, x: relax.Var) -> _Plan | None:
         chains = self.chains
         readers = chains.uses.get(x, [])
-        block = chains.block.get(x)
         if (len(readers) < 2 or not is_movement(chains.values.get(x))
-                or is_weight_derived(x, chains.weights)
-                or any(r is None or chains.block.get(r) != block
-                       or not is_movement(chains.values.get(r)) for r in readers)):
+                or is_weight_derived(x, chains.weights) or any(r is None for r in readers)):
             return None
         prefix = chains.chain(x)
         x_shape = static_shape(x)
         if prefix is None or x_shape is None or None in x_shape:
             return None
-        tails: list[tuple[relax.Var, Chain]] = []
+        tails: list[_Tail] = []
         for reader in dict.fromkeys(readers):  # a reader of x twice is one chain
-            end = self._end(reader)  # type: ignore[arg-type]
-            tail = chains.chain(end, stop=x.same_as)
-            if tail is None or not tail.root.same_as(x) or chains.block.get(end) != block:
+            value = chains.values.get(reader)  # type: ignore[arg-type]
+            if not (is_movement(value) or op_name(value) == _QUANTIZE):
                 return None
-            tails.append((end, tail))
-        involved = {x, *prefix.internal, *(v for e, t in tails for v in (e, *t.internal))}
+            tail = self._tail(reader, x)  # type: ignore[arg-type]
+            if tail is None or (not tail.steps and not tail.qdq):
+                return None
+            tails.append(tail)
+        involved = {x, *prefix.internal, *(v for t in tails for v in (t.end, *t.internal))}
         if involved & self.taken:
             return None
         root_shape = static_shape(prefix.root)
         if root_shape is None or None in root_shape:
             return None
-        now = add_costs([prefix.cost, *(t.cost for _, t in tails)])
+        now = add_costs([prefix.cost, *(t.cost for t in tails)])
         best: tuple[Cost, _Plan] | None = None
-        for end, tail in tails:
+        for tail in tails:
             steps = prefix.steps + tail.steps
             cost = _cost(root_shape, steps)  # type: ignore[arg-type]
             if cost is None or not cost < now or (best is not None and not cost < best[0]):
                 continue
-            end_shape = static_shape(end)
+            end_shape = _shapes(x_shape, tail.steps)[-1]  # type: ignore[arg-type]
             back = _undo(x_shape, tail.steps)  # type: ignore[arg-type]
-            if all(_is_view(end_shape, back + other.steps)  # type: ignore[arg-type]
-                   for e, other in tails if e is not end):
+            if all(_is_view(end_shape, back + other.steps)
+                   for other in tails if other is not tail):
                 origin = merge_origins(prefix.origin, tail.origin)
-                best = cost, _Plan(prefix.root, steps, end_shape,  # type: ignore[arg-type]
-                                   origin, tuple((e, None) for e, _ in tails))
+                best = cost, _Plan(prefix.root, steps, end_shape, origin,
+                                   tuple((t.end, None, t.qdq) for t in tails))
         if best is None:
             return None
         self.taken |= involved
@@ -170,25 +245,23 @@ class _Finder:
 
     def _split_plan(self, t: relax.Var, shape: tuple[int, ...], axis: int,
                     parts: list[tuple[relax.Var, int]]) -> _Plan | None:
-        chains = self.chains
         if len(parts) < 2:
             return None
         folds, ends, costs, origin = set(), [], [], None
         involved: set[relax.Var] = set()
         for part, index in parts:
-            if chains.is_chain_end(part):
-                return None  # a part read as it is: nothing to share
-            end = self._end(chains.uses[part][0])  # type: ignore[arg-type]
-            tail = chains.chain(end, stop=part.same_as)
+            reader = self._next(part)
             part_shape = static_shape(part)
-            if tail is None or not tail.root.same_as(part) or chains.block.get(end) != \
-                    chains.block[t] or part_shape is None or None in part_shape:
+            if reader is None or part_shape is None or None in part_shape:
+                return None  # a part read as it is (or by several): nothing to share
+            tail = self._tail(reader, part)
+            if tail is None:
                 return None
             folds.add(fold_chain(part_shape, tail.steps))  # type: ignore[arg-type]
-            ends.append((end, index))
+            ends.append((tail.end, index, tail.qdq))
             costs.append(tail.cost)
             origin = merge_origins(origin, tail.origin)
-            involved |= {part, end, *tail.internal}
+            involved |= {part, tail.end, *tail.internal}
         if len(folds) != 1 or None in folds or involved & self.taken:
             return None
         ((group, perm),) = folds  # type: ignore[misc]
@@ -233,13 +306,14 @@ class _Sharer(PyExprMutator):  # type: ignore[misc]
     def __init__(self, plans: dict[relax.Var, _Plan]) -> None:
         super().__init__()
         self.plans = plans
-        #: a reader chain's end -> the shared movement, and the index it takes of it
-        self.made: dict[relax.Var, tuple[relax.Var, int | None]] = {}
+        #: a reader chain's end -> the shared movement, the index it takes of it, the
+        #: quantize-dequantize pairs on its way
+        self.made: dict[relax.Var, tuple[relax.Var, int | None, tuple[relax.Call, ...]]] = {}
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         found = self.made.get(binding.var)
         if found is not None:
-            made, index = found
+            made, index, qdq = found
             value: relax.Expr = made
             if index is not None:
                 value = self.builder_.emit(
@@ -247,6 +321,11 @@ class _Sharer(PyExprMutator):  # type: ignore[misc]
             shape = static_shape(binding.var)
             if static_shape(value) != shape:
                 value = relax.op.reshape(value, list(shape))  # type: ignore[arg-type]
+            for call in qdq:  # per tensor: the same codes wherever the values stand
+                value = self.builder_.emit(value)
+                attrs = with_fields(call.attrs, axis=-1)
+                value = relax.Call(call.op, [value, *call.args[1:]], attrs, call.ty_args,
+                                   call.span)
             self.builder_.emit_normalized(
                 relax.VarBinding(binding.var, self.builder_.normalize(value)))
             return
@@ -259,8 +338,8 @@ class _Sharer(PyExprMutator):  # type: ignore[misc]
                                  plan.steps, plan.shape, plan.origin, self.builder_.emit)
         assert folded is not None  # the plan folded these steps already
         var = self.builder_.emit(folded[0])
-        for end, index in plan.ends:
-            self.made[end] = (var, index)
+        for end, index, qdq in plan.ends:
+            self.made[end] = (var, index, qdq)
 
 
 def share_chain_layouts(func: relax.Function) -> relax.Function:
