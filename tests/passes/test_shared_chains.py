@@ -6,6 +6,8 @@ chains are the same partition are partitioned once, before the split."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -174,10 +176,14 @@ def _shared_sources(draw: st.DrawFn) -> relax.Function:
     return bb.get()["main"]
 
 
-@settings(max_examples=40, derandomize=True, deadline=None,
+@pytest.mark.fuzz
+@settings(max_examples=300 if os.environ.get("CL_VALIDATE_FUZZ") == "long" else 24,
+          derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(func=_shared_sources())
 def test_sharing_is_exact_and_never_adds_a_transform(func: relax.Function, run_llvm) -> None:
+    """Random shared sources and splits (QDQ pairs among the steps); 24 examples by default,
+    300 with ``CL_VALIDATE_FUZZ=long``."""
     before = tvm.IRModule({"main": func})
     after = tvm.IRModule({"main": share_chain_layouts(func)})
     assert relax.analysis.well_formed(after) is not False
