@@ -15,9 +15,11 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 import tvm
 from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.ir import (
     is_identity,
@@ -162,3 +164,29 @@ class UnionFind:
 
     def union(self, a: relax.Var, b: relax.Var) -> None:
         self.parent[self.find(a)] = self.find(b)
+
+
+@mutator
+class _Rebinder(PyExprMutator):  # type: ignore[misc]
+    def __init__(self, plans: dict[relax.Var, Any],
+                 rebuild: Callable[[PyExprMutator, Any, relax.Var], relax.Expr]) -> None:
+        super().__init__()
+        self.plans, self.rebuild = plans, rebuild
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        plan = self.plans.get(binding.var)
+        if plan is None:
+            super().visit_var_binding_(binding)
+            return
+        value = self.builder_.normalize(self.rebuild(self, plan, binding.var))
+        self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
+
+
+def rebind(func: relax.Function, plans: dict[relax.Var, Any],
+           rebuild: Callable[[PyExprMutator, Any, relax.Var], relax.Expr]) -> relax.Function:
+    """`func` with each var of `plans` bound to ``rebuild(mutator, plan, var)`` (the mutator's
+    ``visit_expr`` gives an operand as rewritten, its ``builder_`` binds what it emits) and
+    what no longer has a reader removed; `func` itself when there is no plan."""
+    if not plans:
+        return func
+    return relax.analysis.remove_all_unused(_Rebinder(plans, rebuild).visit_expr(func))

@@ -21,6 +21,8 @@ same values in the same order: exact.
 
 from __future__ import annotations
 
+import math
+
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -73,13 +75,6 @@ def _through_view(src: tuple[int, ...], dst: tuple[int, ...], perm: tuple[int, .
     return tuple(i if i in units else next(it) for i in range(len(src)))
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 Key = tuple[relax.Var, tuple[int, ...]]
 
 
@@ -103,12 +98,12 @@ class _Tree:
         if shape is None or len(shape) != len(perm):
             return False
         if moves_only_unit_axes(shape, perm):
-            return small is None or _numel(shape) <= small  # a reshape
+            return small is None or math.prod(shape) <= small  # a reshape
         value = self.values.get(expr) if isinstance(expr, relax.Var) else None
         if not isinstance(value, relax.Call) or depth == 0:
             return False
         if small is None and len(self.uses.get(expr, [])) > 1:  # type: ignore[arg-type]
-            small = _numel(shape) // 8
+            small = math.prod(shape) // 8
         name = op_name(value)
         if name == "relax.reshape":
             src = known_shape(value.args[0])

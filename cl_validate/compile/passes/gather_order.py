@@ -18,12 +18,13 @@ same places: exact.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tvm import relax
-from tvm.relax.expr_functor import PyExprMutator, mutator
+from tvm.relax.expr_functor import PyExprMutator
 
-from cl_validate.compile.passes._util import FREE, relax_function_pass
+from cl_validate.compile.passes._util import FREE, rebind, relax_function_pass
 from cl_validate.compile.passes.movement_chains import MovementChains, fold_chain, is_movement
 from cl_validate.ir import (
     is_identity,
@@ -65,9 +66,7 @@ def _block_order(shape: tuple[int, ...], axis: int, group: tuple[int, ...],
     """Where the chain's ``(group, perm)`` only reorders the parts of `axis` (the groups
     that make it up, cut at its edges): those parts' extents and their order; None
     otherwise."""
-    outer = 1
-    for d in shape[:axis]:
-        outer *= d
+    outer = math.prod(shape[:axis])
     for edge in (outer, outer * shape[axis]):
         found = _split_at(group, perm, edge)
         if found is None:
@@ -117,37 +116,21 @@ def _plans(func: relax.Function) -> dict[relax.Var, _Plan]:
     return plans
 
 
-@mutator
-class _Reorder(PyExprMutator):  # type: ignore[misc]
-    def __init__(self, plans: dict[relax.Var, _Plan]) -> None:
-        super().__init__()
-        self.plans = plans
-
-    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
-        plan = self.plans.get(binding.var)
-        if plan is None:
-            super().visit_var_binding_(binding)
-            return
-        n = 1
-        for d in plan.block:
-            n *= d
-        index = self.builder_.emit(relax.op.reshape(self.visit_expr(plan.index), list(plan.block)))
-        index = self.builder_.emit(relax.op.permute_dims(index, list(plan.order)))
-        index = self.builder_.emit(relax.op.reshape(index, [n]))
-        picked = self.builder_.emit(relax.op.take(self.visit_expr(plan.data), index, plan.axis,
-                                                  plan.mode))
-        shape = static_shape(binding.var)
-        assert shape is not None  # the plan's chain has a static shape
-        value = self.builder_.normalize(relax.op.reshape(picked, list(shape)))
-        self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
+def _reordered(m: PyExprMutator, plan: _Plan, var: relax.Var) -> relax.Expr:
+    """The gather with its index permuted, viewed as `var`."""
+    emit = m.builder_.emit
+    index = emit(relax.op.reshape(m.visit_expr(plan.index), list(plan.block)))
+    index = emit(relax.op.permute_dims(index, list(plan.order)))
+    index = emit(relax.op.reshape(index, [math.prod(plan.block)]))
+    picked = emit(relax.op.take(m.visit_expr(plan.data), index, plan.axis, plan.mode))
+    shape = static_shape(var)
+    assert shape is not None  # the plan's chain has a static shape
+    return relax.op.reshape(picked, list(shape))
 
 
 def permute_into_gather(func: relax.Function) -> relax.Function:
     """Every permute that only reorders what one gather picked, folded into its index."""
-    plans = _plans(func)
-    if not plans:
-        return func
-    return relax.analysis.remove_all_unused(_Reorder(plans).visit_expr(func))
+    return rebind(func, _plans(func), _reordered)
 
 
 PermuteIntoGather = relax_function_pass("PermuteIntoGather")(permute_into_gather)

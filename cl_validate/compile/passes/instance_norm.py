@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 from tvm import relax
-from tvm.relax.expr_functor import PyExprMutator, mutator
+from tvm.relax.expr_functor import PyExprMutator
 
 from cl_validate.compile.passes._plan import remake, with_fields
-from cl_validate.compile.passes._util import relax_function_pass
+from cl_validate.compile.passes._util import rebind, relax_function_pass
 from cl_validate.ir import bindings, is_tensor_constant, known_shape, op_name, use_sites
 
 _NORM = "relax.nn.instance_norm"
@@ -76,28 +76,13 @@ def _plans(func: relax.Function) -> dict[relax.Var, relax.Call]:
     return out
 
 
-@mutator
-class _Unfold(PyExprMutator):  # type: ignore[misc]
-    def __init__(self, plans: dict[relax.Var, relax.Call]) -> None:
-        super().__init__()
-        self.plans = plans
-
-    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
-        plan = self.plans.get(binding.var)
-        if plan is None:
-            super().visit_var_binding_(binding)
-            return
-        args = [self.visit_expr(a) for a in plan.args]
-        new = self.builder_.normalize(remake(plan, args))
-        self.builder_.emit_normalized(relax.VarBinding(binding.var, new))
+def _unfolded(m: PyExprMutator, plan: relax.Call, _var: relax.Var) -> relax.Expr:
+    return remake(plan, [m.visit_expr(a) for a in plan.args])
 
 
 def per_sample_instance_norm(func: relax.Function) -> relax.Function:
     """Every batch-folded instance norm as one ``nn.instance_norm`` over the spatial axes."""
-    plans = _plans(func)
-    if not plans:
-        return func
-    return relax.analysis.remove_all_unused(_Unfold(plans).visit_expr(func))
+    return rebind(func, _plans(func), _unfolded)
 
 
 PerSampleInstanceNorm = relax_function_pass("PerSampleInstanceNorm")(per_sample_instance_norm)
