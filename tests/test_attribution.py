@@ -80,6 +80,16 @@ def test_a_folded_shuffle_stays_the_models_own(write_case):
     assert [t.attribution.reason for t in middle] == [Reason.OWN_PERMUTE]
 
 
+def test_a_permute_sunk_into_a_view_chain_stays_the_models_own(write_case):
+    """The model's transpose, sunk past the softmax and folded with the views after it, is
+    still the model's (it was "relax.reshape has no layout rule": the fold dropped its mark)."""
+    ts = _transforms(write_case, "radix_softmax", pipeline="nhwc")
+    middle = [t.attribution for t in ts if t.attribution.reason not in (
+        Reason.INPUT_BOUNDARY, Reason.OUTPUT_BOUNDARY)]
+    assert [a.reason for a in middle] == [Reason.OWN_PERMUTE], [a.describe() for a in middle]
+    assert "permute" in (middle[0].source or "")
+
+
 def test_each_own_permute_names_the_module_whose_code_wrote_it(write_case):
     """Our passes rebuild a model's permutes (new binding names), so the source travels in
     the permute's own mark: each shuffle is named by its own block, in order."""

@@ -233,6 +233,27 @@ class FloorDivPositions(nn.Module):
         return self.conv(x) + torch.floor_divide(pos, 2) + torch.div(pos, 3, rounding_mode="trunc")
 
 
+class RadixSoftmax(nn.Module):
+    """Split attention's radix softmax (ResNeSt): per-channel gates viewed as
+    (B, groups, radix, C'), transposed to put the radix first, softmaxed over it and viewed
+    back as channels; the transpose is the model's, left after the views around it fold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 1)
+        self.fc = nn.Conv2d(16, 16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        gates = self.fc(y.mean((2, 3), keepdim=True))
+        gates = torch.softmax(gates.view(x.shape[0], 2, 2, -1).transpose(1, 2), dim=1)
+        return y * gates.reshape(x.shape[0], -1).view(x.shape[0], -1, 1, 1)
+
+
+def radix_softmax() -> nn.Module:
+    return RadixSoftmax()
+
+
 def channel_shuffle() -> nn.Module:
     return ChannelShuffle()
 

@@ -69,6 +69,7 @@ from cl_validate.ir import (
     is_identity,
     is_weight_derived,
     mark_origin,
+    merge_origins,
     ndim,
     op_name,
     origin_tag,
@@ -245,6 +246,9 @@ class _Analysis:
         src_shape = _unpermuted_shape(static_shape(chain.root), p)
         if src_shape is None or None in src_shape:
             return None
+        # The folded chain carries the permute the root's layout came from too (the model's
+        # transpose sunk to the root): its origin is both's.
+        origin = merge_origins(self.origin_of.get(chain.root), chain.origin)
         # The layout the result comes out in: the root's, or, when the chain regroups axes
         # (attention heads merged back into channels), whichever layout folds cheapest; on
         # a tie, a 4-D result stored NHWC (read as NCHW) first, as the convolutions around
@@ -259,7 +263,7 @@ class _Analysis:
                 continue
             steps = [("permute", p), *chain.steps, ("permute", inverse(out))]
             probe = folded_movement(chain.root, src_shape, steps,  # type: ignore[arg-type]
-                                    out_shape, chain.origin)  # type: ignore[arg-type]
+                                    out_shape, origin)  # type: ignore[arg-type]
             if probe is not None and (best is None or probe[1] < best[0][1]):
                 best = (probe, out, out_shape, steps)
         if best is None:
@@ -271,7 +275,7 @@ class _Analysis:
 
         def rebuild(new: Sequence[relax.Expr]) -> relax.Expr:
             folded = folded_movement(new[0], src_shape, steps,  # type: ignore[arg-type]
-                                     out_shape, chain.origin, self.emit)  # type: ignore[arg-type]
+                                     out_shape, origin, self.emit)  # type: ignore[arg-type]
             assert folded is not None
             return folded[0]
 
