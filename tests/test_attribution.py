@@ -90,6 +90,22 @@ def test_a_permute_sunk_into_a_view_chain_stays_the_models_own(write_case):
     assert "permute" in (middle[0].source or "")
 
 
+def test_transforms_around_a_converted_conv1d_are_traced_to_what_made_its_input(write_case):
+    """A Conv1d the case's conv2d layout converts to NWC, its input and the gate it is
+    multiplied with made channels-first by the model (``W @ x.t()``, viewed, chunked): both
+    transforms are traced up their input (through the split) to that, not "cause not
+    traced" from the conv's side where nothing decided, and never "op without a layout
+    rule" for the chunk's getitem, which is no op at all."""
+    ts = _transforms(write_case, "channels_first_conv1d", pipeline="nhwc")
+    middle = [t.attribution for t in ts if t.attribution.reason not in (
+        Reason.INPUT_BOUNDARY, Reason.OUTPUT_BOUNDARY)]
+    said = [a.describe() for a in middle]
+    assert len(middle) == 2, said
+    assert all(a.reason is not Reason.UNTRACED for a in middle), said
+    assert all(a.relax_op for a in middle if a.reason is Reason.NO_LAYOUT_RULE), said
+    assert all("conv1d" not in (a.source or "") + (a.relax_op or "") for a in middle), said
+
+
 def test_each_own_permute_names_the_module_whose_code_wrote_it(write_case):
     """Our passes rebuild a model's permutes (new binding names), so the source travels in
     the permute's own mark: each shuffle is named by its own block, in order."""

@@ -19,7 +19,7 @@ The reasons themselves (`Reason`, `Attribution`) are plain data in
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tvm import ir, relax
@@ -145,12 +145,14 @@ _TO_NHWC = (0, 2, 3, 1)
 
 def annotate_transforms(mod: Any, sources: dict[str, str],
                         pinned_modules: Iterable[str] = (), kept_ops: Iterable[str] = (),
-                        desired_ops: Iterable[str] = ()) -> Any:
+                        desired_ops: Mapping[str, Sequence[str]] | Iterable[str] = ()
+                        ) -> Any:
     """Return `mod` with every transform call in main carrying its `Attribution` in its span.
 
     `pinned_modules` are the nn.Module paths the case keeps in another layout on purpose;
     `kept_ops` the Relax ops kept in their import layout because TVM cannot lower them in
-    the one the pipeline asked for; `desired_ops` the ops the case's ``[layout]`` converts.
+    the one the pipeline asked for; `desired_ops` the ops the case's ``[layout]`` converts
+    (with their layouts, where a transform into one that runs in it is traced up its input).
     """
     func = mod["main"]
     binds = list(bindings(func))
@@ -161,6 +163,7 @@ def annotate_transforms(mod: Any, sources: dict[str, str],
     pinned = set(pinned_modules)
     kept = set(kept_ops)
     decided = set(desired_ops) - kept
+    layouts = dict(desired_ops) if isinstance(desired_ops, Mapping) else {}
     outputs = _output_vars(func.body.body, producer)
 
     attributions: dict[Any, Attribution] = {}
@@ -186,15 +189,23 @@ def annotate_transforms(mod: Any, sources: dict[str, str],
             att = Attribution(Reason.OUTPUT_BOUNDARY, None, sources.get(
                 x.name if isinstance(x, relax.Var) else name))
         else:
-            if axes == _TO_NHWC and isinstance(x, relax.Var) and x in producer:
+            first_user = next(iter(users.get(b.var, [])), None)
+            converted = first_user is not None and first_user in producer and _runs_in(
+                producer[first_user].value, layouts)  # into an op ConvertLayout converted
+            if (axes == _TO_NHWC or converted) and isinstance(x, relax.Var) and x in producer:
                 # After an op that produced the old layout: why did it?
                 start, skip_arg = producer[x], None
             else:  # before an op that wants the old layout
-                first_user = next(iter(users.get(b.var, [])), None)
                 start = producer.get(first_user) if first_user is not None else None
                 skip_arg = b.var
             att = _blame(start, skip_arg, producer, derived, inputs, sources, pinned, kept,
                          decided, name)
+            if att.reason is Reason.UNTRACED and skip_arg is not None and isinstance(
+                    x, relax.Var) and x in producer:
+                # nothing on the reader's side wants the old layout (it joins a value in
+                # the new one): why the transform's input came in the old layout is the cause
+                att = _blame(producer[x], None, producer, derived, inputs, sources, pinned,
+                             kept, decided, name)
         attributions[b.var] = att
 
     if not attributions:
@@ -241,6 +252,14 @@ def _window_movement(binding: Any, values: dict[Any, Any]) -> str | None:
     if before[0] == six[0] * six[1] * six[2]:
         return "window reverse"  # (B·H/w·W/w, w, w, C) -> (B, H/w, W/w, w, w, C)
     return None
+
+
+def _runs_in(call: Any, layouts: Mapping[str, Sequence[str]]) -> bool:
+    """`call` is an op of `layouts` whose data runs in the layout asked of it (not one a
+    module pinned in another, or kept)."""
+    wanted = layouts.get(op_name(call) or "")
+    data = getattr(getattr(call, "attrs", None), "data_layout", None)
+    return bool(wanted) and data is not None and str(data) == wanted[0]
 
 
 def origin_attribution(call: Any) -> Attribution:
@@ -306,8 +325,8 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
         op = op_name(cur.value)
         src = sources.get(cur.var.name)
         module = src.rsplit(" (", 1)[0] if src else None
-        if isinstance(cur.value, relax.Tuple):  # a concat's parts, bound: on through the first
-            pass
+        if isinstance(cur.value, (relax.Tuple, relax.TupleGetItem)):
+            pass  # a concat's parts, bound, or a split's: on through the first, or the split
         elif origin_parts(cur.value):
             return origin_attribution(cur.value)
         elif op in kept:
@@ -327,6 +346,7 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
         elif first_ruleless is not None and first_ruleless.relax_op in _VIEWS:
             break  # an op with a rule past a view: the view decided
         operands = cur.value.fields if isinstance(cur.value, relax.Tuple) else [
+            cur.value.tuple_value] if isinstance(cur.value, relax.TupleGetItem) else [
             f for a in getattr(cur.value, "args", [])
             for f in (a.fields if isinstance(a, relax.Tuple) else [a])]
         args = [a for a in operands if isinstance(a, relax.Var) and not a.same_as(prev_arg)

@@ -40,6 +40,7 @@ from cl_validate.ir import (
     replace_function,
     tensor_type,
 )
+from cl_validate.spec.layouts import converted_layouts
 
 
 def tagged_transform_legalizations() -> dict[str, Callable[..., Any]]:
@@ -101,7 +102,7 @@ def legalize(ctx: PipelineContext) -> Callable[[tvm.IRModule], tvm.IRModule]:
 
     def run(mod: tvm.IRModule) -> tvm.IRModule:
         mod = annotate_transforms(mod, ctx.sources, ctx.case.layout_overrides,
-                                  ctx.keep_layouts, ctx.case.layout)
+                                  ctx.keep_layouts, converted_layouts(ctx.case.layout))
         mod = contiguous_weights(pad_into_conv(quantize_as_pytorch(mod)), ctx.target)
         with ctx.target:
             return tvm.transform.Sequential([

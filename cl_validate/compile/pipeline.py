@@ -44,7 +44,7 @@ from cl_validate.compile.schedule import schedule_gpu
 from cl_validate.errors import CaseFileError
 from cl_validate.paths import display_path
 from cl_validate.spec import CaseSpec
-from cl_validate.spec.layouts import implied_layouts
+from cl_validate.spec.layouts import converted_layouts
 
 __all__ = ["PipelineContext", "Stage", "pipeline_names", "register_pipeline",
            "resolve_pipeline", "standard_stages"]
@@ -134,9 +134,7 @@ def _convert_layout(ctx: PipelineContext) -> Stage:
     An override is matched through the op's weight parameter, which the importer names after
     the module (``layer1.0.conv1`` → ``p_layer1_0_conv1_weight``).
     """
-    desired = {op: list(lay) for op, lay in ctx.case.layout.items()}
-    desired.update(_transposed_like_convs(desired))
-    desired.update(implied_layouts(desired))
+    desired = converted_layouts(ctx.case.layout)
     desired.update(ctx.keep_layouts)
     overrides = ctx.case.layout_overrides
     if not overrides:
@@ -153,18 +151,6 @@ def _convert_layout(ctx: PipelineContext) -> Stage:
         return desired
 
     return Stage("convert_layout", relax.transform.ConvertLayout(desired, layout_cb))
-
-
-def _transposed_like_convs(desired: dict[str, list[str]]) -> dict[str, list[str]]:
-    """``conv2d_transpose`` in the data layout the case asks of ``conv2d`` (kernel: input
-    channels first, as OHWI has them last), where the case does not say: left to its rule,
-    it follows its input, which is the import layout when a dequantize stands before it (a
-    quantized ConvTranspose2d stayed NCHW between two transposes, where the float model's
-    follows the NHWC convolution before it). The `layout` check expects the same."""
-    conv = desired.get("relax.nn.conv2d")
-    if not conv or "relax.nn.conv2d_transpose" in desired or conv[0] != "NHWC":
-        return {}
-    return {"relax.nn.conv2d_transpose": ["NHWC", "IHWO"]}
 
 
 @register_pipeline("nhwc-plain")

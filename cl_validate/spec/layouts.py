@@ -32,6 +32,21 @@ def implied_layouts(declared: Mapping[str, Sequence[str]]) -> dict[str, list[str
             for op, spatial in _SPATIAL.items() if op not in declared}
 
 
+def converted_layouts(declared: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """Every op's layout the pipeline's ConvertLayout asks for: the declared ones, the
+    conv1d layouts they imply (`implied_layouts`) and ``conv2d_transpose`` in the data
+    layout declared for ``conv2d`` where the case does not say: left to its rule, it follows
+    its input, which is the import layout when a dequantize stands before it (a quantized
+    ConvTranspose2d stayed NCHW between two transposes, where the float model's follows the
+    NHWC convolution before it). The `layout` check expects the same."""
+    desired = {op: list(lay) for op, lay in declared.items()}
+    conv = desired.get("relax.nn.conv2d")
+    if conv and conv[0] == "NHWC" and "relax.nn.conv2d_transpose" not in desired:
+        desired["relax.nn.conv2d_transpose"] = ["NHWC", "IHWO"]
+    desired.update(implied_layouts(desired))
+    return desired
+
+
 def moves_only_unit_axes(in_shape: Sequence[Any], perm: Sequence[int]) -> bool:
     """True if ``perm`` keeps the relative order of every axis whose extent is not 1.
 

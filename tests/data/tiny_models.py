@@ -254,6 +254,31 @@ def radix_softmax() -> nn.Module:
     return RadixSoftmax()
 
 
+class ChannelsFirstConv1d(nn.Module):
+    """Tokens projected channels-first (``W @ x.t()``, as Mamba's in_proj is written), viewed
+    as (B, D, L), chunked into x and z, x read by a causal depthwise Conv1d, gated by z: the
+    transpose into the NWC conv is there because the model computes (B, D, L), not because
+    of the conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 4, 4)
+        self.proj = nn.Parameter(torch.randn(16, 8) * 0.3)
+        self.conv1d = nn.Conv1d(8, 8, 3, groups=8, padding=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.stem(x).flatten(2).transpose(1, 2)  # (B, L, C)
+        b, n, c = tokens.shape
+        xz = (self.proj @ tokens.reshape(-1, c).t()).view(-1, b, n).permute(1, 0, 2)
+        x, z = xz.chunk(2, dim=1)
+        y = F.silu(self.conv1d(x)[..., :n]) * F.silu(z)
+        return y.transpose(1, 2)
+
+
+def channels_first_conv1d() -> nn.Module:
+    return ChannelsFirstConv1d()
+
+
 def channel_shuffle() -> nn.Module:
     return ChannelShuffle()
 
