@@ -259,7 +259,9 @@ def _runs_in(call: Any, layouts: Mapping[str, Sequence[str]]) -> bool:
     module pinned in another, or kept)."""
     wanted = layouts.get(op_name(call) or "")
     data = getattr(getattr(call, "attrs", None), "data_layout", None)
-    return bool(wanted) and data is not None and str(data) == wanted[0]
+    if not wanted or data is None:
+        return False
+    return str(data) == wanted[0]
 
 
 def origin_attribution(call: Any) -> Attribution:
