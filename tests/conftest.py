@@ -24,6 +24,27 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 os.environ["CL_VALIDATE_NO_CACHE"] = "1"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest first: the modules with a ``slow`` test (a minute or more each), then those
+    that compile models or run property tests (``fuzz``), then the rest, each module's tests
+    kept together and in order. The
+    suite runs on a worker per core (xdist hands out tests in this order): a minute-long
+    test collected last kept one core busy after the other had finished everything else."""
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("slow"):
+            return 0
+        return 1 if item.get_closest_marker("compile") or item.get_closest_marker("fuzz") else 2
+
+    by_module: dict[str, int] = {}
+    for item in items:
+        key = item.nodeid.split("::", 1)[0]
+        by_module[key] = min(by_module.get(key, 2), rank(item))
+    order = {key: i for i, key in enumerate(by_module)}
+    items.sort(key=lambda it: (by_module[it.nodeid.split("::", 1)[0]],
+                               order[it.nodeid.split("::", 1)[0]]))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _outside_github_actions():
     """The suite runs the CLI on failing tiny cases; under GitHub Actions that would append
