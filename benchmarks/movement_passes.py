@@ -26,6 +26,12 @@ kernels, the median run time (the two programs' timings interleaved, as in
 - ``modconv_512_8``: one modulated 3x3 convolution of 512 channels on an 8x8 map (StyleGAN2's
   8x8 layer: a 9.4 MB kernel computed per sample).
 
+``SinkQuantizePairs`` (a per-tensor quantize-dequantize pair moved out of a movement chain):
+
+- ``q_shufflenet_v2_224``: ShuffleNetV2 x1.0 (``model_cases/zoo/shufflenet.py``) quantized by
+  PT2E's x86 quantizer, at 224x224 (its pairs on the concats stand inside the shuffles);
+- ``q_shuffle_unit_16``: one quantized downsampling unit (``tests/data/quant_models.py``).
+
     python benchmarks/movement_passes.py PASS [--target llvm|cuda] [--repeat N]
 """
 
@@ -78,10 +84,31 @@ def _computed_weights() -> dict[str, tuple[Any, list[int]]]:
     }
 
 
+def _quantize_pairs() -> dict[str, tuple[Any, list[int]]]:
+    import torch
+    from zoo.quant import _x86, pt2e_quantize
+    from zoo.shufflenet import shufflenet_v2
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "data"))
+    from quant_models import shuffle_unit
+
+    def quantized(factory: Callable[[], Any], shape: list[int]) -> Callable[[], Any]:
+        def build() -> Any:
+            torch.manual_seed(0)
+            return pt2e_quantize(factory().eval(), torch.randn(*shape), _x86())
+        return build
+
+    return {
+        "q_shufflenet_v2_224": (quantized(shufflenet_v2, [1, 3, 224, 224]), [1, 3, 224, 224]),
+        "q_shuffle_unit_16": (shuffle_unit, [1, 3, 16, 16]),
+    }
+
+
 PASSES: dict[str, Callable[[], dict[str, tuple[Any, list[int]]]]] = {
     "ShareChainLayouts": _shared_chains,
     "PermuteIntoGather": _gather_order,
     "ComputeInLayout": _computed_weights,
+    "SinkQuantizePairs": _quantize_pairs,
 }
 
 

@@ -94,6 +94,23 @@ def test_a_quantized_flatten_into_a_linear_folds_into_its_weight(write_case):
 
 
 @pytest.mark.compile
+def test_a_channel_shuffle_after_a_quantized_concat_costs_what_the_float_one_does(write_case):
+    """PT2E's pair on the concat's output stood between the concat and the shuffle's
+    reshape → transpose → reshape: the shuffle stayed a transpose of its own (the float
+    ShuffleNetV2 has none: the concat writes its parts interleaved). The pair moved after
+    the shuffle, only the input's transform is left, every product still in integers."""
+    pytest.importorskip("torchao")
+    case = _case(write_case, "shuffle_unit", "NCHW", 1)
+    (result,) = judge_in_process([case], RunOptions(isolate=False))
+    assert result.kernels is not None
+    for check in ("compile", "layout", "layout_transforms", "numerics"):
+        assert result.check(check).status is Status.PASSED, (
+            result.check(check).message, result.kernels.render())
+    products = result.check("float_qdq_products").figures
+    assert products.float_products == 0 and products.integer_products == 7, products
+
+
+@pytest.mark.compile
 def test_the_input_transposed_after_its_slices_and_quantize_is_the_inputs(write_case):
     """YOLOv5's Focus quantized: the input's transpose lands after the slices, the concat
     and the quantize. It is there because the input is NCHW, not for a rule quantize lacks

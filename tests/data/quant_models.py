@@ -274,6 +274,35 @@ def flatten_head() -> nn.Module:
     return _x86_quantized(FlattenHead())
 
 
+class ShuffleUnit(nn.Module):
+    """ShuffleNetV2's downsampling unit: two branches (each ending in a convolution and a
+    ReLU) concatenated, then the channel shuffle (``view(B, 2, C/2, H, W).transpose(1, 2)
+    .reshape``); PT2E quantizes the concat's output, so its quantize-dequantize pair stands
+    between the concat and the shuffle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU())
+        self.left = nn.Sequential(nn.Conv2d(8, 8, 3, 2, 1, groups=8), nn.Conv2d(8, 6, 1),
+                                  nn.ReLU())
+        self.right = nn.Sequential(nn.Conv2d(8, 6, 1), nn.ReLU(),
+                                   nn.Conv2d(6, 6, 3, 2, 1, groups=6), nn.Conv2d(6, 6, 1),
+                                   nn.ReLU())
+        self.head = nn.Sequential(nn.Conv2d(12, 12, 1), nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        x = torch.cat((self.left(x), self.right(x)), 1)
+        n, c, h, w = x.shape
+        x = x.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
+        return self.head(x).mean((2, 3))
+
+
+def shuffle_unit() -> nn.Module:
+    """`ShuffleUnit` quantized (x86): the concat's pair stands inside the shuffle."""
+    return _x86_quantized(ShuffleUnit())
+
+
 class FocusStem(nn.Module):
     """YOLOv5's Focus: the input's four pixel phases (strided slices) concatenated on the
     channels, then a convolution."""

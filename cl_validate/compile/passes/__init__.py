@@ -5,6 +5,9 @@ pairs it creates; the cleanup passes (run right after it) remove every transform
 needed, so what remains is what the model's layout really demands (typically the graph's
 input and output boundary, and the model's own permutes):
 
+* ``SinkQuantizePairs`` moves a per-tensor quantize-dequantize pair that cuts a movement (a
+  concat or a permute, then reshapes and permutes) past the movement after it, so the other
+  passes see one chain (exact: per tensor, the same codes wherever the values stand);
 * ``ElideBroadcasts`` permutes the small tensor rather than its explicit broadcast, and lets
   elementwise ops broadcast it themselves;
 * ``SinkPermutes`` recomputes ops without a rule (elementwise, clip, where, reductions,
@@ -73,6 +76,7 @@ from cl_validate.compile.passes.layout_rules import RULELESS_UNARY_OPS, extra_la
 from cl_validate.compile.passes.movement_chains import FoldMovementChains
 from cl_validate.compile.passes.normalize_axes import NormalizeAxes
 from cl_validate.compile.passes.permute_to_reshape import PermuteToReshape
+from cl_validate.compile.passes.quantize_pairs import SinkQuantizePairs
 from cl_validate.compile.passes.raise_attention import RaiseAttention
 from cl_validate.compile.passes.shared_chains import ShareChainLayouts
 from cl_validate.compile.passes.slice_views import ReadSlicesAtSource
@@ -83,16 +87,18 @@ from cl_validate.compile.passes.weight_columns import FoldPermuteIntoColumns
 def cleanup_passes() -> list[tvm.transform.Pass]:
     """The passes to run after ConvertLayout, in order.
 
-    Broadcasts first, so the permutes ConvertLayout put on them move onto the small tensor;
-    cancel next so SinkPermutes sees chains already folded (it also folds between its own
-    rounds, to a fixpoint); what SinkPermutes leaves after a concat is hoisted onto its
-    parts; movement chains are folded once the permutes around them have settled, and a
-    concat's interleaving permute then joins the concat; size-1 permutes become reshapes
-    last, because until then they are still permutes
-    that can cancel against each other; CanonicalizeBindings removes the ``gv = lv`` aliases a
-    cancelled output permute leaves behind.
+    Quantize-dequantize pairs first, out of the movement chains; broadcasts next, so the
+    permutes ConvertLayout put on them move onto the small tensor; cancel next so
+    SinkPermutes sees chains already folded (it also folds between its own rounds, to a
+    fixpoint); what SinkPermutes leaves after a concat is hoisted onto its parts; movement
+    chains are folded once the permutes around them have settled, and a concat's
+    interleaving permute then joins the concat; size-1 permutes become reshapes last,
+    because until then they are still permutes that can cancel against each other;
+    CanonicalizeBindings removes the ``gv = lv`` aliases a cancelled output permute leaves
+    behind.
     """
     return [
+        SinkQuantizePairs(),
         ElideBroadcasts(),
         CancelPermutes(),
         SinkPermutes(),
@@ -128,6 +134,7 @@ __all__ = [
     "ReadSlicesAtSource",
     "ShareChainLayouts",
     "SinkPermutes",
+    "SinkQuantizePairs",
     "StridedProducts",
     "cleanup_passes",
     "extra_layout_rules",

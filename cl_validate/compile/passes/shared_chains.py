@@ -86,7 +86,7 @@ class _Tail:
 _QUANTIZE, _DEQUANTIZE = "relax.quantize", "relax.dequantize"
 
 
-def _per_tensor(call: relax.Expr | None) -> bool:
+def per_tensor(call: relax.Expr | None) -> bool:
     """A quantize or dequantize with one scale and one zero point."""
     if op_name(call) not in (_QUANTIZE, _DEQUANTIZE):
         return False
@@ -137,8 +137,8 @@ class _Finder:
         if is_movement(value):
             return users[0]
         after = self.chains.uses.get(users[0], [])
-        if op_name(value) == _QUANTIZE and _per_tensor(value) and len(after) == 1 and \
-                after[0] is not None and _per_tensor(self.chains.values.get(after[0])) and \
+        if op_name(value) == _QUANTIZE and per_tensor(value) and len(after) == 1 and \
+                after[0] is not None and per_tensor(self.chains.values.get(after[0])) and \
                 op_name(self.chains.values.get(after[0])) == _DEQUANTIZE:
             return users[0]
         return None
@@ -357,4 +357,4 @@ def share_chain_layouts(func: relax.Function) -> relax.Function:
 
 ShareChainLayouts = relax_function_pass("ShareChainLayouts")(share_chain_layouts)
 
-__all__ = ["ShareChainLayouts", "share_chain_layouts"]
+__all__ = ["ShareChainLayouts", "per_tensor", "share_chain_layouts"]
