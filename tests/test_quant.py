@@ -111,6 +111,22 @@ def test_a_channel_shuffle_after_a_quantized_concat_costs_what_the_float_one_doe
 
 
 @pytest.mark.compile
+def test_a_quantize_after_a_view_is_not_named_as_the_cause(write_case):
+    """The quantize after an involution's view back to channels follows the layout of the
+    region it quantizes: the transform after it is there for the view (no layout rule), as
+    in the float model, not "relax.quantize has no layout rule" (our passes carry layouts
+    through a quantize)."""
+    pytest.importorskip("torchao")
+    case = _case(write_case, "involution_block", "NCHW", 20)
+    (result,) = judge_in_process([case], RunOptions(isolate=False))
+    assert result.kernels is not None
+    named = [t.attribution.relax_op for t in result.kernels.runtime_transforms
+             if t.attribution.reason is Reason.NO_LAYOUT_RULE]
+    assert named and not {"relax.quantize", "relax.dequantize"} & set(named), (
+        result.kernels.render())
+
+
+@pytest.mark.compile
 def test_the_input_transposed_after_its_slices_and_quantize_is_the_inputs(write_case):
     """YOLOv5's Focus quantized: the input's transpose lands after the slices, the concat
     and the quantize. It is there because the input is NCHW, not for a rule quantize lacks

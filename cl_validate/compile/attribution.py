@@ -343,7 +343,8 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
                     # an op our passes carry a layout through only followed this one
                     first_ruleless = Attribution(Reason.NO_LAYOUT_RULE, op, src)
                 break
-            if first_ruleless is None:
+            if first_ruleless is None or (op in _VIEWS and first_ruleless.relax_op in _CARRIED):
+                # a view a carried op only followed (a quantize after a view) is the cause
                 first_ruleless = Attribution(Reason.NO_LAYOUT_RULE, op, src)
         elif first_ruleless is not None and first_ruleless.relax_op in _VIEWS:
             break  # an op with a rule past a view: the view decided
