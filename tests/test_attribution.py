@@ -106,6 +106,16 @@ def test_transforms_around_a_converted_conv1d_are_traced_to_what_made_its_input(
     assert all("conv1d" not in (a.source or "") + (a.relax_op or "") for a in middle), said
 
 
+def test_an_op_the_cleanup_carries_a_layout_through_is_not_named_for_its_reader(write_case):
+    """An unfold's pad runs in NCHW because the unfold's view after it has no layout rule:
+    the transform into the pad names that view, not "relax.nn.pad has no layout rule" (the
+    cleanup carries a layout through a pad; the advice to give it one was wrong)."""
+    ts = _transforms(write_case, "involution_block", pipeline="nhwc")
+    named = [t.attribution for t in ts if t.attribution.reason is Reason.NO_LAYOUT_RULE]
+    assert named and all(a.relax_op == "relax.reshape" for a in named), [
+        a.describe() for a in named]
+
+
 def test_each_own_permute_names_the_module_whose_code_wrote_it(write_case):
     """Our passes rebuild a model's permutes (new binding names), so the source travels in
     the permute's own mark: each shuffle is named by its own block, in order."""

@@ -22,11 +22,6 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
-from cl_validate.compile.attribution import (
-    mark_import_permutes,
-    ops_by_binding,
-    sources_by_binding,
-)
 from cl_validate.compile.complex_pairs import (
     UnsupportedComplexOps,
     complex_aware,
@@ -36,6 +31,11 @@ from cl_validate.compile.complex_pairs import (
 )
 from cl_validate.compile.converters import custom_convert_map
 from cl_validate.compile.decompositions import decompositions
+from cl_validate.compile.import_sources import (
+    mark_import_permutes,
+    ops_by_binding,
+    sources_by_binding,
+)
 from cl_validate.compile.model_outputs import named_outputs
 from cl_validate.compile.quant_steps import output_steps
 from cl_validate.errors import CaseFileError, ClValidateError, CompileStageError

@@ -304,32 +304,11 @@ def shuffle_unit() -> nn.Module:
     return _x86_quantized(ShuffleUnit())
 
 
-class InvolutionBlock(nn.Module):
-    """RedNet's involution: a kernel per pixel (from the map, viewed (B, G, 1, k², H, W)),
-    multiplied with the unfolded map and summed over the taps, viewed back to channels, then
-    BatchNorm, ReLU and a convolution. Quantized, a quantize follows the view back: the
-    involution's region stays NCHW for its views, not for the quantize."""
-
-    def __init__(self, channels: int = 8, k: int = 3, groups: int = 2) -> None:
-        super().__init__()
-        self.k, self.groups = k, groups
-        self.stem = nn.Conv2d(3, channels, 1)
-        self.span = nn.Conv2d(channels, groups * k * k, 1)
-        self.norm = nn.BatchNorm2d(channels)
-        self.head = nn.Conv2d(channels, channels, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stem(x)
-        b, c, h, w = x.shape
-        kernel = self.span(x).view(b, self.groups, self.k * self.k, h, w).unsqueeze(2)
-        taps = F.unfold(x, self.k, padding=self.k // 2).view(
-            b, self.groups, c // self.groups, self.k * self.k, h, w)
-        out = (kernel * taps).sum(dim=3).view(b, c, h, w)
-        return self.head(torch.relu(self.norm(out))).mean((2, 3))
-
-
 def involution_block() -> nn.Module:
-    """`InvolutionBlock` quantized (x86)."""
+    """tiny_models' `InvolutionBlock` quantized (x86): a quantize follows the involution's
+    view back to channels."""
+    from tiny_models import InvolutionBlock
+
     return _x86_quantized(InvolutionBlock())
 
 
