@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 SHAPE = (1, 3, 16, 16)
 
