@@ -18,13 +18,15 @@ from cl_validate.compile.passes import (
     ReadSlicesAtSource,
     ShareChainLayouts,
     SinkPermutes,
+    SinkQuantizePairs,
     cleanup_passes,
 )
 
 
 def test_order() -> None:
     names = [p.info.name for p in cleanup_passes()]
-    assert names == [ElideBroadcasts().info.name, CancelPermutes().info.name,
+    assert names == [SinkQuantizePairs().info.name,
+                     ElideBroadcasts().info.name, CancelPermutes().info.name,
                      SinkPermutes().info.name, HoistPermutes().info.name,
                      ShareChainLayouts().info.name, FoldMovementChains().info.name,
                      InterleaveConcats().info.name,
