@@ -51,14 +51,13 @@ _TO_NHWC = (0, 2, 3, 1)
 
 def annotate_transforms(mod: Any, sources: dict[str, str],
                         pinned_modules: Iterable[str] = (), kept_ops: Iterable[str] = (),
-                        desired_ops: Mapping[str, Sequence[str]] | Iterable[str] = ()
-                        ) -> Any:
+                        desired: Mapping[str, Sequence[str]] | None = None) -> Any:
     """Return `mod` with every transform call in main carrying its `Attribution` in its span.
 
     `pinned_modules` are the nn.Module paths the case keeps in another layout on purpose;
     `kept_ops` the Relax ops kept in their import layout because TVM cannot lower them in
-    the one the pipeline asked for; `desired_ops` the ops the case's ``[layout]`` converts
-    (with their layouts, where a transform into one that runs in it is traced up its input).
+    the one the pipeline asked for; `desired` the layouts ConvertLayout asks of each op (a
+    transform into an op that runs in its layout is traced up its input).
     """
     func = mod["main"]
     binds = list(bindings(func))
@@ -68,8 +67,8 @@ def annotate_transforms(mod: Any, sources: dict[str, str],
     producer = {b.var: b for b in binds}
     pinned = set(pinned_modules)
     kept = set(kept_ops)
-    decided = set(desired_ops) - kept
-    layouts = dict(desired_ops) if isinstance(desired_ops, Mapping) else {}
+    layouts = dict(desired or {})
+    decided = set(layouts) - kept
     outputs = _output_vars(func.body.body, producer)
 
     attributions: dict[Any, Attribution] = {}
@@ -232,12 +231,8 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
                 first_ruleless = Attribution(Reason.NO_LAYOUT_RULE, op, src)
         elif first_ruleless is not None and first_ruleless.relax_op in _VIEWS:
             break  # an op with a rule past a view: the view decided
-        operands = cur.value.fields if isinstance(cur.value, relax.Tuple) else [
-            cur.value.tuple_value] if isinstance(cur.value, relax.TupleGetItem) else [
-            f for a in getattr(cur.value, "args", [])
-            for f in (a.fields if isinstance(a, relax.Tuple) else [a])]
-        args = [a for a in operands if isinstance(a, relax.Var) and not a.same_as(prev_arg)
-                and not is_weight_derived(a, derived)]
+        args = [a for a in _operands(cur.value) if isinstance(a, relax.Var)
+                and not a.same_as(prev_arg) and not is_weight_derived(a, derived)]
         nxt = args[0] if args else None
         if nxt is not None and nxt in inputs:
             # Everything between the input and here follows its layout (ops with a rule, or
@@ -251,6 +246,17 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
     if start is not None:
         return Attribution(Reason.UNTRACED, op_name(start.value), sources.get(start.var.name))
     return Attribution(Reason.UNTRACED, None, sources.get(name))
+
+
+def _operands(value: Any) -> list[Any]:
+    """What a binding's value reads: a tuple's fields, a getitem's tuple, a call's arguments
+    (a tuple argument's fields in its place)."""
+    if isinstance(value, relax.Tuple):
+        return list(value.fields)
+    if isinstance(value, relax.TupleGetItem):
+        return [value.tuple_value]
+    return [f for a in getattr(value, "args", [])
+            for f in (a.fields if isinstance(a, relax.Tuple) else [a])]
 
 
 def _reader_behind(start: Any, users: dict[Any, list[Any]], producer: dict[Any, Any],

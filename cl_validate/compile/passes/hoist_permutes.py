@@ -29,14 +29,17 @@ exact by construction.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from tvm import relax
-from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from cl_validate.compile.passes._util import inverse, moves_only_unit_axes, relax_function_pass
+from cl_validate.compile.passes._util import (
+    inverse,
+    moves_only_unit_axes,
+    rebind,
+    relax_function_pass,
+)
 from cl_validate.ir import (
     bindings,
     is_identity,
@@ -51,11 +54,12 @@ from cl_validate.ir import (
 CONCAT = "relax.concat"
 
 
-def _hoistable(func: relax.Function) -> dict[relax.Var, relax.Call]:
-    """Each concat var read only by one permute that moves only its parts' size-1 axes."""
+def _hoistable(func: relax.Function) -> dict[relax.Var, tuple[relax.Call, relax.Call]]:
+    """Each permute (var -> (the permute, the concat it reads)) of a concat read by nothing
+    else, that moves only its parts' size-1 axes."""
     uses = use_sites(func)
     values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
-    found: dict[relax.Var, relax.Call] = {}
+    found: dict[relax.Var, tuple[relax.Call, relax.Call]] = {}
     for var, value in values.items():
         axes = permute_axes(value)
         src = value.args[0] if axes is not None else None
@@ -69,7 +73,7 @@ def _hoistable(func: relax.Function) -> dict[relax.Var, relax.Call]:
         kinds = [_part_kind(f, axes, values, uses) for f in fields]
         # a real transpose becomes free ones, or joins the ones its parts already are
         if None not in kinds:
-            found[var] = concat  # type: ignore[assignment]
+            found[var] = (value, concat)  # type: ignore[assignment]
     return found
 
 
@@ -102,31 +106,12 @@ def _part_kind(part: relax.Expr, axes: tuple[int, ...], values: dict[relax.Var, 
     return None
 
 
-@mutator
-class _Rewriter(PyExprMutator):  # type: ignore[misc]
-    """Rebinds each var of `found` to what `build` makes of it (the mutator, the binding,
-    what was found for it); every other binding as it is."""
-
-    def __init__(self, found: dict[relax.Var, Any],
-                 build: Callable[[Any, relax.VarBinding, Any], relax.Expr]) -> None:
-        super().__init__()
-        self.found, self.build = found, build
-
-    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
-        hit = self.found.get(binding.var)
-        if hit is None:
-            super().visit_var_binding_(binding)
-            return
-        value = self.build(self, binding, hit)
-        self.builder_.emit_normalized(relax.VarBinding(binding.var,
-                                                       self.builder_.normalize(value)))
-
-
-def _hoisted(m: Any, binding: relax.VarBinding, concat: relax.Call) -> relax.Expr:
+def _hoisted(m: Any, hit: tuple[relax.Call, relax.Call], _var: relax.Var) -> relax.Expr:
     """The concat of the parts, each permuted."""
-    axes = permute_axes(binding.value)
+    permute, concat = hit
+    axes = permute_axes(permute)
     assert axes is not None
-    origin = origin_tag(binding.value)
+    origin = origin_tag(permute)
     parts = [_permuted(m, m.visit_expr(f), list(axes), origin) for f in concat.args[0].fields]
     return relax.op.concat(parts, axis=inverse(axes)[int(concat.attrs.axis) % len(axes)])
 
@@ -141,17 +126,10 @@ def _permuted(m: Any, part: relax.Expr, axes: list[int], origin: Any) -> relax.E
     return m.builder_.emit(mark_origin(relax.op.permute_dims(part, axes), origin))
 
 
-def _rewrite(func: relax.Function, found: dict[relax.Var, Any],
-             build: Callable[[Any, relax.VarBinding, Any], relax.Expr]) -> relax.Function:
-    if not found:
-        return func
-    return relax.analysis.remove_all_unused(_Rewriter(found, build).visit_expr(func))
-
-
 def hoist_permutes(func: relax.Function) -> relax.Function:
     """Permutes of concats move onto the parts where they would only reshape them (or the
     small input of a broadcast part), or join a part's own movement chain."""
-    return _rewrite(func, _hoistable(func), _hoisted)
+    return rebind(func, _hoistable(func), _hoisted)
 
 
 HoistPermutes = relax_function_pass("HoistPermutes")(hoist_permutes)
@@ -224,11 +202,10 @@ def _interleavable(func: relax.Function) -> dict[relax.Var, tuple[relax.Call, in
     return found
 
 
-def _interleaved(m: Any, binding: relax.VarBinding, hit: tuple[relax.Call, int]
-                 ) -> relax.Expr:
+def _interleaved(m: Any, hit: tuple[relax.Call, int], var: relax.Var) -> relax.Expr:
     """The concat of the parts, each viewed with a size-1 axis at the axis found."""
     concat, t = hit
-    shape = list(_known(binding.var) or ())
+    shape = list(_known(var) or ())
     shape[t] = 1
     parts = [m.builder_.emit(relax.op.reshape(m.visit_expr(f), shape))
              for f in concat.args[0].fields]
@@ -237,7 +214,7 @@ def _interleaved(m: Any, binding: relax.VarBinding, hit: tuple[relax.Call, int]
 
 def interleave_concats(func: relax.Function) -> relax.Function:
     """Permutes that interleave a concat's parts become the concat of the viewed parts."""
-    return _rewrite(func, _interleavable(func), _interleaved)
+    return rebind(func, _interleavable(func), _interleaved)
 
 
 InterleaveConcats = relax_function_pass("InterleaveConcats")(interleave_concats)

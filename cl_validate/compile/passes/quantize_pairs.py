@@ -20,10 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from tvm import relax
-from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.passes._plan import with_fields
-from cl_validate.compile.passes._util import relax_function_pass
+from cl_validate.compile.passes._util import rebind, relax_function_pass
 from cl_validate.compile.passes.shared_chains import per_tensor
 from cl_validate.ir import bindings, op_name, use_sites
 
@@ -34,8 +33,9 @@ _QUANTIZE, _DEQUANTIZE = "relax.quantize", "relax.dequantize"
 _ROUNDS = 16
 
 
-def _moves(func: relax.Function) -> dict[relax.Var, tuple[Any, Any]]:
-    """Movement bindings that read a pair to move: var -> (the quantize, the dequantize)."""
+def _moves(func: relax.Function) -> dict[relax.Var, tuple[Any, Any, Any]]:
+    """Movement bindings that read a pair to move: var -> (the movement, the quantize, the
+    dequantize)."""
     values = {b.var: b.value for b in bindings(func)}
     users = use_sites(func)
 
@@ -43,7 +43,7 @@ def _moves(func: relax.Function) -> dict[relax.Var, tuple[Any, Any]]:
         return isinstance(var, relax.Var) and len(users.get(var, [])) == 1 and \
             users[var][0] is not None
 
-    found: dict[relax.Var, tuple[Any, Any]] = {}
+    found: dict[relax.Var, tuple[Any, Any, Any]] = {}
     for var, value in values.items():
         if op_name(value) not in _MOVES:
             continue
@@ -57,32 +57,20 @@ def _moves(func: relax.Function) -> dict[relax.Var, tuple[Any, Any]]:
             continue
         src = q.args[0]  # type: ignore[union-attr]
         if isinstance(src, relax.Var) and op_name(values.get(src)) in _CUT:
-            found[var] = (q, deq)
+            found[var] = (value, q, deq)
     return found
 
 
-@mutator
-class _Mover(PyExprMutator):  # type: ignore[misc]
-    def __init__(self, moves: dict[relax.Var, tuple[Any, Any]]) -> None:
-        super().__init__()
-        self.moves = moves
-
-    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
-        pair = self.moves.get(binding.var)
-        if pair is None:
-            super().visit_var_binding_(binding)
-            return
-        q, deq = pair
-        move = binding.value
-        value: relax.Expr = self.builder_.emit(relax.Call(
-            move.op, [self.visit_expr(q.args[0]), *move.args[1:]], move.attrs, move.ty_args))
-        for call in (q, deq):  # per tensor: the same codes wherever the values stand
-            value = relax.Call(call.op, [value, *call.args[1:]],
-                               with_fields(call.attrs, axis=-1), call.ty_args, call.span)
-            if call is q:
-                value = self.builder_.emit(value)
-        self.builder_.emit_normalized(
-            relax.VarBinding(binding.var, self.builder_.normalize(value)))
+def _moved(m: Any, found: tuple[Any, Any, Any], _var: relax.Var) -> relax.Expr:
+    """The movement applied to the pair's input, then the pair (per tensor: the same codes
+    wherever the values stand)."""
+    move, q, deq = found
+    value: relax.Expr = m.builder_.emit(relax.Call(
+        move.op, [m.visit_expr(q.args[0]), *move.args[1:]], move.attrs, move.ty_args))
+    value = m.builder_.emit(relax.Call(q.op, [value, *q.args[1:]], with_fields(q.attrs, axis=-1),
+                                       q.ty_args, q.span))
+    return relax.Call(deq.op, [value, *deq.args[1:]], with_fields(deq.attrs, axis=-1),
+                      deq.ty_args, deq.span)
 
 
 def sink_quantize_pairs(func: relax.Function) -> relax.Function:
@@ -92,7 +80,7 @@ def sink_quantize_pairs(func: relax.Function) -> relax.Function:
         moves = _moves(func)
         if not moves:
             break
-        func = relax.analysis.remove_all_unused(_Mover(moves).visit_expr(func))
+        func = rebind(func, moves, _moved)
     return func
 
 
