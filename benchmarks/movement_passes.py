@@ -32,6 +32,16 @@ kernels, the median run time (the two programs' timings interleaved, as in
   PT2E's x86 quantizer, at 224x224 (its pairs on the concats stand inside the shuffles);
 - ``q_shuffle_unit_16``: one quantized downsampling unit (``tests/data/quant_models.py``).
 
+``UnfoldChannelFilters`` (channels folded into the batch for a one-channel filter, as a
+depthwise convolution):
+
+- ``stylegan2_64``: the zoo's reduced StyleGAN2 generator at 64x64 (``upfirdn2d`` blurs and
+  upsamplings);
+- ``blur_64_128``: one blur (``upfirdn2d``, a 4x4 kernel) between two 1x1 convolutions of 64
+  channels on a 128x128 map;
+- ``upsample_64_64``: one 2x ``upfirdn2d`` upsampling (zero-stuffing, 4x4 kernel) between two
+  1x1 convolutions of 64 channels, 64x64 to 128x128.
+
     python benchmarks/movement_passes.py PASS [--target llvm|cuda] [--repeat N]
 """
 
@@ -104,11 +114,26 @@ def _quantize_pairs() -> dict[str, tuple[Any, list[int]]]:
     }
 
 
+def _channel_filters() -> dict[str, tuple[Any, list[int]]]:
+    from torch import nn
+    from wild_zoo.idioms2 import MODELS, Blur, Upsample
+
+    def around(filt: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
+        return lambda: nn.Sequential(nn.Conv2d(3, 64, 1), filt(), nn.Conv2d(64, 64, 1))
+
+    return {
+        "stylegan2_64": (MODELS["stylegan2_modconv"], [1, 3, 64, 64]),
+        "blur_64_128": (around(lambda: Blur([1, 3, 3, 1], (2, 1))), [1, 3, 128, 128]),
+        "upsample_64_64": (around(lambda: Upsample([1, 3, 3, 1])), [1, 3, 64, 64]),
+    }
+
+
 PASSES: dict[str, Callable[[], dict[str, tuple[Any, list[int]]]]] = {
     "ShareChainLayouts": _shared_chains,
     "PermuteIntoGather": _gather_order,
     "ComputeInLayout": _computed_weights,
     "SinkQuantizePairs": _quantize_pairs,
+    "UnfoldChannelFilters": _channel_filters,
 }
 
 

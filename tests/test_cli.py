@@ -90,7 +90,7 @@ def test_show_stage_ir_and_unknown_stage():
     assert "R.permute_dims" in out and 'data_layout="NHWC"' in out
     code, _, err = run_cli(["show", str(DATA / "conv_relu.toml"), "--stage", "nope"])
     assert code == ExitCode.USAGE_ERROR
-    assert "stages: import, normalize_axes, raise_attention, convert_layout" in err
+    assert "stages: import, normalize_axes, raise_attention, unfold_filters, convert_layout" in err
 
 
 @pytest.mark.compile

@@ -106,7 +106,8 @@ def test_failure_section_says_why(results):
     line = int(re.search(r"over_budget\.toml:(\d+)`", why).group(1))
     assert case_file[line - 1].strip() == "layout_transforms = 1"
     stages = re.search(r"after each stage.*: `(.*)`", why).group(1)
-    assert stages.startswith("import 0 → normalize_axes 0 → raise_attention 0 → convert_layout")
+    assert stages.startswith("import 0 → normalize_axes 0 → raise_attention 0 → unfold_filters 0 → "
+                             "convert_layout")
     assert stages.endswith("2")
     (chart,) = mermaid_blocks(why)
     assert chart.startswith("flowchart TD")

@@ -91,6 +91,13 @@ def compile_nhwc_case(tmp_path: Any, model: Any, shape: tuple[int, ...], rtol: f
                       atol: float) -> Any:
     """`model` as a case with channels-last input and NHWC convolutions, through the whole
     `nhwc` pipeline for llvm: its output checked against PyTorch's, its kernel list returned."""
+    return compile_nhwc(tmp_path, model, shape, rtol, atol)[1]
+
+
+def compile_nhwc(tmp_path: Any, model: Any, shape: tuple[int, ...], rtol: float, atol: float,
+                 input_layout: str = "NHWC") -> tuple[Any, Any]:
+    """`compile_nhwc_case` with the input in `input_layout`: (the compiled program with its
+    stages, its kernel list)."""
     import torch
     import tvm
 
@@ -103,7 +110,7 @@ def compile_nhwc_case(tmp_path: Any, model: Any, shape: tuple[int, ...], rtol: f
 
     path = tmp_path / "c.toml"
     path.write_text(f'model = "x:y"\n[[inputs]]\nname = "x"\nshape = {list(shape)}\n'
-                    'layout = "NHWC"\n[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+                    f'layout = "{input_layout}"\n[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
     case = load_case(path)
     torch.manual_seed(0)
     net = model().eval()
@@ -112,4 +119,4 @@ def compile_nhwc_case(tmp_path: Any, model: Any, shape: tuple[int, ...], rtol: f
     compiled = compile_case(export_and_import(net, case, tensors), case, "llvm")
     got = run_tvm(compiled.executable, case, arrays, tvm.cpu())
     np.testing.assert_allclose(got[0], run_torch(net, tensors)[0], rtol=rtol, atol=atol)
-    return read_kernel_list(compiled)
+    return compiled, read_kernel_list(compiled)

@@ -33,16 +33,19 @@ SinkPermutes moves onto an NHWC stream sums its statistics in another order (exa
 TVM's own group_norm layout rule does under ConvertLayout). They work whether the weights
 are still parameters of ``main`` (beyond ``num_input``) or already bound constants.
 
-More passes run at other stages: ``NormalizeAxes`` before ConvertLayout (negative axes
-crash some of TVM's layout rules), with ``PerSampleInstanceNorm`` (an instance norm on a batch
-of more than one, which PyTorch folds into the channels, as the per-channel norm it is;
-exact) and ``PermuteIntoGather`` (an unfold's permute of the gathered positions folded into
-the gather's constant index; exact); ``FoldFlattenIntoLinear`` after the cleanup (a flatten's
-transpose into the Linear's weight: the dot products sum in another order), with
-``FoldPermuteIntoColumns`` (a computed kernel's transpose into its constant bank's columns,
-CondConv-style dynamic convolutions; exact) and ``ComputeInLayout`` (a kernel computed
-elementwise from a weight and per-channel factors, StyleGAN2's modulation, computed in the
-layout the convolution wants; exact);
+More passes run at other stages: ``NormalizeAxes`` before ConvertLayout (negative axes crash
+some of TVM's layout rules), with ``PerSampleInstanceNorm`` (an instance norm on a batch of
+more than one, which PyTorch folds into the channels, as the per-channel norm it is; exact)
+and ``PermuteIntoGather`` (an unfold's permute of the gathered positions folded into the
+gather's constant index; exact); ``UnfoldChannelFilters`` after RaiseAttention, in a stage
+of its own (a filter run on every channel by folding the channels into the batch,
+``upfirdn2d``-style, as the depthwise convolution it is; kept only where the layout stages
+then leave fewer transforms; the same sums of the same products); ``FoldFlattenIntoLinear``
+after the cleanup (a flatten's transpose into the Linear's weight: the dot products sum in
+another order), with ``FoldPermuteIntoColumns`` (a computed kernel's transpose into its
+constant bank's columns, CondConv-style dynamic convolutions; exact) and ``ComputeInLayout``
+(a kernel computed elementwise from a weight and per-channel factors, StyleGAN2's
+modulation, computed in the layout the convolution wants; exact);
 ``lower_conv_transpose`` after it (a transposed convolution ConvertLayout carried into a
 layout TVM cannot lower becomes a convolution of the zero-stuffed input there); and, once the
 weights are bound, ``FoldScaleShift`` moves the per-channel scale and shift a BatchNorm leaves
@@ -63,6 +66,10 @@ from tvm import relax
 from cl_validate.compile.passes.bool_arithmetic import BoolArithmetic
 from cl_validate.compile.passes.broadcasts import ElideBroadcasts
 from cl_validate.compile.passes.cancel_permutes import CancelPermutes
+from cl_validate.compile.passes.channel_filters import (
+    UnfoldChannelFilters,
+    unfold_channel_filters,
+)
 from cl_validate.compile.passes.computed_weights import ComputeInLayout
 from cl_validate.compile.passes.conv_transpose import lower_conv_transpose
 from cl_validate.compile.passes.flatten_linear import FoldFlattenIntoLinear
@@ -136,7 +143,9 @@ __all__ = [
     "SinkPermutes",
     "SinkQuantizePairs",
     "StridedProducts",
+    "UnfoldChannelFilters",
     "cleanup_passes",
     "extra_layout_rules",
     "lower_conv_transpose",
+    "unfold_channel_filters",
 ]
