@@ -15,7 +15,8 @@ norms, mixed, wild (patterns from architectures in the wild: split attention, se
 kernels, global context, ECA, MobileViT, pooling with padding, scalar affine, VGG head,
 positional encoding), deploy (patterns of the detection, diffusion and transformer models teams
 deploy: GroupNorm after attention, the UNet mid-block on an NCHW input, DFL detect heads,
-attention inside conv nets, unfold-style indexing).
+attention inside conv nets, unfold-style indexing), filters (FIR resampling and blurs that fold
+the channels into the batch).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ FAMILIES: tuple[str, ...] = (
     "mixed",
     "wild",
     "deploy",
+    "filters",
 )
 
 # Every factory, as case files name it (``model = "zoo.<entry>"``).
@@ -67,4 +69,5 @@ FACTORIES: tuple[str, ...] = (
     "deploy:conv_attention",
     "deploy:index_unfold",
     "deploy:mid_block",
+    "filters:fir_resampler",
 )
