@@ -1,7 +1,9 @@
 """Rotary positions written with complex numbers (Meta's LLaMA reference, SAM 2's memory
-attention): TVM 0.27 had no converter for ``view_as_complex``, ``view_as_real`` or
-``complex`` and no complex dtype, so such a model did not import. Complex tensors are now
-pairs of reals; an op the pairs cannot compute is named before the import."""
+attention) and spectral mixing (GFNet, FNet, LaMa's Fourier convolutions): TVM 0.27 had no
+converter for ``view_as_complex``, ``view_as_real``, ``complex`` or the FFTs and no complex
+dtype, so such a model did not import. Complex tensors are now pairs of reals, a DFT a
+product with a constant matrix along each axis; an op the pairs cannot compute is named
+before the import."""
 
 from __future__ import annotations
 
@@ -94,9 +96,9 @@ def test_complex_arithmetic_with_reals_of_other_shapes_computes_it(tmp_path):
     np.testing.assert_allclose(got, run_torch(Shifted(), tensors)[0], rtol=1e-6, atol=1e-6)
 
 
-class Magnitude(nn.Module):
+class Exponential(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2)).abs()
+        return torch.view_as_real(torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2)).exp())
 
 
 def test_an_op_the_pairs_cannot_compute_is_named_before_the_import(tmp_path):
@@ -109,7 +111,42 @@ def test_an_op_the_pairs_cannot_compute_is_named_before_the_import(tmp_path):
                     '[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
     case = load_case(path)
     with pytest.raises(CompileStageError) as err:
-        export_and_import(Magnitude(), case, torch_inputs(case, make_inputs(case)))
+        export_and_import(Exponential(), case, torch_inputs(case, make_inputs(case)))
     message = str(err.value)
-    assert "no converter for abs.default on complex tensors (hint:" in message, message
+    assert "no converter for exp.default on complex tensors (hint:" in message, message
     assert "Traceback" not in message and "\n" not in message, message
+
+
+class Spectral(nn.Module):
+    """Every DFT form torch.fft decomposes to, on a conv map viewed as channels-last tokens:
+    GFNet's global filter (``rfft2``, a complex weight, ``irfft2``, ``norm="ortho"``), FNet's
+    mixing (``fft`` over two axes, real part), an odd-length inverse (``irfft`` with ``n``), a
+    spectrum's magnitude and phase after ``fftshift``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 6, 3, padding=1)
+        self.weight = nn.Parameter(torch.randn(7, 4, 6, 2) * 0.5)
+        self.head = nn.Conv2d(6, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.stem(x).permute(0, 2, 3, 1)  # (B, 7, 7, C) tokens
+        f = torch.fft.rfft2(t, dim=(1, 2), norm="ortho") * torch.view_as_complex(self.weight)
+        t = t + torch.fft.irfft2(f, s=(7, 7), dim=(1, 2), norm="ortho")
+        t = t + torch.fft.fft2(t, dim=(1, 2)).real * 0.1
+        t = t + torch.fft.irfft(torch.fft.rfft(t, dim=2), n=7, dim=2)
+        spectrum = torch.fft.fftshift(torch.fft.fft(t, dim=-1, norm="forward"), dim=-1)
+        t = t + spectrum.abs() + 0.01 * spectrum.angle()
+        return self.head(t.permute(0, 3, 1, 2))
+
+
+def test_fourier_transforms_compute_them_reading_the_tokens_in_place(tmp_path):
+    from tests.passes.conftest import compile_nhwc
+
+    torch.manual_seed(0)
+    model = Spectral()
+    _, kernels = compile_nhwc(tmp_path, lambda: model, (1, 3, 7, 7), rtol=1e-4, atol=1e-4,
+                              input_layout="NCHW")
+    # the NCHW input and output boundaries only: every DFT reads the (B, H, W, C) tokens
+    # as (before, n, after), in place
+    assert len(kernels.runtime_transforms) == 2, kernels.render()

@@ -11,8 +11,10 @@ dtype and TVM 0.27's importer has no converter for these ops. Here a complex ten
   before the import (`store_complex_constants`);
 * ``complex(re, im)`` stacks its parts, ``polar(r, θ)`` makes them; products, sums and
   differences are computed on the parts (a real operand scales or shifts them); views,
-  slices, selections, expansions, repeats and permutes act on the leading axes, the parts'
-  axis staying last;
+  slices, selections, gathers, expansions, repeats and permutes act on the leading axes, the
+  parts' axis staying last; ``abs`` and ``angle`` are the pair's magnitude and ``atan2``;
+* the discrete Fourier transforms (``torch.fft``) are products with constant DFT matrices
+  (`fourier_pairs`);
 * any other op that reads or makes a complex tensor is refused before the import, by name
   (`unsupported_complex_ops`): a pair it did not know would compute something else.
 """
@@ -26,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 from tvm import relax
+
+from cl_validate.compile.fourier_pairs import FOURIER, fourier_converters
 
 #: The meta key marking an fx node whose value is stored as a pair (a complex constant).
 PAIRED = "cl_validate_complex_pair"
@@ -115,6 +119,8 @@ def _pair_op(name: str, node: Any, importer: Any) -> Any:
         mag, angle = importer.env[node.args[0]], importer.env[node.args[1]]
         return _pair(bb, bb.emit(relax.op.multiply(mag, bb.emit(relax.op.cos(angle)))),
                      bb.emit(relax.op.multiply(mag, bb.emit(relax.op.sin(angle)))))
+    if name in ("_to_copy", "to") and is_complex(node) and not is_complex(src):
+        return _pair(bb, x, bb.emit(relax.op.zeros_like(x)))  # a real made complex
     if name in ("view_as_complex", "view_as_real", "clone", "alias", "contiguous",
                 "lift_fresh_copy", "detach", "_to_copy", "to"):
         return x
@@ -127,6 +133,14 @@ def _pair_op(name: str, node: Any, importer: Any) -> Any:
     if name == "permute":
         dims = [_axis(d, src) for d in node.args[1]]
         return bb.emit(relax.op.permute_dims(x, [*dims, len(dims)]))
+    if name in ("abs", "angle"):
+        re, im = _part(bb, x, 0), _part(bb, x, 1)
+        if name == "angle":
+            return bb.emit(relax.op.atan2(im, re))
+        return bb.emit(relax.op.sqrt(bb.emit(relax.op.add(
+            bb.emit(relax.op.multiply(re, re)), bb.emit(relax.op.multiply(im, im))))))
+    if name == "index_select":
+        return bb.emit(relax.op.take(x, importer.env[node.args[2]], axis=_axis(node.args[1], src)))
     if name == "select":
         axis = _axis(node.args[1], src)
         return bb.emit(relax.op.take(x, relax.const(int(node.args[2]), "int64"), axis=axis))
@@ -146,7 +160,7 @@ _ARITHMETIC = {"mul": _arithmetic("mul"), "add": _arithmetic("add"), "sub": _ari
 _PAIR_OPS = frozenset({"complex", "polar", "view_as_complex", "view_as_real", "clone", "alias",
                        "contiguous", "lift_fresh_copy", "detach", "_to_copy", "to", "view",
                        "reshape", "_unsafe_view", "unsqueeze", "squeeze", "flatten", "expand",
-                       "repeat", "permute", "select", "slice"})
+                       "repeat", "permute", "select", "slice", "index_select", "abs", "angle"})
 
 
 def _base(target: Any) -> str:
@@ -176,7 +190,7 @@ def unsupported_complex_ops(graph: Any) -> list[str]:
         if node.target is operator.getitem:
             continue
         base = _base(node.target)
-        if base not in _PAIR_OPS and base not in _ARITHMETIC:
+        if base not in _PAIR_OPS and base not in _ARITHMETIC and base not in FOURIER:
             names.append(getattr(node.target, "__name__", str(node.target)))
     return list(dict.fromkeys(names))
 
@@ -229,4 +243,4 @@ def complex_aware(convert_map: dict[str, Converter]) -> dict[str, Converter]:
 
         return convert
 
-    return {**convert_map, **{name: wrap(name) for name in names}}
+    return {**convert_map, **{name: wrap(name) for name in names}, **fourier_converters()}

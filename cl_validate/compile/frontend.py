@@ -271,8 +271,9 @@ def _unsupported_ops_summary(exc: BaseException) -> str | None:
     if isinstance(exc, UnsupportedComplexOps):  # complex tensors: imported as pairs of reals
         return (f"Unsupported function types: no converter for {', '.join(sorted(exc.ops))} "
                 "on complex tensors (hint: complex tensors are imported as pairs of reals, "
-                "which view_as_complex/view_as_real, complex, polar, products, sums and views "
-                f"compute; express the model without {'it' if len(exc.ops) == 1 else 'them'}, "
+                "which view_as_complex/view_as_real, complex, polar, products, sums, views, "
+                "abs, angle and the FFTs compute; express the model without "
+                f"{'it' if len(exc.ops) == 1 else 'them'}, "
                 "or add it to cl_validate/compile/complex_pairs.py)")
     text = str(exc).strip()
     prefix = "Unsupported function types "
