@@ -150,3 +150,39 @@ def test_fourier_transforms_compute_them_reading_the_tokens_in_place(tmp_path):
     # the NCHW input and output boundaries only: every DFT reads the (B, H, W, C) tokens
     # as (before, n, after), in place
     assert len(kernels.runtime_transforms) == 2, kernels.render()
+
+
+class FourierUnit(nn.Module):
+    """LaMa's Fourier unit on an NCHW feature map: ``rfftn`` over (H, W), the real and
+    imaginary parts stacked into channels for a 1x1 conv, ``irfftn`` back; beside a local
+    conv, as in its fast Fourier convolution."""
+
+    def __init__(self, c: int = 4) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, padding=1)
+        self.mix = nn.Conv2d(2 * c, 2 * c, 1)
+        self.local = nn.Conv2d(c, c, 3, padding=1)
+        self.head = nn.Conv2d(c, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.stem(x))
+        f = torch.fft.rfftn(y, dim=(-2, -1), norm="ortho")
+        f = torch.stack((f.real, f.imag), dim=-1).permute(0, 1, 4, 2, 3)
+        f = torch.relu(self.mix(f.reshape(f.shape[0], -1, *f.shape[3:])))
+        f = f.view(f.shape[0], -1, 2, *f.shape[2:]).permute(0, 1, 3, 4, 2)
+        spectral = torch.fft.irfftn(torch.complex(f[..., 0], f[..., 1]), s=y.shape[-2:],
+                                    dim=(-2, -1), norm="ortho")
+        return self.head(self.local(y) + spectral)
+
+
+def test_a_feature_map_is_transformed_channels_last(tmp_path):
+    """The (H, W) transforms of an NCHW feature map read it channels-last (the importer's
+    permutes to and from it cancel against ConvertLayout's): its boundaries only, as the
+    model without the Fourier unit."""
+    from tests.passes.conftest import compile_nhwc
+
+    torch.manual_seed(0)
+    model = FourierUnit()
+    _, kernels = compile_nhwc(tmp_path, lambda: model, (1, 3, 8, 8), rtol=1e-4, atol=1e-4,
+                              input_layout="NCHW")
+    assert len(kernels.runtime_transforms) == 2, kernels.render()

@@ -215,9 +215,11 @@ def has_complex(graph: Any) -> bool:
     return any(_touches_complex(n) for n in graph.nodes if n.op == "call_function")
 
 
-def complex_aware(convert_map: dict[str, Converter]) -> dict[str, Converter]:
+def complex_aware(convert_map: dict[str, Converter], channels_last: bool = False
+                  ) -> dict[str, Converter]:
     """`convert_map` with every op a pair may flow through dispatching on its operands: the
-    pair's version where one is complex, else the map's converter or the importer's own."""
+    pair's version where one is complex, else the map's converter or the importer's own;
+    with the FFTs (`fourier_pairs`, `channels_last` as the case's convolutions are)."""
     names = [f"{base}.{overload}" for base in (*_PAIR_OPS, *_ARITHMETIC)
              for overload in ("default", "Tensor", "int", "dim", "Scalar", "dims")]
 
@@ -243,4 +245,5 @@ def complex_aware(convert_map: dict[str, Converter]) -> dict[str, Converter]:
 
         return convert
 
-    return {**convert_map, **{name: wrap(name) for name in names}, **fourier_converters()}
+    return {**convert_map, **{name: wrap(name) for name in names},
+            **fourier_converters(channels_last)}

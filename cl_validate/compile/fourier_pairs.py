@@ -18,6 +18,14 @@ tensors.
   pocketfft does);
 * ``_fft_c2c(x, dim, norm, forward)``: a complex DFT along each axis of ``dim``.
 
+With the case's convolutions channels-last, a transform over the spatial axes of an
+``(N, C, H, W)`` feature map (LaMa's and HorNet's Fourier units: ``dim=(-2, -1)``; a map: the
+ops of its shape around it reach a convolution or the image input, and no permute) is
+computed on the map permuted to ``(N, H, W, C)``, where each DFT reads it in place, and
+permuted back: the two permutes (the importer's, for the FFT) cancel against the transposes
+ConvertLayout puts around the ops it has no rule for, where the map is NHWC anyway. A token
+grid the model permuted itself is transformed where it is.
+
 ``norm`` scales by 1, ``1/√N`` or ``1/N`` (N: the signal's size over ``dim``), folded into the
 first matrix. The matrices are computed in float64 and stored in the operand's dtype; the
 sums run in that dtype (a direct DFT: O(n) products per output instead of an FFT's
@@ -26,6 +34,7 @@ O(log n), on the small grids these models transform).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -124,19 +133,70 @@ def _axes(dims: Any, rank: int) -> list[int]:
     return [int(d) % rank for d in dims]
 
 
-def _r2c(node: Any, importer: Any) -> Any:
+#: channels-first (N, C, H, W) to channels-last (N, H, W, C), and back
+_TO_LAST, _TO_FIRST = (0, 2, 3, 1), (0, 3, 1, 2)
+
+
+#: The exported graph's ops that put a tensor in an order of the model's choosing.
+_PERMUTES = frozenset({"permute", "transpose", "t", "swapaxes", "movedim"})
+_WALK = 64  # nodes looked at, at most, per transform
+
+
+def _feature_map(real: Any, downward: bool) -> bool:
+    """`real` (an fx node, 4-D) is an (N, C, H, W) feature map: the ops of its shape around it
+    (before it, or after it when `downward`) reach a convolution or an image input, and no
+    permute (a channels-last token grid viewed by the model: transformed where it is)."""
+    shape = tuple(getattr(real.meta.get("val"), "shape", ()))
+    seen, todo, conv = set(), [real], False
+    while todo and len(seen) < _WALK:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        name = getattr(node.target, "__name__", str(node.target)).split(".")[0]
+        if name in _PERMUTES:
+            return False
+        if name == "convolution" or (node.op == "placeholder" and not downward):
+            conv = True
+            continue
+        nxt = list(node.users) if downward else node.all_input_nodes
+        # a convolution reading the map has a shape of its own
+        todo.extend(n for n in nxt if tuple(getattr(n.meta.get("val"), "shape", ())) == shape
+                    or (downward and str(n.target).split(".")[-2:-1] == ["convolution"]))
+    return conv
+
+
+def _channels_last(node: Any, rank: int, axes: list[int], channels_last: bool,
+                   downward: bool = False) -> bool:
+    """Transform an (N, C, H, W) feature map over its spatial axes channels-last: the DFTs
+    read it in place there, and the permutes to and from it cancel against the transposes of
+    the case's NHWC layout. `node` is the map (the transform's input, or with `downward` the
+    transform itself, whose output it is)."""
+    return channels_last and rank == 4 and set(axes) <= {2, 3} and \
+        _feature_map(node, downward)
+
+
+def _permuted(bb: Any, x: Any, perm: tuple[int, ...], pair: bool) -> Any:
+    return bb.emit(relax.op.permute_dims(x, [*perm, 4] if pair else list(perm)))
+
+
+def _r2c(node: Any, importer: Any, channels_last: bool) -> Any:
     bb = importer.block_builder
     x = importer.env[node.args[0]]
     shape = _shape(x)
     axes = _axes(node.args[1], len(shape))
     scale = _scale(node.args[2], math.prod(shape[a] for a in axes))
+    last = _channels_last(node.args[0], len(shape), axes, channels_last)
+    if last:
+        x, axes = _permuted(bb, x, _TO_LAST, False), [_TO_LAST.index(a) for a in axes]
     parts = _one_sided(bb, x, axes[-1], bool(node.args[3]), scale)
     for axis in axes[:-1]:
         parts = _complex_dft(bb, parts, axis, -1, 1.0)
-    return _pair(bb, parts)
+    out = _pair(bb, parts)
+    return _permuted(bb, out, _TO_FIRST, True) if last else out
 
 
-def _c2r(node: Any, importer: Any) -> Any:
+def _c2r(node: Any, importer: Any, channels_last: bool) -> Any:
     bb = importer.block_builder
     pair = importer.env[node.args[0]]
     rank = len(_shape(pair)) - 1
@@ -144,32 +204,43 @@ def _c2r(node: Any, importer: Any) -> Any:
     out = [*_shape(pair)[:-1]]
     out[axes[-1]] = n
     scale = _scale(node.args[2], math.prod(out[a] for a in axes))
+    last = _channels_last(node, rank, axes, channels_last, downward=True)
+    if last:
+        pair, axes = _permuted(bb, pair, _TO_LAST, True), [_TO_LAST.index(a) for a in axes]
     parts = _parts(bb, pair)
     for axis in axes[:-1]:
         parts = _complex_dft(bb, parts, axis, 1, 1.0)
-    return _to_real(bb, parts, axes[-1], n, scale)
+    real = _to_real(bb, parts, axes[-1], n, scale)
+    return _permuted(bb, real, _TO_FIRST, False) if last else real
 
 
-def _c2c(node: Any, importer: Any) -> Any:
+def _c2c(node: Any, importer: Any, channels_last: bool) -> Any:
     bb = importer.block_builder
     pair = importer.env[node.args[0]]
     shape = _shape(pair)[:-1]
     axes = _axes(node.args[1], len(shape))
     scale = _scale(node.args[2], math.prod(shape[a] for a in axes))
+    last = _channels_last(node.args[0], len(shape), axes, channels_last)
+    if last:
+        pair, axes = _permuted(bb, pair, _TO_LAST, True), [_TO_LAST.index(a) for a in axes]
     parts = _parts(bb, pair)
     sign = -1 if bool(node.args[3]) else 1
     for i, axis in enumerate(axes):
         parts = _complex_dft(bb, parts, axis, sign, scale if i == 0 else 1.0)
-    return _pair(bb, parts)
+    out = _pair(bb, parts)
+    return _permuted(bb, out, _TO_FIRST, True) if last else out
 
 
 #: The DFT ops (``node.target.__name__`` before the overload) and their converters.
-FOURIER: dict[str, Converter] = {"_fft_r2c": _r2c, "_fft_c2r": _c2r, "_fft_c2c": _c2c}
+FOURIER = {"_fft_r2c": _r2c, "_fft_c2r": _c2r, "_fft_c2c": _c2c}
 
 
-def fourier_converters() -> dict[str, Converter]:
-    """The converters by the importer's op names."""
-    return {f"{base}.default": convert for base, convert in FOURIER.items()}
+def fourier_converters(channels_last: bool = False) -> dict[str, Converter]:
+    """The converters by the importer's op names; with `channels_last` (the case's
+    convolutions are NHWC), a spatial transform of an (N, C, H, W) map computed on its
+    channels-last view (`_channels_last`)."""
+    return {f"{base}.default": functools.partial(convert, channels_last=channels_last)
+            for base, convert in FOURIER.items()}
 
 
 __all__ = ["FOURIER", "fourier_converters"]

@@ -135,7 +135,7 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
         importer = ExportedProgramImporter()
         program = exported.run_decompositions(decompositions())
         mod = importer.from_exported_program(program, True, True, False,
-                                             _convert_map(program))
+                                             _convert_map(program, case))
         sources = sources_by_binding(mod, importer.env)
         # The wrapper's permutes are ours, not the model's: only the wrapped model's ops
         # have an nn.Module path under "inner".
@@ -187,16 +187,18 @@ def _read_tuple_fields(mod: tvm.IRModule) -> tvm.IRModule:
     return replace_function(mod, "main", new)
 
 
-def _convert_map(program: torch.export.ExportedProgram) -> dict[str, Any]:
+def _convert_map(program: torch.export.ExportedProgram, case: CaseSpec) -> dict[str, Any]:
     """Our converters; for a program with complex tensors, the pairs' too (its complex
-    constants stored as pairs first), or an error naming the complex ops they lack."""
+    constants stored as pairs first; its FFTs channels-last where the case's convolutions
+    are), or an error naming the complex ops they lack."""
     if not has_complex(program.graph):
         return custom_convert_map()
     missing = unsupported_complex_ops(program.graph)
     if missing:
         raise UnsupportedComplexOps(missing)
     store_complex_constants(program)
-    return complex_aware(custom_convert_map())
+    conv = case.layout.get("relax.nn.conv2d")
+    return complex_aware(custom_convert_map(), channels_last=bool(conv) and conv[0] == "NHWC")
 
 
 def dynamic_shapes(case: CaseSpec) -> tuple[dict[int, Any] | None, ...] | None:
