@@ -147,7 +147,8 @@ def _feature_map(real: Any, downward: bool) -> bool:
     (before it, or after it when `downward`) reach a convolution or an image input, and no
     permute (a channels-last token grid viewed by the model: transformed where it is)."""
     shape = tuple(getattr(real.meta.get("val"), "shape", ()))
-    seen, todo, conv = set(), [real], False
+    seen: set[Any] = set()
+    todo, conv = [real], False
     while todo and len(seen) < _WALK:
         node = todo.pop()
         if node in seen:

@@ -197,8 +197,8 @@ def _convert_map(program: torch.export.ExportedProgram, case: CaseSpec) -> dict[
     if missing:
         raise UnsupportedComplexOps(missing)
     store_complex_constants(program)
-    conv = case.layout.get("relax.nn.conv2d")
-    return complex_aware(custom_convert_map(), channels_last=bool(conv) and conv[0] == "NHWC")
+    conv = case.layout.get("relax.nn.conv2d") or ("",)
+    return complex_aware(custom_convert_map(), channels_last=conv[0] == "NHWC")
 
 
 def dynamic_shapes(case: CaseSpec) -> tuple[dict[int, Any] | None, ...] | None:
