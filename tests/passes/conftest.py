@@ -95,9 +95,9 @@ def compile_nhwc_case(tmp_path: Any, model: Any, shape: tuple[int, ...], rtol: f
 
 
 def compile_nhwc(tmp_path: Any, model: Any, shape: tuple[int, ...], rtol: float, atol: float,
-                 input_layout: str = "NHWC") -> tuple[Any, Any]:
-    """`compile_nhwc_case` with the input in `input_layout`: (the compiled program with its
-    stages, its kernel list)."""
+                 input_layout: str | None = "NHWC") -> tuple[Any, Any]:
+    """`compile_nhwc_case` with the input in `input_layout` (None: not an image): (the
+    compiled program with its stages, its kernel list)."""
     import torch
     import tvm
 
@@ -110,7 +110,8 @@ def compile_nhwc(tmp_path: Any, model: Any, shape: tuple[int, ...], rtol: float,
 
     path = tmp_path / "c.toml"
     path.write_text(f'model = "x:y"\n[[inputs]]\nname = "x"\nshape = {list(shape)}\n'
-                    f'layout = "{input_layout}"\n[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+                    + (f'layout = "{input_layout}"\n' if input_layout else "")
+                    + '[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
     case = load_case(path)
     torch.manual_seed(0)
     net = model().eval()

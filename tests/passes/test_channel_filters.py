@@ -13,6 +13,7 @@ import tvm
 from torch import nn
 from tvm.script import ir as I
 from tvm.script import relax as R
+from tvm.script import tirx as T
 
 from cl_validate.compile.passes import UnfoldChannelFilters
 from cl_validate.ir import bindings, known_shape, op_name
@@ -138,3 +139,50 @@ def test_folds_whose_planes_are_mixed_are_left() -> None:
 
     for mod in (TwoChannels, Mixed):
         tvm.ir.assert_structural_equal(UnfoldChannelFilters()(mod), mod)
+
+
+class AudioFIR(nn.Module):
+    """A per-channel FIR on (N, C, T) signals, folded as (N·C, 1, T) for a one-channel Conv1d
+    (as torchaudio-style filters do), between two Conv1d."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv1d(3, 4, 3, padding=1), nn.Conv1d(4, 4, 1)
+        self.register_buffer("taps", torch.rand(1, 1, 5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.a(x)
+        n, c, t = y.shape
+        y = F.conv1d(F.pad(y.reshape(n * c, 1, t), [2, 2]), self.taps).reshape(n, c, t)
+        return self.b(y)
+
+
+def test_a_folded_conv1d_filter_is_a_depthwise_conv1d(tmp_path) -> None:
+    """The conv1d layout the case's conv2d implies (NWC): the filter runs in it too."""
+    compiled, kernels = compile_nhwc(tmp_path, AudioFIR, (2, 3, 12), rtol=1e-4, atol=1e-5,
+                                     input_layout=None)
+    convs = [int(b.value.attrs.groups) for b in bindings(compiled.stage("cleanup").mod["main"])
+             if op_name(b.value) == "relax.nn.conv1d"]
+    assert sorted(convs) == [1, 1, 4], convs
+    # the (N, C, T) input and output boundaries only
+    assert len(kernels.runtime_transforms) == 2, kernels.render()
+
+
+def test_a_symbolic_batch_is_left_as_it_is() -> None:
+    """Planes that cannot be counted (a symbolic batch) are not split into (N, C)."""
+
+    @I.ir_module
+    class Symbolic:
+        @R.function
+        def main(x: R.Tensor(("n", 3, 8, 8), "float32"), w: W1
+                 ) -> R.Tensor(("n", 3, 6, 6), "float32"):
+            n = T.int64()
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                f = R.reshape(x, R.shape([n * 3, 1, 8, 8]))
+                y = R.nn.conv2d(f, w)
+                gv = R.reshape(y, R.shape([n, 3, 6, 6]))
+                R.output(gv)
+            return gv
+
+    tvm.ir.assert_structural_equal(UnfoldChannelFilters()(Symbolic), Symbolic)
