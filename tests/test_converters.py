@@ -110,6 +110,35 @@ def test_an_integer_clamp_with_one_bound_compiles_and_computes_it():
         np.testing.assert_array_equal(g.numpy(), w.numpy())
 
 
+def test_selu_celu_and_rrelu_compute_what_pytorch_computes():
+    """torch.export's decompositions make ``selu`` an ``elu`` with a scale and ``celu`` one
+    with an input scale; TVM 0.27's converter reads only ``alpha``, so SELU was off by its
+    scale (docs/upstream/elu-scale.md). ``rrelu`` in inference had no converter."""
+    import numpy as np
+    import torch.nn.functional as F
+    import tvm
+    from torch import nn
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+    from cl_validate.compile.decompositions import decompositions
+
+    class Activations(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return (F.selu(x), F.celu(x, 2.0), F.elu(x, 0.7), F.rrelu(x, 0.2, 0.4),
+                    nn.SELU()(x * 0.5))
+
+    x = torch.linspace(-4, 4, 33).reshape(3, 11)
+    ep = torch.export.export(Activations().eval(), (x,)).run_decompositions(decompositions())
+    mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy()))
+    for g, w in zip(got, Activations().eval()(x), strict=True):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-6, atol=1e-6)
+
+
 def test_var_mean_imports_with_each_correction():
     """``torch.var_mean`` (BiT's StdConv2d standardizes its weight with it) has no converter
     in TVM 0.27: biased and unbiased variance, a kept or a dropped axis, all axes."""

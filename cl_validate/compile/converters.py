@@ -58,6 +58,7 @@ from typing import Any
 
 from tvm import relax, tirx
 
+from cl_validate.compile.activation_converters import activation_converters
 from cl_validate.compile.sdpa_converter import convert_sdpa, static_dims
 
 _RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
@@ -485,4 +486,5 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "cumsum.default": _cumulative(relax.op.cumsum),
         "var_mean.correction": _var_mean,
         "cumprod.default": _cumulative(relax.op.cumprod),
+        **activation_converters(),
     }
