@@ -90,6 +90,16 @@ def test_layout_check(case):
     assert r.status is Status.FAILED and "max_pool2d" in r.message
 
 
+def test_an_op_tvm_lowers_in_one_layout_is_expected_in_it(case):
+    """TVM 0.27's grid sample compiles in NCHW only (RAFT, deformable attention): with NHWC
+    convolutions it is not a mismatch there, and is one where the case declares otherwise."""
+    grid = OpLayout("relax.image.grid_sample", "lv5", {"layout": "NCHW"})
+    assert check_layout(case, "llvm", [_conv("NHWC", "OHWI"), grid]).status is Status.PASSED
+    nhwc = OpLayout("relax.image.grid_sample", "lv5", {"layout": "NHWC"})
+    r = check_layout(case, "llvm", [_conv("NHWC", "OHWI"), nhwc])
+    assert r.status is Status.FAILED and "grid_sample (lv5) layout NHWC, expected NCHW" in r.message
+
+
 def test_a_layout_that_differs_only_in_axes_of_one_is_the_declared_one(case):
     """A one-channel map (RAFT's correlation pyramid, `(B·H·W, 1, h, w)`) lies in memory the
     same in NCHW and NHWC: not a mismatch. Two channels are."""

@@ -10,7 +10,7 @@ from cl_validate.checks.verdict import CheckResult, Figures, Status
 from cl_validate.measurements.kernel_list import OpLayout
 from cl_validate.measurements.kinds import SkipKind
 from cl_validate.spec import CaseSpec
-from cl_validate.spec.layouts import implied_layouts, moves_only_unit_axes
+from cl_validate.spec.layouts import SINGLE_LAYOUT_OPS, implied_layouts, moves_only_unit_axes
 
 NAME = "layout"
 _LAYOUT_KEYS = ("data_layout", "kernel_layout")
@@ -28,8 +28,9 @@ class LayoutFigures(Figures):
 
 def expected_layouts(case: CaseSpec, op: OpLayout) -> dict[str, str]:
     """What the case declares for `op`: its own [layout] entry (or, for a 1-D convolution,
-    the one conv2d's implies), else the declared data layout of the same rank
-    (pooling, resize, … follow the convolutions' layout)."""
+    the one conv2d's implies), else, for an op TVM lowers in one layout only, that one, else
+    the declared data layout of the same rank (pooling, resize, … follow the convolutions'
+    layout)."""
     declared = case.layout.get(op.op) or implied_layouts(case.layout).get(op.op)
     if op.module is not None and op.module in case.layout_overrides:
         declared = case.layout_overrides[op.module]
@@ -41,6 +42,9 @@ def expected_layouts(case: CaseSpec, op: OpLayout) -> dict[str, str]:
     data = op.layouts.get("data_layout") or op.layouts.get("layout")
     if data is None:
         return {}
+    if op.op in SINGLE_LAYOUT_OPS:  # the one layout TVM lowers it in
+        return {"data_layout" if "data_layout" in op.layouts else "layout":
+                SINGLE_LAYOUT_OPS[op.op]}
     for lay in case.layout.values():
         if len(lay[0]) == len(data) and lay[0].isalpha():
             key = "data_layout" if "data_layout" in op.layouts else "layout"

@@ -6,17 +6,35 @@ compile time. Here every weight/constant-only computation (the weight permutes C
 inserted, BatchNorm scale/shift arithmetic, …) is lifted into one function with TVM's
 LiftTransformParams, built once for the host, run once, and its outputs are bound into ``main``
 as constants. What is left for FoldConstant afterwards is trivial.
+
+Tensors made from nothing (``zeros``, ``ones``, ``full``, ``arange`` of static shape: a
+circular pad's buffer, a position table, an identity matrix) that something computed from
+weights and constants alone reads are constants first, so that computation folds too:
+neither LiftTransformParams (it lifts what depends on weights) nor FoldConstant (it leaves
+tensor creation to run time) would, and a transform of one would run on every call although
+nothing it reads is an input.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from cl_validate.ir import num_input, replace_function
+from cl_validate.ir import (
+    bindings,
+    is_tensor_constant,
+    known_shape,
+    num_input,
+    op_name,
+    replace_function,
+    tensor_type,
+    use_sites,
+    weight_derived,
+)
 
 _PREFIX = "cl_validate_const"
 #: LLVM's optimization level for the weight transforms: they run once, so compiling them
@@ -43,6 +61,63 @@ class _ConstantsToParams(PyExprMutator):
         return var
 
 
+def _scalar(value: Any) -> Any:
+    """The Python number of a scalar literal (a tensor, an IntImm/FloatImm, a PrimValue of
+    one), None for anything else."""
+    if is_tensor_constant(value):
+        return value.value.numpy().item() if value.ty.ndim == 0 else None
+    for v in (value, getattr(value, "value", None)):
+        inner = getattr(v, "value", None)
+        if isinstance(inner, (int, float)) and not isinstance(inner, bool):
+            return inner
+    return None
+
+
+def _created(call: Any) -> np.ndarray | None:
+    """The value of a tensor made from nothing, None if `call` is no such op or not static."""
+    name = op_name(call)
+    if name not in ("relax.zeros", "relax.ones", "relax.full", "relax.arange"):
+        return None
+    ty = tensor_type(call)
+    if ty is None:
+        return None
+    dtype = str(ty.dtype)  # the result's (an arange's attribute may leave it unset)
+    if name == "relax.arange":
+        bounds = [_scalar(a) for a in call.args]
+        return None if None in bounds else np.arange(*bounds, dtype=dtype)
+    shape = known_shape(call)
+    if shape is None:
+        return None
+    fill = {"relax.zeros": 0, "relax.ones": 1}.get(name)  # type: ignore[arg-type]
+    if fill is None:
+        fill = _scalar(call.args[1])
+    return None if fill is None else np.full(shape, fill, dtype=dtype)
+
+
+def _folded_creations(func: relax.Function) -> set[relax.Var]:
+    """The tensors made from nothing that something computed from weights and constants
+    alone reads (what is then precomputed); one only read at run time stays, where it is
+    made inside the kernel that reads it."""
+    derived, uses = weight_derived(func), use_sites(func)
+    return {b.var for b in bindings(func) if _created(b.value) is not None and any(
+        r is not None and r in derived for r in uses.get(b.var, []))}
+
+
+@mutator
+class _CreationsToConstants(PyExprMutator):
+    def __init__(self, folded: set[relax.Var]) -> None:
+        super().__init__()
+        self.folded = folded
+
+    def visit_var_binding_(self, binding: Any) -> None:
+        value = _created(binding.value) if binding.var in self.folded else None
+        if value is None:
+            super().visit_var_binding_(binding)
+            return
+        self.builder_.emit_normalized(relax.VarBinding(binding.var,
+                                                       relax.const(value, str(value.dtype))))
+
+
 def fold_params(mod: tvm.IRModule, params: dict[str, Any], *, entry: str = "main"
                 ) -> tvm.IRModule:
     """Bind `params` (by parameter name) into `entry`, precomputing their transformations."""
@@ -55,7 +130,8 @@ def fold_params(mod: tvm.IRModule, params: dict[str, Any], *, entry: str = "main
     values = [params[p.name] for p in weights]
 
     rewriter = _ConstantsToParams()
-    body = rewriter.visit_expr(func.body)
+    body = rewriter.visit_expr(_CreationsToConstants(_folded_creations(func)).visit_expr(
+        func.body))
     weights += rewriter.new_params
     values += rewriter.values
     if not weights:

@@ -20,6 +20,10 @@ from typing import Any
 
 #: op → the spatial axes its layouts spell where conv2d's spell ``HW``
 _SPATIAL = {"relax.nn.conv1d": "W"}
+#: Ops TVM 0.27 lowers in one data layout only (its TOPI compute asserts it: a grid sample
+#: of an NHWC map does not compile): the layout check expects them in it, unless the case
+#: declares a layout for them itself.
+SINGLE_LAYOUT_OPS = {"relax.image.grid_sample": "NCHW"}
 
 
 def implied_layouts(declared: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
