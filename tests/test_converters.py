@@ -139,6 +139,32 @@ def test_selu_celu_and_rrelu_compute_what_pytorch_computes():
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-6, atol=1e-6)
 
 
+def test_tensor_unfold_windows_are_exact():
+    """``Tensor.unfold`` (patches, audio frames, overlapping windows) had no converter."""
+    import numpy as np
+    import tvm
+    from torch import nn
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+    from cl_validate.compile.decompositions import decompositions
+
+    class Windows(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            patches = x.unfold(2, 2, 2).unfold(3, 2, 2)
+            return patches, x.flatten(1).unfold(-1, 5, 3), x.unfold(1, 2, 1)
+
+    x = torch.randn(2, 3, 6, 8)
+    ep = torch.export.export(Windows(), (x,)).run_decompositions(decompositions())
+    mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy()))
+    for g, w in zip(got, Windows()(x), strict=True):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
 def test_var_mean_imports_with_each_correction():
     """``torch.var_mean`` (BiT's StdConv2d standardizes its weight with it) has no converter
     in TVM 0.27: biased and unbiased variance, a kept or a dropped axis, all axes."""

@@ -60,6 +60,7 @@ from tvm import relax, tirx
 
 from cl_validate.compile.activation_converters import activation_converters
 from cl_validate.compile.sdpa_converter import convert_sdpa, static_dims
+from cl_validate.compile.window_converters import window_converters
 
 _RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
            "int32": (-2**31, 2**31 - 1)}
@@ -487,4 +488,5 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "var_mean.correction": _var_mean,
         "cumprod.default": _cumulative(relax.op.cumprod),
         **activation_converters(),
+        **window_converters(),
     }
