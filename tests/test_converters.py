@@ -19,6 +19,25 @@ from tests.conftest import tiny_case
 pytestmark = pytest.mark.compile
 ZOO = Path(__file__).parents[1] / "model_cases"
 
+
+def _outputs(model: torch.nn.Module, x: torch.Tensor, decompose: bool = False) -> list:
+    """`model` exported (with the pipeline's decompositions when `decompose`), imported with
+    our converters, built for llvm and run on `x`: its outputs, as numpy arrays."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+    from cl_validate.compile.decompositions import decompositions
+
+    ep = torch.export.export(model, (x,))
+    if decompose:
+        ep = ep.run_decompositions(decompositions())
+    mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
+    return [g.numpy() for g in vm["main"](tvm.runtime.tensor(x.numpy()))]
+
 CASE = """
 model = "zoo.qdq:qdq_conv"
 targets = ["llvm"]
@@ -115,14 +134,7 @@ def test_selu_celu_and_rrelu_compute_what_pytorch_computes():
     with an input scale; TVM 0.27's converter reads only ``alpha``, so SELU was off by its
     scale (docs/upstream/elu-scale.md). ``rrelu`` in inference had no converter."""
     import numpy as np
-    import torch.nn.functional as F
-    import tvm
     from torch import nn
-    from tvm import relax
-    from tvm.relax.frontend.torch import from_exported_program
-
-    from cl_validate.compile.converters import custom_convert_map
-    from cl_validate.compile.decompositions import decompositions
 
     class Activations(nn.Module):
         def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -130,25 +142,15 @@ def test_selu_celu_and_rrelu_compute_what_pytorch_computes():
                     nn.SELU()(x * 0.5))
 
     x = torch.linspace(-4, 4, 33).reshape(3, 11)
-    ep = torch.export.export(Activations().eval(), (x,)).run_decompositions(decompositions())
-    mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
-    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
-                              tvm.cpu())
-    got = vm["main"](tvm.runtime.tensor(x.numpy()))
-    for g, w in zip(got, Activations().eval()(x), strict=True):
-        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-6, atol=1e-6)
+    model = Activations().eval()
+    for g, w in zip(_outputs(model, x, decompose=True), model(x), strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-6, atol=1e-6)
 
 
 def test_tensor_unfold_windows_are_exact():
     """``Tensor.unfold`` (patches, audio frames, overlapping windows) had no converter."""
     import numpy as np
-    import tvm
     from torch import nn
-    from tvm import relax
-    from tvm.relax.frontend.torch import from_exported_program
-
-    from cl_validate.compile.converters import custom_convert_map
-    from cl_validate.compile.decompositions import decompositions
 
     class Windows(nn.Module):
         def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -156,13 +158,8 @@ def test_tensor_unfold_windows_are_exact():
             return patches, x.flatten(1).unfold(-1, 5, 3), x.unfold(1, 2, 1)
 
     x = torch.randn(2, 3, 6, 8)
-    ep = torch.export.export(Windows(), (x,)).run_decompositions(decompositions())
-    mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
-    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
-                              tvm.cpu())
-    got = vm["main"](tvm.runtime.tensor(x.numpy()))
-    for g, w in zip(got, Windows()(x), strict=True):
-        np.testing.assert_array_equal(g.numpy(), w.numpy())
+    for g, w in zip(_outputs(Windows(), x, decompose=True), Windows()(x), strict=True):
+        np.testing.assert_array_equal(g, w.numpy())
 
 
 def test_var_mean_imports_with_each_correction():
