@@ -193,3 +193,27 @@ def test_size1_permute_becomes_reshape(import_nhwc: Any, run_llvm: Any) -> None:
         if axes is not None:
             assert not moves_only_unit_axes(static_shape(b.value.args[0]), axes)
     _exact(run_llvm, imp.converted, cleaned, imp.example, *imp.params)
+
+
+class _Scans(nn.Module):
+    """cumsum over H, sort over the channels, argsort over W, cumprod over the channels of
+    a conv map: each along its axis alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.a(x)
+        y = y.cumsum(2) / 8 + torch.sort(y, dim=1)[0] + torch.argsort(y, dim=3).float() / 8
+        return self.b(y.cumprod(1))
+
+
+
+def test_scans_and_sorts_run_in_the_layout_of_their_input(tmp_path) -> None:
+    """Each was transposed into NCHW and back (4 transforms more)."""
+    from tests.passes.conftest import compile_nhwc
+
+    _, kernels = compile_nhwc(tmp_path, _Scans, (1, 3, 8, 8), rtol=1e-5, atol=1e-5,
+                              input_layout="NCHW")
+    assert len(kernels.runtime_transforms) == 2, kernels.render()  # the boundaries

@@ -11,7 +11,8 @@ input and output boundary, and the model's own permutes):
 * ``ElideBroadcasts`` permutes the small tensor rather than its explicit broadcast, and lets
   elementwise ops broadcast it themselves;
 * ``SinkPermutes`` recomputes ops without a rule (elementwise, clip, where, reductions,
-  concat, pooling, pad, views, broadcast_to, take, strided_slice, matmul, ...) in the layout
+  scans and sorts, concat, pooling, pad, views, broadcast_to, take, strided_slice, matmul,
+  ...) in the layout
   their operands already have, so transposes meet;
 * ``CancelPermutes`` folds permute chains and drops inverse pairs and identities;
 * ``HoistPermutes`` moves a transpose after a concat of single-channel parts onto the parts;

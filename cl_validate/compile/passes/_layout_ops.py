@@ -48,8 +48,11 @@ REDUCE_OPS = frozenset(f"relax.{n}" for n in "mean sum max min prod variance std
 # quantize/dequantize(x, scale, zero_point, axis): the scale and zero point are scalars (per
 # tensor) or vectors along ``axis`` (per channel): the axis follows the data, they stay as
 # they are. The int8 codes and the float values are the same, element for element.
+# cumsum/cumprod scan, sort/argsort order along their axis alone (argsort's indices count
+# along it, which a permutation of the other axes leaves as they are).
 AXIS_OPS = frozenset({"relax.nn.softmax", "relax.nn.log_softmax", "relax.nn.prelu",
-                      "relax.quantize", "relax.dequantize"})
+                      "relax.quantize", "relax.dequantize", "relax.cumsum", "relax.cumprod",
+                      "relax.sort", "relax.argsort"})
 LAYOUT_ATTR_OPS = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d",
                              "relax.nn.adaptive_avg_pool2d", "relax.image.resize2d"})
 
@@ -109,8 +112,9 @@ def _reduce(call: relax.Call, perm_of: PermOf) -> Plan | None:
 
 
 def _axis(call: relax.Call, perm_of: PermOf) -> Plan | None:
-    """softmax/log_softmax(x, axis), prelu(x, alpha, axis) and quantize/dequantize(x, scale,
-    zero_point, axis): the axis follows the data."""
+    """softmax/log_softmax(x, axis), prelu(x, alpha, axis), quantize/dequantize(x, scale,
+    zero_point, axis), cumsum/cumprod and sort/argsort(x, axis): the axis follows the data
+    (a scan over the flattened tensor, axis None, has no layout)."""
     x, rest = call.args[0], list(call.args[1:])
     p = perm_of(x)
     if p is None or call.attrs.axis is None:
