@@ -12,8 +12,7 @@ input and output boundary, and the model's own permutes):
   elementwise ops broadcast it themselves;
 * ``SinkPermutes`` recomputes ops without a rule (elementwise, clip, where, reductions,
   scans and sorts, concat, pooling, pad, views, broadcast_to, take, strided_slice, matmul,
-  ...) in the layout
-  their operands already have, so transposes meet;
+  ...) in the layout their operands already have, so transposes meet;
 * ``CancelPermutes`` folds permute chains and drops inverse pairs and identities;
 * ``HoistPermutes`` moves a transpose after a concat of single-channel parts onto the parts;
 * ``ShareChainLayouts`` makes a movement result read by several reshape/permute chains once,
