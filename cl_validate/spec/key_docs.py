@@ -52,7 +52,8 @@ DOCS: dict[str, dict[str, str]] = {
                   "unless named, follows `relax.nn.conv2d` (`NHWC`/`OHWI`: `NWC`/`OWI`); an "
                   "op whose layout differs from the declared one only in axes of size one (a "
                   "one-channel map in NCHW) is in the declared layout: it lies the same in "
-                  "memory",
+                  "memory; an op TVM 0.27 lowers in one layout only "
+                  "(`relax.image.grid_sample`: NCHW) is expected in it unless named here",
         "layout_overrides": "`nn.Module` path to layouts: pins one module to another layout "
                             "(its transforms are attributed to the pin)",
         "budget": "`[budget]`: ceilings that are also records (below)",

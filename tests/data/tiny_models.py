@@ -653,21 +653,21 @@ def tiled_patches() -> nn.Module:
     return TiledPatches().eval()
 
 
-class CumsumThenPad(nn.Module):
-    """An op without a layout rule (cumsum along the channels) whose result is padded before
-    the next conv: the pad is carried by the cleanup, the cumsum is what stays NCHW."""
+class TopkThenPad(nn.Module):
+    """An op without a layout rule (the channels' top k, in order) whose result is padded
+    before the next conv: the pad is carried by the cleanup, the top k is what stays NCHW."""
 
     def __init__(self) -> None:
         super().__init__()
         self.a, self.b = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.b(F.pad(torch.cumsum(self.a(x), dim=1), (1, 1, 1, 1)))
+        return self.b(F.pad(torch.topk(self.a(x), 8, dim=1)[0], (1, 1, 1, 1)))
 
 
-def cumsum_then_pad() -> nn.Module:
+def topk_then_pad() -> nn.Module:
     torch.manual_seed(0)
-    return CumsumThenPad().eval()
+    return TopkThenPad().eval()
 
 
 
