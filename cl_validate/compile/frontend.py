@@ -22,6 +22,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
+from cl_validate.compile.assertions import asserts_last
 from cl_validate.compile.complex_pairs import (
     UnsupportedComplexOps,
     complex_aware,
@@ -144,7 +145,7 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
         mod, params = relax.frontend.detach_params(
             mark_import_permutes(mod, sources, ops_by_binding(mod, importer.env), ours))
         mod = _name_symbolic_dims(mod, case)
-        mod = _read_tuple_fields(mod)
+        mod = asserts_last(_read_tuple_fields(mod))
     except ClValidateError:
         raise
     except Exception as exc:

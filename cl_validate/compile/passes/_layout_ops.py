@@ -111,6 +111,23 @@ def _reduce(call: relax.Call, perm_of: PermOf) -> Plan | None:
     return Plan(tuple(out), (Operand(x, p),), lambda new: remake(call, new, attrs))
 
 
+def _arg_reduce(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    """argmax/argmin(x, axis, keepdims): the index counts along the axis, which follows the
+    data; over the flattened tensor (axis None) the index depends on the layout: none."""
+    x = call.args[0]
+    p = perm_of(x)
+    if p is None or call.attrs.axis is None:
+        return None
+    n, reduced = len(p), int(call.attrs.axis) % len(p)
+    if bool(call.attrs.keepdims):
+        out = p
+    else:
+        kept = [p[i] for i in range(n) if i != reduced]
+        out = tuple(sorted(kept).index(k) for k in kept)
+    attrs = with_fields(call.attrs, axis=p[reduced])
+    return Plan(tuple(out), (Operand(x, p),), lambda new: remake(call, new, attrs))
+
+
 def _axis(call: relax.Call, perm_of: PermOf) -> Plan | None:
     """softmax/log_softmax(x, axis), prelu(x, alpha, axis), quantize/dequantize(x, scale,
     zero_point, axis), cumsum/cumprod and sort/argsort(x, axis): the axis follows the data
@@ -255,6 +272,8 @@ _HANDLERS: dict[str, Callable[[relax.Call, PermOf], Plan | None]] = {
     **{name: _unary for name in UNARY_OPS},
     **{name: _broadcast for name in BROADCAST_OPS},
     **{name: _reduce for name in REDUCE_OPS},
+    "relax.argmax": _arg_reduce,
+    "relax.argmin": _arg_reduce,
     **{name: _axis for name in AXIS_OPS},
     **{name: _layout_attr for name in LAYOUT_ATTR_OPS},
     "relax.concat": _concat,
