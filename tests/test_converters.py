@@ -162,6 +162,43 @@ def test_tensor_unfold_windows_are_exact():
         np.testing.assert_array_equal(g, w.numpy())
 
 
+def test_group_norm_without_an_affine_weight_or_bias_imports():
+    """TVM 0.27's importer crashed on ``native_group_norm`` with no weight or bias ("Found
+    null pointer node"): ``F.group_norm(x, g)``, ``nn.GroupNorm(affine=False)``."""
+    import numpy as np
+    from torch import nn
+
+    class Norms(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.plain = nn.GroupNorm(2, 4, affine=False)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return (F.group_norm(x, 2), self.plain(x * 2),
+                    F.group_norm(x, 4, torch.linspace(0.5, 2, 4)), F.group_norm(x.flatten(2), 1))
+
+    x = torch.randn(2, 4, 5, 5)
+    model = Norms().eval()
+    for g, w in zip(_outputs(model, x, decompose=True), model(x), strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_prod_and_kthvalue_along_an_axis_import():
+    """``torch.prod(x, dim)`` and ``torch.kthvalue`` had no converter."""
+    import numpy as np
+    from torch import nn
+
+    class Reductions(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            v, i = torch.kthvalue(x, 2, dim=1)
+            v2, i2 = torch.kthvalue(x, 3, dim=-1, keepdim=True)
+            return torch.prod(x, dim=1), torch.prod(x, 2, keepdim=True), v, i, v2, i2
+
+    x = torch.randn(2, 4, 5, 5)
+    for g, w in zip(_outputs(Reductions(), x, decompose=True), Reductions()(x), strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-6, atol=1e-6)
+
+
 def test_var_mean_imports_with_each_correction():
     """``torch.var_mean`` (BiT's StdConv2d standardizes its weight with it) has no converter
     in TVM 0.27: biased and unbiased variance, a kept or a dropped axis, all axes."""

@@ -59,6 +59,8 @@ from typing import Any
 from tvm import relax, tirx
 
 from cl_validate.compile.activation_converters import activation_converters
+from cl_validate.compile.norm_converters import norm_converters
+from cl_validate.compile.reduction_converters import reduction_converters
 from cl_validate.compile.sdpa_converter import convert_sdpa, static_dims
 from cl_validate.compile.window_converters import window_converters
 
@@ -489,4 +491,6 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "cumprod.default": _cumulative(relax.op.cumprod),
         **activation_converters(),
         **window_converters(),
+        **norm_converters(),
+        **reduction_converters(),
     }
