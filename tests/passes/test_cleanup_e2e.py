@@ -197,7 +197,7 @@ def test_size1_permute_becomes_reshape(import_nhwc: Any, run_llvm: Any) -> None:
 
 class _Scans(nn.Module):
     """cumsum over H, sort over the channels, argsort over W, cumprod over the channels of
-    a conv map: each along its axis alone."""
+    a conv map: each along its axis alone; bucketize, each element alone."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -206,6 +206,7 @@ class _Scans(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.a(x)
         y = y.cumsum(2) / 8 + torch.sort(y, dim=1)[0] + torch.argsort(y, dim=3).float() / 8
+        y = y + torch.bucketize(y, torch.tensor([-0.5, 0.0, 0.5])).float() / 4
         return self.b(y.cumprod(1))
 
 

@@ -30,7 +30,7 @@ from cl_validate.compile.passes._plan import (
     with_fields,
 )
 from cl_validate.compile.passes._util import Perm, inverse
-from cl_validate.ir import ndim, op_name, tensor_type
+from cl_validate.ir import is_tensor_constant, ndim, op_name, tensor_type
 
 # Elementwise ops whose only tensor argument is the first (the rest are PrimValues or attrs).
 UNARY_OPS = frozenset(f"relax.{n}" for n in (
@@ -109,6 +109,16 @@ def _reduce(call: relax.Call, perm_of: PermOf) -> Plan | None:
             out = tuple(order.index(k) for k in kept)
     attrs = with_fields(call.attrs, axis=axis)
     return Plan(tuple(out), (Operand(x, p),), lambda new: remake(call, new, attrs))
+
+
+def _bucketize(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    """bucketize(x, boundaries): each element looked up alone in the constant 1-D
+    boundaries, which have no layout."""
+    x, boundaries = call.args[0], call.args[1]
+    p = perm_of(x)
+    if p is None or not is_tensor_constant(boundaries) or ndim(boundaries) != 1:
+        return None
+    return Plan(p, (Operand(x, p),), lambda new: remake(call, [new[0], boundaries]))
 
 
 def _arg_reduce(call: relax.Call, perm_of: PermOf) -> Plan | None:
@@ -273,6 +283,7 @@ _HANDLERS: dict[str, Callable[[relax.Call, PermOf], Plan | None]] = {
     **{name: _broadcast for name in BROADCAST_OPS},
     **{name: _reduce for name in REDUCE_OPS},
     "relax.argmax": _arg_reduce,
+    "relax.bucketize": _bucketize,
     "relax.argmin": _arg_reduce,
     **{name: _axis for name in AXIS_OPS},
     **{name: _layout_attr for name in LAYOUT_ATTR_OPS},
