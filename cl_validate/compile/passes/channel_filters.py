@@ -170,8 +170,7 @@ def _grow(seed: relax.Var, batch: int, values: Mapping[relax.Var, relax.Expr],
     return region
 
 
-def _regions(func: relax.Function) -> list[_Region]:
-    values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
+def _regions(func: relax.Function, values: Mapping[relax.Var, relax.Expr]) -> list[_Region]:
     uses = use_sites(func)
     derived = weight_derived(func)
     found: list[_Region] = []
@@ -277,7 +276,7 @@ def unfold_channel_filters(func: relax.Function) -> relax.Function:
     values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
     plans: dict[relax.Var, _Unfold] = {}
     views: dict[relax.Expr, relax.Expr] = {}
-    for region in _regions(func):
+    for region in _regions(func, values):
         unfold = _Unfold(region, values, views)
         plans.update(dict.fromkeys(region.exits, unfold))
     return rebind(func, plans, lambda m, unfold, var: unfold(m, var))
