@@ -8,7 +8,8 @@ a DFT of length ``n`` along an axis is a product with a constant ``(m, n)`` matr
 and sines, which reads the tensor viewed as ``(before, n, after)`` in place (no transpose: a
 channels-last token grid keeps its layout). Complex values are `complex_pairs`' pairs (the
 (real, imaginary) parts on a last axis of 2); inside a transform the parts travel as two real
-tensors.
+tensors. (This module keeps its own two pair helpers: complex_pairs imports it, and sharing
+theirs would make the import cycle the import contract forbids.)
 
 * ``_fft_r2c(x, dim, norm, onesided)``: the last axis of ``dim`` real to complex (its first
   ``n // 2 + 1`` frequencies when one-sided), then a complex DFT along the others;
