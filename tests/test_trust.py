@@ -276,12 +276,16 @@ def test_a_case_that_kills_the_zygote_costs_no_other_case(tmp_path):
 
 
 def test_kill_9_of_the_parent_ends_every_process_of_the_run(tmp_path):
+    """…and leaves nothing of the run's in the temporary folder (its logs have no name)."""
     folder = _folder(tmp_path, {"a_sleeps": ("hostile_state:sleeps", ""),
                                 "b_sleeps": ("hostile_state:sleeps", "")})
     token = uuid.uuid4().hex
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "cl_validate", "run", str(folder), "-j",
                              "2", "--no-cache"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env={**os.environ, TOKEN_ENV: token})
+                            stderr=subprocess.DEVNULL,
+                            env={**os.environ, TOKEN_ENV: token, "TMPDIR": str(temporary)})
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # both cases in their factories
         procs = left_behind(token)
@@ -298,6 +302,8 @@ def test_kill_9_of_the_parent_ends_every_process_of_the_run(tmp_path):
     while left_behind(token) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert left_behind(token) == []
+    # torch may keep its own cache there (torchinductor_*); nothing of the run's is left
+    assert [p.name for p in temporary.iterdir() if p.name.startswith("cl_validate")] == []
 
 
 def test_a_warm_run_of_an_unchanged_case_builds_no_model(tmp_path):

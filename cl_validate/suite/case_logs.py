@@ -1,8 +1,10 @@
 """The output logs of the zygote and of each case, and the tail an error shows.
 
-A case's stdout and stderr (C-level output too) go to a log file this process opens in a
-folder of its own and unlinks at once: the case process gets the descriptor, never a path,
-and this process reads the log through the same descriptor. A model that swaps the file's
+A case's stdout and stderr (C-level output too) go to a log file that never has a name
+(``O_TMPFILE`` in the temporary folder; where the file system lacks it, a file unlinked as
+soon as it is made): the case process gets the descriptor, never a path, and this process
+reads the log through the same descriptor. Nothing is left in the temporary folder however the
+run ends, SIGKILL included. A model that swaps the file's
 name for a FIFO or a link to ``/dev/zero`` changes nothing the run reads, nor hides an output
 flood (`cl_validate.suite.limits.MAX_OUTPUT_BYTES`). An error shows the log's last few
 thousand characters, a native crash backtrace (dozens of C frames of the interpreter) cut to
@@ -25,25 +27,25 @@ _NATIVE_FRAME = re.compile(r'^\s*File "(?![^"]*\.py")[^"]*", line \d+, in ')
 _KEEP_FRAMES = 3
 
 
-class LogFolder:
-    """The folder the logs of one pool are made in, removed with them by `cleanup`."""
-
-    def __init__(self) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="cl_validate-cases-")
+class LogFiles:
+    """Where the logs of one pool are made: files without a name, each gone with its last
+    descriptor, so that no run leaves anything behind in the temporary folder."""
 
     def new_log(self, prefix: str) -> int:
         """A new log file, open for appending and reading: the process that writes it gets
-        this descriptor, never its path, and this process reads it through the same
-        descriptor — a model that swaps the file's name for a FIFO or a link to /dev/zero
-        changes nothing the run reads (nor hides an output flood)."""
-        fd, path = tempfile.mkstemp(dir=self._dir.name, prefix=prefix, suffix=".log")
+        this descriptor, never a path, and this process reads it through the same
+        descriptor — a model can find no name to swap for a FIFO or a link to /dev/zero (nor
+        hide an output flood)."""
+        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+        try:
+            return os.open(tempfile.gettempdir(), flags | os.O_TMPFILE, 0o600)
+        except (AttributeError, OSError):  # no O_TMPFILE here (file system, kernel)
+            pass
+        fd, path = tempfile.mkstemp(prefix=f"cl_validate-{prefix}", suffix=".log")
         os.unlink(path)  # nothing to find by name; gone with its last descriptor
         os.set_inheritable(fd, False)
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
         return fd
-
-    def cleanup(self) -> None:
-        self._dir.cleanup()
 
 
 def log_size(fd: int) -> int:

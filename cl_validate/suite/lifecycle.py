@@ -77,7 +77,7 @@ class Job:
 
     id: int
     case: CaseSpec
-    log_fd: int  # its output (`LogFolder.new_log`); -1 once closed
+    log_fd: int  # its output (`LogFiles.new_log`); -1 once closed
     main: Stream  # the case process's result pipe
     control: socket.socket | None  # grants go here; closing it ends the case
     handed: float  # when it was handed out

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from cl_validate import procs
 from cl_validate.spec import CaseSpec
 from cl_validate.spec.options import RunOptions, require_devices
-from cl_validate.suite.case_logs import LogFolder, readable_tail
+from cl_validate.suite.case_logs import LogFiles, readable_tail
 from cl_validate.suite.limits import MAX_OUTPUT_BYTES, MAX_RESULT_BYTES
 from cl_validate.suite.reaping import Reaper
 from cl_validate.suite.run_loop import Hostile, OnInputs, OnTarget, RunLoop
@@ -53,7 +53,7 @@ class WorkerPool:
     def __init__(self, options: RunOptions, *, reap_orphans: bool = False) -> None:
         self.options = options
         self.jobs = max(1, options.jobs)
-        self._logs = LogFolder()
+        self._logs = LogFiles()
         self._reaper = Reaper(reap_orphans and procs.become_subreaper())
         self._zygotes = ZygoteClient(self._logs, self._reaper)
         self._ids = itertools.count(1)
@@ -99,4 +99,3 @@ class WorkerPool:
 
     def shutdown(self) -> None:
         self._zygotes.stop()
-        self._logs.cleanup()

@@ -41,7 +41,7 @@ from cl_validate.measurements.messages import (
 )
 from cl_validate.spec import CaseSpec
 from cl_validate.spec.options import RunOptions, selected_targets
-from cl_validate.suite.case_logs import LogFolder
+from cl_validate.suite.case_logs import LogFiles
 from cl_validate.suite.lifecycle import CaseState, Job, Stream
 from cl_validate.suite.limits import enforce_limits, memory_cap
 from cl_validate.suite.reaping import Reaper, case_over
@@ -63,7 +63,7 @@ class RunLoop:
     (its zygote, reaper, logs, job ids) are lent to it; `jobs` slots are shared."""
 
     def __init__(self, cases: Sequence[CaseSpec], options: RunOptions, jobs: int, *,
-                 zygotes: ZygoteClient, reaper: Reaper, logs: LogFolder,
+                 zygotes: ZygoteClient, reaper: Reaper, logs: LogFiles,
                  hostile: queue.SimpleQueue[Hostile], ids: Iterator[int], started: float,
                  report: OnTarget, on_inputs: OnInputs | None) -> None:
         self.cases = cases

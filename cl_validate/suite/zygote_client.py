@@ -40,7 +40,7 @@ from cl_validate.measurements.messages import (
     decode,
     frame,
 )
-from cl_validate.suite.case_logs import LogFolder, log_tail
+from cl_validate.suite.case_logs import LogFiles, log_tail
 from cl_validate.suite.reaping import Reaper, describe_exit
 
 #: How often a loop waiting on the zygote or the cases wakes up, in seconds.
@@ -72,7 +72,7 @@ class ZygoteClient:
     """The zygote of one pool: `ensure` one runs, read its `messages`, `send_case` to it,
     `stop` it."""
 
-    def __init__(self, logs: LogFolder, reaper: Reaper) -> None:
+    def __init__(self, logs: LogFiles, reaper: Reaper) -> None:
         self.logs = logs
         self.reaper = reaper
         self.current: Zygote | None = None
