@@ -208,3 +208,22 @@ def judge_check(name: str, case: Any, target: str, stale: Any = None, **measured
     m = Measurement(target, **measured)
     return get(name).judge(Judging(case, m, stale or StalePolicy.FAIL))
 
+
+def tvm_outputs(model: Any, x: Any, decompose: bool = False) -> list[Any]:
+    """`model` exported (with the pipeline's decompositions when `decompose`), imported with
+    our converters, built for llvm and run on `x`: its outputs, as numpy arrays."""
+    import torch
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+    from cl_validate.compile.decompositions import decompositions
+
+    ep = torch.export.export(model, (x,))
+    if decompose:
+        ep = ep.run_decompositions(decompositions())
+    mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
+    return [g.numpy() for g in vm["main"](tvm.runtime.tensor(x.numpy()))]

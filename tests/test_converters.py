@@ -15,28 +15,11 @@ from cl_validate.session.in_process import judge_in_process
 from cl_validate.spec import load_case
 from cl_validate.spec.options import RunOptions
 from tests.conftest import tiny_case
+from tests.conftest import tvm_outputs as _outputs
 
 pytestmark = pytest.mark.compile
 ZOO = Path(__file__).parents[1] / "model_cases"
 
-
-def _outputs(model: torch.nn.Module, x: torch.Tensor, decompose: bool = False) -> list:
-    """`model` exported (with the pipeline's decompositions when `decompose`), imported with
-    our converters, built for llvm and run on `x`: its outputs, as numpy arrays."""
-    import tvm
-    from tvm import relax
-    from tvm.relax.frontend.torch import from_exported_program
-
-    from cl_validate.compile.converters import custom_convert_map
-    from cl_validate.compile.decompositions import decompositions
-
-    ep = torch.export.export(model, (x,))
-    if decompose:
-        ep = ep.run_decompositions(decompositions())
-    mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
-    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
-                              tvm.cpu())
-    return [g.numpy() for g in vm["main"](tvm.runtime.tensor(x.numpy()))]
 
 CASE = """
 model = "zoo.qdq:qdq_conv"

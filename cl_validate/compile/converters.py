@@ -60,6 +60,7 @@ from tvm import relax, tirx
 
 from cl_validate.compile.activation_converters import activation_converters
 from cl_validate.compile.norm_converters import norm_converters
+from cl_validate.compile.pool_converters import pool_converters
 from cl_validate.compile.reduction_converters import reduction_converters
 from cl_validate.compile.sdpa_converter import convert_sdpa, static_dims
 from cl_validate.compile.window_converters import window_converters
@@ -493,4 +494,5 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         **window_converters(),
         **norm_converters(),
         **reduction_converters(),
+        **pool_converters(),
     }

@@ -13,6 +13,11 @@ torch.export's core table, with two kinds of change:
   can see through: in NHWC each costs transposes on both sides. The view form is exact
   (every output element is one input element, or a zero where the patches do not reach);
   any other patch geometry keeps torch's decomposition.
+* ``max_unpool2d`` / ``max_unpool3d`` (SegNet, ENet) are a ``scatter`` of each plane's values
+  to their flat indices in that plane (``(N, C, H·W)``), where torch's decomposition adds
+  each channel's plane offset to the indices and scatters into the whole tensor flattened: a
+  flat NCHW position, which ties the scatter (and the pool whose indices it reads) to NCHW.
+  The same writes, one plane at a time; a layout pass carries the scatter like its operands.
 """
 
 from __future__ import annotations
@@ -102,13 +107,34 @@ def _col2im(default: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]
     return col2im
 
 
+def _max_unpool(default: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    def unpool(x: torch.Tensor, indices: torch.Tensor, output_size: Sequence[Any],
+               *rest: Any) -> torch.Tensor:
+        dims, size = _ints(x.shape), _ints(output_size)
+        if dims is None or size is None or _ints(indices.shape) != dims \
+                or len(dims) not in (len(size) + 1, len(size) + 2):
+            return default(x, indices, output_size, *rest)
+        lead = dims[:len(dims) - len(size)]  # (N, C) or (C,): the planes
+        plane = 1
+        for d in size:
+            plane *= d
+        zeros = aten.full.default([*lead, plane], 0, dtype=x.dtype, device=x.device)
+        y = aten.scatter.src(zeros, len(lead), aten.reshape.default(indices, [*lead, -1]),
+                             aten.reshape.default(x, [*lead, -1]))
+        return aten.reshape.default(y, [*lead, *size])
+
+    return unpool
+
+
 def decompositions() -> dict[Any, Any]:
     """torch.export's core ATen decompositions with the changes above."""
     table = torch.export.default_decompositions()
     for op in list(table):
         if "scaled_dot_product" in str(op):
             del table[op]
-    for op, wrap in ((aten.im2col.default, _im2col), (aten.col2im.default, _col2im)):
+    for op, wrap in ((aten.im2col.default, _im2col), (aten.col2im.default, _col2im),
+                     (aten.max_unpool2d.default, _max_unpool),
+                     (aten.max_unpool3d.default, _max_unpool)):
         if op in table:
             table[op] = wrap(table[op])
     return table  # type: ignore[no-any-return]

@@ -180,6 +180,22 @@ def _slice_scatter(call: relax.Call, perm_of: PermOf) -> Plan | None:
                 lambda new: remake(call, [new[0], new[1], *rest], attrs))
 
 
+def _elements(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    """gather_elements(x, index, axis) / scatter_elements(x, index, updates, axis): every
+    tensor operand has the result's rank and is indexed by the same coordinates, the index
+    values count along `axis` alone (max_unpool's plane-wise scatter, a gather along the
+    channels): all follow one permutation, the axis with them."""
+    args = list(call.args)
+    rank = ndim(call)
+    if rank is None or any(ndim(a) != rank for a in args):
+        return None
+    p = _common_perm(args, rank, perm_of)
+    if p is None:
+        return None
+    attrs = with_fields(call.attrs, axis=p[int(call.attrs.axis) % rank])
+    return Plan(p, tuple(Operand(a, p) for a in args), lambda new: remake(call, new, attrs))
+
+
 def _split(call: relax.Call, perm_of: PermOf) -> Plan | None:
     """split(x, sections, axis): every part keeps the input's layout; the axis follows."""
     x = call.args[0]
@@ -290,6 +306,8 @@ _HANDLERS: dict[str, Callable[[relax.Call, PermOf], Plan | None]] = {
     "relax.concat": _concat,
     "relax.split": _split,
     "relax.slice_scatter": _slice_scatter,
+    "relax.gather_elements": _elements,
+    "relax.scatter_elements": _elements,
     "relax.nn.layer_norm": _layer_norm,
     "relax.nn.group_norm": _channel_norm,
     "relax.nn.instance_norm": _channel_norm,

@@ -1,0 +1,112 @@
+"""``max_pool{1,2,3}d_with_indices``: a max pool and where each maximum came from.
+
+TVM 0.27's torch importer computes the pooled values but gives **zeros** as the indices: a
+model that reads them (SegNet's and ENet's ``max_unpool2d`` scatters its values to them; a
+model may return them) gets a wrong program, or fails the import where the zeros' float dtype
+meets an integer index (torch's own ``max_unpool2d`` decomposition, an ``index_put``).
+
+The values stay the importer's own max pool (its layout rule, its schedules). The indices are
+computed beside them, exactly as PyTorch defines them: for each output position, the flat
+index (row-major over the spatial axes of one plane) of the first maximum of its window in
+the kernel's row-major order. The input is padded with the lowest value (``-inf``; right
+padding as far as ``ceil_mode``'s last windows reach), each of the ``K`` kernel offsets is one
+strided slice (a ``(K, ..., *out)`` stack), and ``argmax`` over the offsets picks the first
+maximum; the index is the window origin's flat position (a constant) plus the chosen
+offset's (elementwise integer arithmetic, so that the layout passes carry it like the
+data). Nothing is computed when the indices are not read (dead code).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from tvm import relax
+
+
+def _per_axis(value: Any, rank: int, default: int) -> list[int]:
+    if value is None or (isinstance(value, (list, tuple)) and not value):
+        return [default] * rank
+    if isinstance(value, (list, tuple)):
+        values = [int(v) for v in value]
+        return values * rank if len(values) == 1 else values
+    return [int(value)] * rank
+
+
+def _lowest(dtype: str) -> float:
+    if dtype.startswith("float") or dtype.startswith("bfloat"):
+        return float("-inf")
+    return float(np.iinfo(np.dtype(dtype)).min)
+
+
+def _indices(bb: Any, x: Any, out: list[int], kernel: list[int], stride: list[int],
+             padding: list[int], dilation: list[int]) -> Any:
+    """The flat index of each window's first maximum (see the module's docstring)."""
+    shape = [int(d) for d in x.ty.shape]
+    rank = len(kernel)
+    lead, size = len(shape) - rank, shape[-rank:]
+    reach = [(o - 1) * s + d * (k - 1) + 1
+             for o, s, d, k in zip(out, stride, dilation, kernel, strict=True)]
+    widths = [0, 0] * lead
+    for n, p, r in zip(size, padding, reach, strict=True):
+        widths += [p, max(0, r - n - p)]
+    padded = x if not any(widths) else bb.emit(
+        relax.op.nn.pad(x, widths, pad_value=_lowest(str(x.ty.dtype))))
+    axes = list(range(lead, lead + rank))
+    plane = [int(np.prod(size[i + 1:], dtype=np.int64)) for i in range(rank)]
+    slices = []
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        begin = [j * d for j, d in zip(offset, dilation, strict=True)]
+        end = [b + (o - 1) * s + 1 for b, o, s in zip(begin, out, stride, strict=True)]
+        window = bb.emit(relax.op.strided_slice(padded, axes, begin, end, stride))
+        slices.append(bb.emit(relax.op.expand_dims(window, [0])))
+    stack = slices[0] if len(slices) == 1 else bb.emit(relax.op.concat(slices, axis=0))
+    chosen = bb.emit(relax.op.argmax(stack, axis=0))  # the kernel offset, row-major
+    # its flat position in the plane, elementwise (a layout pass carries it like the data)
+    position = None
+    inner = 1
+    for k, d, q in reversed(list(zip(kernel, dilation, plane, strict=True))):
+        along = chosen if inner == 1 else bb.emit(
+            relax.op.floor_divide(chosen, relax.const(inner, "int64")))
+        if inner * k < int(np.prod(kernel)):
+            along = bb.emit(relax.op.floor_mod(along, relax.const(k, "int64")))
+        term = bb.emit(relax.op.multiply(along, relax.const(d * q, "int64")))
+        position = term if position is None else bb.emit(relax.op.add(position, term))
+        inner *= k
+    grids = np.meshgrid(*(np.arange(o, dtype=np.int64) * s - p
+                          for o, s, p in zip(out, stride, padding, strict=True)), indexing="ij")
+    origin = sum(g * q for g, q in zip(grids, plane, strict=True))
+    return bb.emit(relax.op.add(position, relax.const(np.asarray(origin, dtype="int64"),
+                                                      "int64")))
+
+
+def _with_indices(rank: int) -> Callable[[Any, Any], Any]:
+    def convert(node: Any, importer: Any) -> Any:
+        bb = importer.block_builder
+        args = importer.retrieve_args(node)
+        x = args[0]
+        kernel = _per_axis(args[1], rank, 1)
+        stride = _per_axis(args[2] if len(args) > 2 else None, rank, 0)
+        stride = kernel if not any(stride) else stride
+        padding = _per_axis(args[3] if len(args) > 3 else 0, rank, 0)
+        dilation = _per_axis(args[4] if len(args) > 4 else 1, rank, 1)
+        ceil_mode = bool(args[5]) if len(args) > 5 else False
+        pool = getattr(importer, f"_max_pool{rank}d_impl")
+        values = pool(x, kernel, stride, padding, dilation, ceil_mode)
+        if not isinstance(values, relax.Var):  # the 1-D pool's squeeze is left unbound
+            values = bb.emit(values)
+        out = [int(d) for d in values.ty.shape][-rank:]
+        indices = _indices(bb, x, out, kernel, stride, padding, dilation)
+        return bb.emit(relax.Tuple([values, indices]))
+
+    return convert
+
+
+def pool_converters() -> dict[str, Callable[[Any, Any], Any]]:
+    """The converters, keyed as the importer looks them up (``node.target.__name__``)."""
+    return {f"max_pool{rank}d_with_indices.default": _with_indices(rank) for rank in (1, 2, 3)}
+
+
+__all__ = ["pool_converters"]
