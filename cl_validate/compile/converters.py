@@ -62,6 +62,7 @@ from cl_validate.compile.activation_converters import activation_converters
 from cl_validate.compile.norm_converters import norm_converters
 from cl_validate.compile.pool_converters import pool_converters
 from cl_validate.compile.reduction_converters import reduction_converters
+from cl_validate.compile.resample_converters import resample_converters
 from cl_validate.compile.sdpa_converter import convert_sdpa, static_dims
 from cl_validate.compile.window_converters import window_converters
 
@@ -495,4 +496,5 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         **norm_converters(),
         **reduction_converters(),
         **pool_converters(),
+        **resample_converters(),
     }
