@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from tvm import relax
+from tvm import relax, tirx
 
 
 def _per_axis(value: Any, rank: int, default: int) -> list[int]:
@@ -44,9 +44,9 @@ def _lowest(dtype: str) -> float:
 def _indices(bb: Any, x: Any, out: list[int], kernel: list[int], stride: list[int],
              padding: list[int], dilation: list[int]) -> Any:
     """The flat index of each window's first maximum (see the module's docstring)."""
-    shape = [int(d) for d in x.ty.shape]
     rank = len(kernel)
-    lead, size = len(shape) - rank, shape[-rank:]
+    lead = len(x.ty.shape) - rank  # the batch and channels may be symbolic
+    size = [int(d) for d in list(x.ty.shape)[lead:]]
     reach = [(o - 1) * s + d * (k - 1) + 1
              for o, s, d, k in zip(out, stride, dilation, kernel, strict=True)]
     widths = [0, 0] * lead
@@ -97,7 +97,12 @@ def _with_indices(rank: int) -> Callable[[Any, Any], Any]:
         values = pool(x, kernel, stride, padding, dilation, ceil_mode)
         if not isinstance(values, relax.Var):  # the 1-D pool's squeeze is left unbound
             values = bb.emit(values)
-        out = [int(d) for d in values.ty.shape][-rank:]
+        spatial = list(values.ty.shape)[-rank:] + list(x.ty.shape)[-rank:]
+        if not all(isinstance(d, tirx.IntImm) for d in spatial):
+            # a plane of symbolic size has no constant positions: TVM's own converter, whose
+            # indices are zeros (every max pool exports with indices; most never read them)
+            return getattr(importer, f"_max_pool{rank}d_with_indices")(node)
+        out = [int(d) for d in list(values.ty.shape)[-rank:]]
         indices = _indices(bb, x, out, kernel, stride, padding, dilation)
         return bb.emit(relax.Tuple([values, indices]))
 

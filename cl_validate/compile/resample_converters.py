@@ -26,7 +26,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from tvm import relax
+from tvm import relax, tirx
+
+#: The importer's own converter for each op, for a plane of symbolic size.
+_TVM_CONVERTERS = {
+    "upsample_nearest2d.vec": "_upsample_nearest2d",
+    "upsample_bilinear2d.vec": "_upsample_bilinear2d",
+    "upsample_bicubic2d.vec": "_upsample_bicubic2d",
+    "_upsample_bilinear2d_aa.default": "_upsample_bilinear2d_aa",
+}
 
 
 def _pair(value: Any) -> list[float] | None:
@@ -102,8 +110,14 @@ def _resample(mode: str, node: Any, importer: Any, size: Any, align: bool | None
               scales: list[float] | None, antialias: bool = False) -> Any:
     bb = importer.block_builder
     x = importer.env[node.args[0]]
-    dims = [int(d) for d in x.ty.shape]
-    n_in = dims[-2:]
+    rank = len(x.ty.shape)
+    if not all(isinstance(d, tirx.IntImm) for d in list(x.ty.shape)[-2:]):
+        # a plane of symbolic size: no constant taps; TVM's own converter
+        name = node.target.__name__
+        if name not in _TVM_CONVERTERS:
+            raise NotImplementedError(f"{name} on a plane of symbolic size")
+        return getattr(importer, _TVM_CONVERTERS[name])(node)
+    n_in = [int(d) for d in list(x.ty.shape)[-2:]]
     if size:
         n_out = [int(s) for s in size]
     else:  # PyTorch: floor(in · scale_factor), the scale kept for the coordinates
@@ -122,7 +136,7 @@ def _resample(mode: str, node: Any, importer: Any, size: Any, align: bool | None
         if a == b and (scales is None or scales[i] in (0.0, 1.0)) and not antialias:
             continue  # the identity along this axis
         scale = scales[i] if scales is not None and scales[i] > 0 else None
-        out = _along(bb, out, len(dims) - 2 + i, _matrix(kind, a, b, align, scale), dtype)
+        out = _along(bb, out, rank - 2 + i, _matrix(kind, a, b, align, scale), dtype)
     return out
 
 

@@ -93,3 +93,32 @@ def test_a_segnet_stage_stays_channels_last(tmp_path):
     assert 'layout="NHWC"' in program and "max_pool2d" in program
     final = str(compiled.stage("fold_scale_shift").mod["main"])
     assert "scatter_elements" in final and 'layout="NCHW"' not in final
+
+
+def test_a_symbolic_batch_keeps_exact_indices_and_resizes():
+    """torch.export writes every max pool with its indices: a symbolic batch (or channel
+    count) must not stop the import (the bundled dynamic-batch ResNet did), and the indices
+    and a resize off the grid are still PyTorch's at every batch."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from cl_validate.compile.converters import custom_convert_map
+    from cl_validate.compile.decompositions import decompositions
+
+    class Both(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            y, i = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+            return y, i, F.interpolate(x, size=(4, 5))
+
+    batch = torch.export.Dim("batch", min=1, max=8)
+    ep = torch.export.export(Both(), (torch.randn(2, 3, 9, 10),),
+                             dynamic_shapes=({0: batch},)).run_decompositions(decompositions())
+    mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
+    for n in (1, 5):
+        x = torch.randint(0, 3, (n, 3, 9, 10)).float()
+        got = vm["main"](tvm.runtime.tensor(x.numpy()))
+        for g, w in zip(got, Both()(x), strict=True):
+            np.testing.assert_array_equal(g.numpy(), w.numpy())
