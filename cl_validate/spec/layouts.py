@@ -42,8 +42,12 @@ def converted_layouts(declared: Mapping[str, Sequence[str]]) -> dict[str, list[s
     layout declared for ``conv2d`` where the case does not say: left to its rule, it follows
     its input, which is the import layout when a dequantize stands before it (a quantized
     ConvTranspose2d stayed NCHW between two transposes, where the float model's follows the
-    NHWC convolution before it). The `layout` check expects the same."""
+    NHWC convolution before it). ``conv3d`` stays in its import layout where the case does
+    not say: left to its rule, it follows its input, and an NHWC map made 5-D
+    (``unsqueeze``) gave it the data layout ``NCHWD`` beside the kernel's ``OIDHW``, which
+    TVM 0.27 legalizes into a wrong program. The `layout` check expects the same."""
     desired = {op: list(lay) for op, lay in declared.items()}
+    desired.setdefault("relax.nn.conv3d", ["NCDHW", "OIDHW"])
     conv = desired.get("relax.nn.conv2d")
     if conv and conv[0] == "NHWC" and "relax.nn.conv2d_transpose" not in desired:
         desired["relax.nn.conv2d_transpose"] = ["NHWC", "IHWO"]
