@@ -87,7 +87,8 @@ def test_amax_amin_and_a_view_head_with_channels_last_input(write_case):
 
 def test_an_integer_clamp_with_one_bound_compiles_and_computes_it():
     """TVM's converter makes ``x.clamp(max=k)`` on integers ``R.clip(x, -inf, k)``, whose
-    legalization fails ("Cannot convert infinity to BigInt", docs/upstream/int-clamp.md)."""
+    legalization fails ("Cannot convert infinity to BigInt", docs/upstream/int-clamp.md).
+    A min above the max gives the max everywhere (``R.clip`` gave the min)."""
     import numpy as np
     import torch
     import tvm
@@ -100,7 +101,8 @@ def test_an_integer_clamp_with_one_bound_compiles_and_computes_it():
     class Clamped(nn.Module):
         def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
             i = (x * 10).long()
-            return i.clamp(max=5) + 1, i.clamp(min=3), i.clamp(2, 7), (x * 3).clamp(max=1.5)
+            return (i.clamp(max=5) + 1, i.clamp(min=3), i.clamp(2, 7), (x * 3).clamp(max=1.5),
+                    x.clamp(0.5, -0.5), i.clamp(7, 2))
 
     x = torch.rand(16)
     ep = torch.export.export(Clamped(), (x,))

@@ -202,46 +202,6 @@ def _extreme_with_index(op: Callable[..., Any], arg: Callable[..., Any]
     return convert
 
 
-def _adaptive_max_pool2d(node: Any, importer: Any) -> Any:
-    """``F.adaptive_max_pool2d`` / ``nn.AdaptiveMaxPool2d`` (CBAM's and BAM's channel
-    attention, PSP-style pyramids): no converter in TVM 0.27. A max pool when the output
-    size divides the input's, else PyTorch's windows (``floor(i·H/oh)`` to
-    ``ceil((i+1)·H/oh)``) each reduced and concatenated. Indices, where read, for a global
-    pool only (the position in the flattened plane, as PyTorch's)."""
-    args = importer.retrieve_args(node)
-    x, size = args[0], args[1]
-    dims = static_dims(x)
-    if dims is None or len(dims) not in (3, 4):
-        raise ValueError("adaptive_max_pool2d needs an input of known shape, (N,) C, H, W")
-    h, w = dims[-2:]
-    oh, ow = (h if s is None else int(s) for s in size) if len(size) == 2 else (
-        int(size[0]), int(size[0]))
-    bb = importer.block_builder
-    data = x if len(dims) == 4 else bb.emit(relax.op.expand_dims(x, 0))
-    if h % oh == 0 and w % ow == 0:
-        values = bb.emit(relax.op.nn.max_pool2d(data, (h // oh, w // ow), (h // oh, w // ow)))
-    else:
-        rows = []
-        for i in range(oh):
-            cells = [bb.emit(relax.op.max(bb.emit(relax.op.strided_slice(
-                data, [2, 3], [i * h // oh, j * w // ow],
-                [-(-(i + 1) * h // oh), -(-(j + 1) * w // ow)])), axis=[2, 3], keepdims=True))
-                for j in range(ow)]
-            rows.append(bb.emit(relax.op.concat(cells, axis=3)) if ow > 1 else cells[0])
-        values = bb.emit(relax.op.concat(rows, axis=2)) if oh > 1 else rows[0]
-    if len(dims) == 3:
-        values = bb.emit(relax.op.squeeze(values, [0]))
-    if all(u.target is operator.getitem and u.args[1] == 0 for u in node.users):
-        return bb.emit(relax.Tuple([values]))
-    if (oh, ow) != (1, 1):
-        raise ValueError("adaptive_max_pool2d's indices are supported for a global pool "
-                         "(output size 1) only")
-    flat = bb.emit(relax.op.reshape(x, [*dims[:-2], h * w]))
-    indices = bb.emit(relax.op.reshape(relax.op.argmax(flat, axis=-1, keepdims=True),
-                                       [*dims[:-2], 1, 1]))
-    return bb.emit(relax.Tuple([values, indices]))
-
-
 def _cumulative(op: Callable[..., Any]) -> Callable[[Any, Any], Any]:
     """``cumsum`` / ``cumprod`` in the dtype PyTorch gives (int64 for booleans and integers,
     unless asked otherwise): TVM's importer kept the input's, so a mask's running count
@@ -398,23 +358,28 @@ def _clamp(node: Any, importer: Any) -> Any:
     """``x.clamp(min, max)`` on an integer tensor with one bound missing: TVM's converter puts
     ``-inf`` / ``inf`` in ``R.clip`` and the legalization then fails ("Cannot convert
     infinity to BigInt"; docs/upstream/int-clamp.md). Here an integer clamp is the bounds it
-    has, as ``maximum`` / ``minimum`` with constants of its dtype; a float one, or one with a
-    tensor bound, is TVM's."""
+    has, as ``maximum`` / ``minimum`` with constants of its dtype; so is a clamp whose min
+    exceeds its max (PyTorch: ``min(max(x, lo), hi)``, all ``hi``; ``R.clip`` gives ``lo``).
+    A float one, or one with a tensor bound, is TVM's."""
     args = list(importer.retrieve_args(node))
     x = args[0]
     lo = args[1] if len(args) > 1 else node.kwargs.get("min")
     hi = args[2] if len(args) > 2 else node.kwargs.get("max")
     dtype = str(getattr(x.ty, "dtype", ""))
+    integer = dtype.startswith(("int", "uint"))
     bounds = [b for b in (lo, hi) if b is not None]
-    if not dtype.startswith(("int", "uint")) or not all(
-            isinstance(b, int | float) for b in bounds):
+    numbers = all(isinstance(b, int | float) for b in bounds)
+    crossed = numbers and len(bounds) == 2 and lo > hi
+    if not numbers or not (integer or crossed):
         return importer._clamp(node)
     bb = importer.block_builder
     out = x
     if lo is not None:
-        out = bb.emit(relax.op.maximum(out, relax.const(math.ceil(lo), dtype)))
+        out = bb.emit(relax.op.maximum(out, relax.const(math.ceil(lo) if integer else lo,
+                                                        dtype)))
     if hi is not None:
-        out = bb.emit(relax.op.minimum(out, relax.const(math.floor(hi), dtype)))
+        out = bb.emit(relax.op.minimum(out, relax.const(math.floor(hi) if integer else hi,
+                                                        dtype)))
     return out
 
 
@@ -477,7 +442,6 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "amax.default": lambda n, imp: _reduce_extreme(n, imp, relax.op.max),
         "amin.default": lambda n, imp: _reduce_extreme(n, imp, relax.op.min),
         "max.dim": _extreme_with_index(relax.op.max, relax.op.argmax),
-        "adaptive_max_pool2d.default": _adaptive_max_pool2d,
         "min.dim": _extreme_with_index(relax.op.min, relax.op.argmin),
         "add.Tensor": _binary_promoting(relax.op.add, operator.add),
         "sub.Tensor": _binary_promoting(relax.op.subtract, operator.sub),

@@ -68,6 +68,25 @@ def test_max_unpool_puts_each_value_at_its_index():
         np.testing.assert_array_equal(g, w.numpy())
 
 
+class DividedPools(nn.Module):
+    """``avg_pool2d`` with ``divisor_override``: each window's sum over the divisor (TVM's
+    converter dropped the divisor), padded and ``ceil_mode`` windows included."""
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return [F.avg_pool2d(x, 2, divisor_override=3),
+                F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, divisor_override=2),
+                F.avg_pool2d(x, (2, 3), (1, 2), (1, 0), count_include_pad=False,
+                             divisor_override=5)]
+
+
+def test_an_average_pool_with_a_divisor_override_divides_by_it():
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 9, 10)
+    for g, w in zip(tvm_outputs(DividedPools(), x, decompose=True), DividedPools()(x),
+                    strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6)
+
+
 class SegNetStage(nn.Module):
     """One SegNet encoder/decoder stage: conv, pool with indices, conv, unpool, conv."""
 
