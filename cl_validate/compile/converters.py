@@ -59,6 +59,7 @@ from typing import Any
 from tvm import relax, tirx
 
 from cl_validate.compile.activation_converters import activation_converters
+from cl_validate.compile.math_converters import math_converters
 from cl_validate.compile.norm_converters import norm_converters
 from cl_validate.compile.pool_converters import pool_converters
 from cl_validate.compile.reduction_converters import reduction_converters
@@ -461,4 +462,5 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         **reduction_converters(),
         **pool_converters(),
         **resample_converters(),
+        **math_converters(),
     }
