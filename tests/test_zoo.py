@@ -69,6 +69,7 @@ TINY: dict[str, tuple[dict[str, Any], tuple[int, ...], tuple[int, ...]]] = {
     "deploy:index_unfold": ({"dim": 8}, (1, 3, 32, 32), (1, 10)),
     "deploy:mid_block": ({"dim": 8}, (1, 8, 8, 8), (1, 8, 8, 8)),
     "filters:fir_resampler": ({"width": 4}, (1, 3, 16, 16), (1, 3, 15, 15)),
+    "unet:segnet_small": ({"base": 4, "depth": 2}, (1, 3, 8, 8), (1, 5, 11, 11)),
 }
 NAMES = sorted(TINY)
 

@@ -52,6 +52,7 @@ FACTORIES: tuple[str, ...] = (
     "shufflenet:shufflenet_v2",
     "densenet:densenet_small",
     "unet:unet_small",
+    "unet:segnet_small",
     "norms:groupnorm_net",
     "norms:pixelshuffle_net",
     "mixed:mixed_layout_net",

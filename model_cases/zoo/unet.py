@@ -87,3 +87,45 @@ def unet_small(
     """
     model = UNet(in_channels, num_classes, base, up_modes)
     return finalize(model, (4, in_channels, 64, 64))
+
+
+class SegNet(nn.Module):
+    """SegNet (Badrinarayanan et al. 2017): an encoder whose max pools keep their indices and
+    a decoder that unpools with them (``max_unpool2d``: each value back at the position of
+    its window's maximum, zeros elsewhere), as in SegNet and ENet; the logits resized to the
+    label map's size by a scale factor (``F.interpolate(scale_factor=…)``, whose output
+    size is rounded: PyTorch maps coordinates with the factor, not with in/out)."""
+
+    def __init__(self, in_channels: int, num_classes: int, base: int, depth: int,
+                 out_scale: float) -> None:
+        super().__init__()
+        chans = [in_channels] + [base * 2**i for i in range(depth)]
+        self.encoders = nn.ModuleList(
+            nn.Sequential(ConvNormAct(chans[i], chans[i + 1], 3),
+                          ConvNormAct(chans[i + 1], chans[i + 1], 3))
+            for i in range(depth))
+        self.decoders = nn.ModuleList(
+            nn.Sequential(ConvNormAct(chans[i + 1], chans[i + 1], 3),
+                          ConvNormAct(chans[i + 1], max(chans[i], base), 3))
+            for i in reversed(range(depth)))
+        self.classifier = nn.Conv2d(base, num_classes, 3, padding=1)
+        self.out_scale = out_scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        indices = []
+        for encoder in self.encoders:
+            x, where = nn.functional.max_pool2d(encoder(x), 2, 2, return_indices=True)
+            indices.append(where)
+        for decoder in self.decoders:
+            x = decoder(nn.functional.max_unpool2d(x, indices.pop(), 2, 2))
+        logits = self.classifier(x)
+        return nn.functional.interpolate(logits, scale_factor=self.out_scale, mode="bilinear",
+                                         align_corners=False)
+
+
+def segnet_small(in_channels: int = 3, num_classes: int = 5, base: int = 16, depth: int = 3,
+                 out_scale: float = 1.4) -> nn.Module:
+    """SegNet with `depth` pool/unpool levels; N×in_channels×H×W →
+    N×num_classes×floor(H·out_scale)×floor(W·out_scale). H and W multiples of 2^depth."""
+    model = SegNet(in_channels, num_classes, base, depth, out_scale)
+    return finalize(model, (4, in_channels, 64, 64))
