@@ -183,10 +183,13 @@ def test_every_transform_in_a_fused_kernel_gets_its_own_mark():
     assert all(f"m{i} (permute)" in marked[i] for i in range(3)), text
 
 
-def test_a_transform_read_only_on_the_way_to_the_output_is_the_outputs(write_case):
+@pytest.mark.parametrize("model", ["masked_output", "rescaled_output"])
+def test_a_transform_read_only_on_the_way_to_the_output_is_the_outputs(write_case, model):
     """The pipeline moved the NCHW output's transform up to the convolution: every op after
-    it is elementwise (masks, ``where``, a reduction keeping its axes), so it is the graph
-    output boundary, not a conversion whose cause was not traced."""
-    reasons = [t.attribution.reason for t in _transforms(write_case, "masked_output",
-                                                         pipeline="nhwc")]
-    assert Reason.OUTPUT_BOUNDARY in reasons and Reason.UNTRACED not in reasons, reasons
+    it is elementwise (masks, ``where``, a reduction keeping its axes) or keeps every axis in
+    place (a resize's gather, a softmax, a crop), so it is the graph output boundary, not a
+    conversion whose cause was not traced nor an op that lacks a layout rule."""
+    transforms = _transforms(write_case, model, pipeline="nhwc")
+    reasons = [t.attribution.reason for t in transforms]
+    assert reasons.count(Reason.OUTPUT_BOUNDARY) == 1, reasons
+    assert set(reasons) <= {Reason.OUTPUT_BOUNDARY, Reason.INPUT_BOUNDARY}, reasons

@@ -26,17 +26,26 @@ from tvm import ir, relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.passes import LAYOUT_AGNOSTIC_OPS
-from cl_validate.compile.passes._layout_ops import BROADCAST_OPS, REDUCE_OPS, UNARY_OPS
+from cl_validate.compile.passes._layout_ops import (
+    AXIS_OPS,
+    BROADCAST_OPS,
+    LAYOUT_ATTR_OPS,
+    REDUCE_OPS,
+    UNARY_OPS,
+)
 from cl_validate.ir import (
     IMPORTER,
     MODEL,
     TRANSFORM_OPS,
     bindings,
     input_params,
+    is_tensor_constant,
     is_weight_derived,
+    ndim,
     op_name,
     origin_parts,
     replace_function,
+    tensor_type,
     use_sites,
     weight_derived,
 )
@@ -295,12 +304,29 @@ def _pinned(cur: Any, module: str, producer: dict[Any, Any], derived: set[Any],
 
 
 _ELEMENTWISE = UNARY_OPS | BROADCAST_OPS | {"relax.full_like"}
+#: Ops that keep every axis where it is, each output element read from the same position of
+#: the others' axes: a transform before them serves as well after them (a resize's taps, a
+#: pool, a slice, a pad, a softmax along one axis).
+_PER_AXIS = AXIS_OPS | LAYOUT_ATTR_OPS | {"relax.strided_slice", "relax.nn.pad"}
+
+
+def _keeps_axes(value: Any, read: Any) -> bool:
+    """Whether `value`, reading `read`, keeps every axis in place (see `_PER_AXIS`; a take
+    with a constant index of at most one axis)."""
+    name = op_name(value)
+    if name == "relax.take":
+        index = value.args[1]
+        return value.args[0].same_as(read) and is_tensor_constant(index) and (
+            ndim(index) == 1)
+    return name in _PER_AXIS and value.args[0].same_as(read) and all(
+        tensor_type(a) is None or is_tensor_constant(a) for a in value.args[1:])
 
 
 def _only_towards(var: Any, outputs: set[Any], users: dict[Any, list[Any]],
                   producer: dict[Any, Any], limit: int = 512) -> bool:
     """Whether every reader of `var`, and of what they compute, is elementwise (casts and
-    ``where`` included) or a reduction that keeps its axes, until the values reach the
+    ``where`` included), keeps every axis in place (a resize's taps, a pool, a slice) or is a
+    reduction that keeps its axes, until the values reach the
     graph's outputs: the transform is the output's, moved up (a view or a product reading it
     needs its order for itself)."""
     seen, todo, reached = set(), [var], False
@@ -322,8 +348,8 @@ def _only_towards(var: Any, outputs: set[Any], users: dict[Any, list[Any]],
             if b is None:
                 return False
             name = op_name(b.value)
-            if not (name in _ELEMENTWISE or (name in REDUCE_OPS and bool(getattr(
-                    b.value.attrs, "keepdims", False)))):
+            if not (name in _ELEMENTWISE or _keeps_axes(b.value, v) or (
+                    name in REDUCE_OPS and bool(getattr(b.value.attrs, "keepdims", False)))):
                 return False
             todo.append(u)
     return reached
