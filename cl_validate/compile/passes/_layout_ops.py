@@ -54,7 +54,9 @@ AXIS_OPS = frozenset({"relax.nn.softmax", "relax.nn.log_softmax", "relax.nn.prel
                       "relax.quantize", "relax.dequantize", "relax.cumsum", "relax.cumprod",
                       "relax.sort", "relax.argsort"})
 LAYOUT_ATTR_OPS = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d",
-                             "relax.nn.adaptive_avg_pool2d", "relax.image.resize2d"})
+                             "relax.nn.adaptive_avg_pool2d", "relax.image.resize2d",
+                             "relax.nn.max_pool3d", "relax.nn.avg_pool3d",
+                             "relax.nn.adaptive_avg_pool3d"})
 
 
 def _unary(call: relax.Call, perm_of: PermOf) -> Plan | None:
