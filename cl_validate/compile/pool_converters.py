@@ -98,15 +98,14 @@ def _with_indices(rank: int) -> Callable[[Any, Any], Any]:
         padding = _per_axis(args[3] if len(args) > 3 else 0, rank, 0)
         dilation = _per_axis(args[4] if len(args) > 4 else 1, rank, 1)
         ceil_mode = bool(args[5]) if len(args) > 5 else False
+        if not all(isinstance(d, tirx.IntImm) for d in list(x.ty.shape)[-rank:]):
+            # a plane of symbolic size has no constant positions: TVM's own converter, whose
+            # indices are zeros (every max pool exports with indices; most never read them)
+            return getattr(importer, f"_max_pool{rank}d_with_indices")(node)
         pool = getattr(importer, f"_max_pool{rank}d_impl")
         values = pool(x, kernel, stride, padding, dilation, ceil_mode)
         if not isinstance(values, relax.Var):  # the 1-D pool's squeeze is left unbound
             values = bb.emit(values)
-        spatial = list(values.ty.shape)[-rank:] + list(x.ty.shape)[-rank:]
-        if not all(isinstance(d, tirx.IntImm) for d in spatial):
-            # a plane of symbolic size has no constant positions: TVM's own converter, whose
-            # indices are zeros (every max pool exports with indices; most never read them)
-            return getattr(importer, f"_max_pool{rank}d_with_indices")(node)
         out = [int(d) for d in list(values.ty.shape)[-rank:]]
         indices = _indices(bb, x, out, kernel, stride, padding, dilation)
         return bb.emit(relax.Tuple([values, indices]))
