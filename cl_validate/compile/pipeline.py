@@ -38,6 +38,7 @@ from cl_validate.compile.passes import (
     RaiseAttention,
     StridedProducts,
     UnfoldChannelFilters,
+    UnmergeGroupedMaps,
     cleanup_passes,
     lower_conv_transpose,
 )
@@ -192,10 +193,12 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
     cleanup = Stage("cleanup", tvm.transform.Sequential(list(cleanup_passes())))
     convert = _convert_layout(ctx)
     return standard_stages(ctx, layout=[
-        # the import's spelling, made readable for ConvertLayout: axes, batch-folded norms
+        # the import's spelling, made readable for ConvertLayout: axes, batch-folded norms,
+        # group statistics over merged axes
         Stage("normalize_axes", tvm.transform.Sequential([NormalizeAxes(),
                                                           PerSampleInstanceNorm(),
-                                                          PermuteIntoGather()])),
+                                                          PermuteIntoGather(),
+                                                          UnmergeGroupedMaps()])),
         Stage("raise_attention", RaiseAttention()),
         _unfold_filters(convert, cleanup),
         convert,

@@ -36,8 +36,10 @@ are still parameters of ``main`` (beyond ``num_input``) or already bound constan
 More passes run at other stages: ``NormalizeAxes`` before ConvertLayout (negative axes crash
 some of TVM's layout rules), with ``PerSampleInstanceNorm`` (an instance norm on a batch of
 more than one, which PyTorch folds into the channels, as the per-channel norm it is; exact)
-and ``PermuteIntoGather`` (an unfold's permute of the gathered positions folded into the
-gather's constant index; exact); ``UnfoldChannelFilters`` after RaiseAttention, in a stage
+``PermuteIntoGather`` (an unfold's permute of the gathered positions folded into the
+gather's constant index; exact) and ``UnmergeGroupedMaps`` (statistics over a map viewed
+``(B, G, C/G·H·W)``, a manual GroupNorm or EvoNorm, with the channel split kept apart from
+the pixels; the same elements reduced); ``UnfoldChannelFilters`` after RaiseAttention, in a stage
 of its own (a filter run on every channel by folding the channels into the batch,
 ``upfirdn2d``-style, as the depthwise convolution it is; kept only where the layout stages
 then leave fewer transforms; the same sums of the same products); ``FoldFlattenIntoLinear``
@@ -75,6 +77,7 @@ from cl_validate.compile.passes.conv_transpose import lower_conv_transpose
 from cl_validate.compile.passes.flatten_linear import FoldFlattenIntoLinear
 from cl_validate.compile.passes.fold_scale_shift import FoldScaleShift
 from cl_validate.compile.passes.gather_order import PermuteIntoGather
+from cl_validate.compile.passes.grouped_maps import UnmergeGroupedMaps
 from cl_validate.compile.passes.hoist_permutes import HoistPermutes, InterleaveConcats
 from cl_validate.compile.passes.instance_norm import PerSampleInstanceNorm
 from cl_validate.compile.passes.integer_compute import IntegerCompute
@@ -144,6 +147,7 @@ __all__ = [
     "SinkQuantizePairs",
     "StridedProducts",
     "UnfoldChannelFilters",
+    "UnmergeGroupedMaps",
     "cleanup_passes",
     "extra_layout_rules",
     "lower_conv_transpose",
