@@ -62,6 +62,7 @@ from cl_validate.compile.activation_converters import activation_converters
 from cl_validate.compile.math_converters import math_converters
 from cl_validate.compile.norm_converters import norm_converters
 from cl_validate.compile.pool_converters import pool_converters
+from cl_validate.compile.precision_converters import precision_converters
 from cl_validate.compile.reduction_converters import reduction_converters
 from cl_validate.compile.resample_converters import resample_converters
 from cl_validate.compile.sdpa_converter import convert_sdpa, static_dims
@@ -463,4 +464,5 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         **pool_converters(),
         **resample_converters(),
         **math_converters(),
+        **precision_converters(),
     }

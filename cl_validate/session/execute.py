@@ -35,7 +35,10 @@ def _to_numpy(t: Any) -> np.ndarray:
         elif t.dtype == torch.complex32:
             t = t.to(torch.complex64)
         return np.array(t.cpu().numpy(), copy=True)
-    return np.array(t.numpy(), copy=True)
+    out = np.array(t.numpy(), copy=True)
+    if out.dtype.kind == "V" or out.dtype.name == "bfloat16":  # TVM's bfloat16 (ml_dtypes)
+        out = out.astype(np.float32)  # exact, as torch's bfloat16 outputs are read
+    return out
 
 
 def run_torch(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:

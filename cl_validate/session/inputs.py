@@ -61,8 +61,15 @@ def torch_inputs(case: CaseSpec, arrays: Sequence[np.ndarray]) -> list[torch.Ten
 def program_args(case: CaseSpec, arrays: Sequence[np.ndarray], device: Any,
                  params: Sequence[Any] = ()) -> list[Any]:
     """The compiled program's arguments on `device`: inputs in the layouts the case declares,
-    then the weights a pipeline left as parameters."""
-    return [tvm.runtime.tensor(a, device) for a in program_arrays(case, arrays, params)]
+    then the weights a pipeline left as parameters. A bfloat16 input (held as float32, numpy
+    has no bfloat16) is rounded to bfloat16 as torch rounds it (to nearest, ties to even)."""
+    out = program_arrays(case, arrays, params)
+    for i, spec in enumerate(case.inputs):
+        if spec.dtype == "bfloat16":
+            import ml_dtypes  # lazy: apache-tvm's own dependency, its bfloat16 for numpy
+
+            out[i] = out[i].astype(ml_dtypes.bfloat16)
+    return [tvm.runtime.tensor(a, device) for a in out]
 
 
 def program_arrays(case: CaseSpec, arrays: Sequence[np.ndarray], params: Sequence[Any] = ()

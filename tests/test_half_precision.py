@@ -1,0 +1,52 @@
+"""A half-precision model (``model.half()``, ``model.to(torch.bfloat16)``) compiles and runs:
+TVM 0.27's importer built every convolution and ``addmm`` with a float32 result and then
+added the half-precision bias (the import failed: "Binary operators must have the same
+datatype"), and a bfloat16 input reached the program as float32 (the run failed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+pytestmark = pytest.mark.compile
+
+
+class ConvHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.ConvTranspose2d(8, 4, 2, stride=2)
+        self.fc = nn.Linear(4, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.b(F.relu(self.a(x)))
+        return self.fc(y.mean((2, 3)))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_precision_model_compiles_and_computes_pytorchs_values(tmp_path, dtype):
+    import tvm
+
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case
+    from cl_validate.session.execute import run_torch, run_tvm
+    from cl_validate.session.inputs import make_inputs, torch_inputs
+    from cl_validate.spec import load_case
+
+    path = tmp_path / "c.toml"
+    path.write_text(f'model = "x:y"\n[[inputs]]\nname = "x"\nshape = [2, 3, 8, 8]\n'
+                    f'dtype = "{dtype}"\n[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+    case = load_case(path)
+    torch.manual_seed(0)
+    net = ConvHead().eval().to(getattr(torch, dtype))
+    arrays = make_inputs(case)
+    tensors = torch_inputs(case, arrays)
+    compiled = compile_case(export_and_import(net, case, tensors), case, "llvm")
+    got = run_tvm(compiled.executable, case, arrays, tvm.cpu())[0]
+    want = run_torch(net, tensors)[0]
+    assert got.shape == want.shape == (2, 5)
+    step = 2.0 ** -7 if dtype == "bfloat16" else 2.0 ** -10  # the dtype's relative step
+    np.testing.assert_allclose(got, want, rtol=4 * step, atol=4 * step)
