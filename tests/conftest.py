@@ -209,9 +209,11 @@ def judge_check(name: str, case: Any, target: str, stale: Any = None, **measured
     return get(name).judge(Judging(case, m, stale or StalePolicy.FAIL))
 
 
-def tvm_outputs(model: Any, x: Any, decompose: bool = False) -> list[Any]:
+def tvm_outputs(model: Any, x: Any, decompose: bool = False, dtype: str | None = None
+                ) -> list[Any]:
     """`model` exported (with the pipeline's decompositions when `decompose`), imported with
-    our converters, built for llvm and run on `x`: its outputs, as numpy arrays."""
+    our converters, built for llvm and run on `x`: its outputs, as numpy arrays (`x` cast
+    to `dtype` first, the outputs read as float32, where `dtype` is given)."""
     import torch
     import tvm
     from tvm import relax
@@ -220,10 +222,13 @@ def tvm_outputs(model: Any, x: Any, decompose: bool = False) -> list[Any]:
     from cl_validate.compile.converters import custom_convert_map
     from cl_validate.compile.decompositions import decompositions
 
+    if dtype is not None:
+        x = x.to(getattr(torch, dtype))
     ep = torch.export.export(model, (x,))
     if decompose:
         ep = ep.run_decompositions(decompositions())
     mod = from_exported_program(ep, custom_convert_map=custom_convert_map())
     vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
                               tvm.cpu())
-    return [g.numpy() for g in vm["main"](tvm.runtime.tensor(x.numpy()))]
+    outs = [g.numpy() for g in vm["main"](tvm.runtime.tensor(x.numpy()))]
+    return outs if dtype is None else [o.astype("float32") for o in outs]

@@ -62,7 +62,10 @@ from cl_validate.compile.activation_converters import activation_converters
 from cl_validate.compile.math_converters import math_converters
 from cl_validate.compile.norm_converters import norm_converters
 from cl_validate.compile.pool_converters import pool_converters
-from cl_validate.compile.precision_converters import precision_converters
+from cl_validate.compile.precision_converters import (
+    accumulate_in_float32,
+    precision_converters,
+)
 from cl_validate.compile.reduction_converters import reduction_converters
 from cl_validate.compile.resample_converters import resample_converters
 from cl_validate.compile.sdpa_converter import convert_sdpa, static_dims
@@ -430,8 +433,9 @@ def _var_mean(node: Any, importer: Any) -> Any:
 
 
 def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
-    """The converters, keyed as the importer looks them up (``node.target.__name__``)."""
-    return {
+    """The converters, keyed as the importer looks them up (``node.target.__name__``); a
+    half-precision model's products and reductions accumulate in float32."""
+    return accumulate_in_float32({
         "quantize_per_tensor.default": lambda n, imp: _quantize(n, imp, False),
         "dequantize_per_tensor.default": lambda n, imp: _dequantize(n, imp, False),
         "quantize_per_channel.default": lambda n, imp: _quantize(n, imp, True),
@@ -465,4 +469,4 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         **resample_converters(),
         **math_converters(),
         **precision_converters(),
-    }
+    })
