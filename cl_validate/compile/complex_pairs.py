@@ -30,6 +30,7 @@ import torch
 from tvm import relax
 
 from cl_validate.compile.fourier_pairs import FOURIER, fourier_converters
+from cl_validate.compile.importer_defaults import default_converter
 
 #: The meta key marking an fx node whose value is stored as a pair (a complex constant).
 PAIRED = "cl_validate_complex_pair"
@@ -235,13 +236,7 @@ def complex_aware(convert_map: dict[str, Converter], channels_last: bool = False
                     return pair
             if ours is not None:
                 return ours(node, importer)
-            defaults = getattr(importer, "_cl_validate_defaults", None)
-            if defaults is None:
-                defaults = importer.create_convert_map()
-                importer._cl_validate_defaults = defaults
-            if name not in defaults:
-                raise ValueError(f"no converter for {name}")
-            return defaults[name](node)
+            return default_converter(importer, name)(node)
 
         return convert
 

@@ -28,6 +28,8 @@ from typing import Any
 
 from tvm import relax
 
+from cl_validate.compile.importer_defaults import default_converter
+
 _HALF = ("float16", "bfloat16")
 
 
@@ -73,11 +75,7 @@ def _own(name: str, inner: Callable[[Any, Any], Any] | None, node: Any, importer
     """`name`'s converter: ours where there is one, else the importer's."""
     if inner is not None:
         return inner(node, importer)
-    defaults = getattr(importer, "_cl_validate_precision_defaults", None)
-    if defaults is None:
-        defaults = importer.create_convert_map()
-        importer._cl_validate_precision_defaults = defaults
-    return defaults[name](node)
+    return default_converter(importer, name)(node)
 
 
 def _round(bb: Any, out: Any, val: Any) -> Any:
