@@ -200,3 +200,9 @@ def swin(size: int = 32, dim: int = 16, ws: int = 4) -> nn.Module:
 def attention_variants(size: int = 32, patch: int = 8, dim: int = 32, heads: int = 4
                        ) -> nn.Module:
     return finalize(VariantViT(size, patch, dim, heads))
+
+
+def vit_half(size: int = 32, patch: int = 8, dim: int = 32, heads: int = 4) -> nn.Module:
+    """`vit` in float16 (``model.half()``), as a GPU deployment runs it: its convolution and
+    Linears, its LayerNorms, softmaxes and mean in half precision."""
+    return vit(size, patch, dim, heads).half()
