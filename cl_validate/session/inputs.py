@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import ml_dtypes  # apache-tvm's own dependency: its bfloat16 for numpy
 import numpy as np
 import torch
 import tvm
@@ -66,8 +67,6 @@ def program_args(case: CaseSpec, arrays: Sequence[np.ndarray], device: Any,
     out = program_arrays(case, arrays, params)
     for i, spec in enumerate(case.inputs):
         if spec.dtype == "bfloat16":
-            import ml_dtypes  # lazy: apache-tvm's own dependency, its bfloat16 for numpy
-
             out[i] = out[i].astype(ml_dtypes.bfloat16)
     return [tvm.runtime.tensor(a, device) for a in out]
 
