@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from tvm import relax
 
+from cl_validate.compile.converter_support import default_converter
 from cl_validate.compile.fourier_pairs import FOURIER, fourier_converters
-from cl_validate.compile.importer_defaults import default_converter
 
 #: The meta key marking an fx node whose value is stored as a pair (a complex constant).
 PAIRED = "cl_validate_complex_pair"

@@ -24,18 +24,14 @@ from typing import Any
 import numpy as np
 from tvm import relax
 
-
-def _arg(node: Any, i: int, name: str, default: Any = None) -> Any:
-    if len(node.args) > i:
-        return node.args[i]
-    return node.kwargs.get(name, default)
+from cl_validate.compile.converter_support import default_converter, node_arg
 
 
 def _env(importer: Any, value: Any) -> Any:
     return importer.env[value] if value in importer.env else value
 
 
-def _tensor(bb: Any, value: Any, like: Any) -> Any:
+def _tensor(value: Any, like: Any) -> Any:
     """A Python number as a constant of `like`'s dtype; a tensor as it is."""
     if isinstance(value, (int, float, bool)):
         return relax.const(value, str(like.ty.dtype))
@@ -52,7 +48,7 @@ def _binary(fn: Callable[[Any, Any, Any], Any]) -> Callable[[Any, Any], Any]:
     def convert(node: Any, importer: Any) -> Any:
         bb = importer.block_builder
         a = importer.env[node.args[0]]
-        b = _tensor(bb, _env(importer, node.args[1]), a)
+        b = _tensor(_env(importer, node.args[1]), a)
         return fn(bb, a, b)
     return convert
 
@@ -120,7 +116,7 @@ def _heaviside(bb: Any, x: Any, values: Any) -> Any:
 
 
 def _axis(node: Any, x: Any, i: int = 1) -> int:
-    return int(_arg(node, i, "dim", 0)) % max(1, len(x.ty.shape))
+    return int(node_arg(node, i, "dim", 0)) % max(1, len(x.ty.shape))
 
 
 def _prefixes(bb: Any, x: Any, axis: int) -> tuple[Any, Any, list[int]]:
@@ -199,7 +195,7 @@ def _scatter_reduce(node: Any, importer: Any) -> Any:
     x = importer.env[node.args[0]]
     return _scatter(importer.block_builder, x, _axis(node, x), importer.env[node.args[2]],
                     importer.env[node.args[3]], str(node.args[4]),
-                    bool(_arg(node, 5, "include_self", True)))
+                    bool(node_arg(node, 5, "include_self", True)))
 
 
 def _cdist(node: Any, importer: Any) -> Any:
@@ -233,7 +229,7 @@ def _where(node: Any, importer: Any) -> Any:
     branches = [_env(importer, a) for a in node.args[1:3]]
     if not dtype or all(isinstance(b, relax.Expr) and str(b.ty.dtype) == dtype
                         for b in branches):
-        return importer._where(node)
+        return default_converter(importer, "where.self")(node)
     bb = importer.block_builder
     cast = [relax.const(b, dtype) if isinstance(b, (int, float, bool))
             else b if str(b.ty.dtype) == dtype else bb.emit(relax.op.astype(b, dtype))

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from tvm import relax, tirx
 
+from cl_validate.compile.converter_support import default_converter
 from cl_validate.compile.sdpa_converter import static_dims
 
 
@@ -169,7 +170,7 @@ def _avg_pool2d(node: Any, importer: Any) -> Any:
     args = list(node.args) + [None] * (7 - len(node.args))
     divisor = args[6] if args[6] is not None else node.kwargs.get("divisor_override")
     if divisor is None:
-        return importer._avg_pool2d(node)
+        return default_converter(importer, "avg_pool2d.default")(node)
     bb = importer.block_builder
     x = importer.env[args[0]]
     kernel = _per_axis(args[1], 2, 1)

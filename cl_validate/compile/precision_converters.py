@@ -28,31 +28,26 @@ from typing import Any
 
 from tvm import relax
 
-from cl_validate.compile.importer_defaults import default_converter
-
-_HALF = ("float16", "bfloat16")
+from cl_validate.compile.converter_support import HALF, default_converter, read_in_float32
 
 
-def _in_float32(method: str, bias_at: int) -> Callable[[Any, Any], Any]:
+def _dtype_of(val: Any) -> str:
+    if isinstance(val, (list, tuple)):
+        val = val[0] if val else None
+    return str(getattr(val, "dtype", "")).removeprefix("torch.")
+
+
+def _bias_in_float32(name: str, bias_at: int) -> Callable[[Any, Any], Any]:
     def convert(node: Any, importer: Any) -> Any:
-        val = node.meta.get("val")
-        dtype = str(getattr(val, "dtype", "")).removeprefix("torch.")
-        own = getattr(importer, method)
-        if dtype not in _HALF:
+        dtype = _dtype_of(node.meta.get("val"))
+        own = default_converter(importer, name)
+        if dtype not in HALF:
             return own(node)
-        bb = importer.block_builder
-        bias = node.args[bias_at] if len(node.args) > bias_at else None
-        saved = importer.env.get(bias) if bias is not None and bias in importer.env else None
-        if saved is not None and str(getattr(saved.ty, "dtype", "")) in _HALF:
-            importer.env[bias] = bb.emit(relax.op.astype(saved, "float32"))
-        try:
+        with read_in_float32(importer, node.args[bias_at:bias_at + 1]):
             out = own(node)
-        finally:
-            if saved is not None:
-                importer.env[bias] = saved
         if str(out.ty.dtype) == dtype:
             return out
-        return bb.emit(relax.op.astype(out, dtype))
+        return importer.block_builder.emit(relax.op.astype(out, dtype))
     return convert
 
 
@@ -63,12 +58,6 @@ _ACCUMULATE = ("mean.dim", "mean.default", "sum.dim_IntList", "sum.default",
                "_native_batch_norm_legit_no_training.default", "linalg_vector_norm.default",
                "logsumexp.default", "cumsum.default", "_adaptive_avg_pool2d.default",
                "adaptive_avg_pool2d.default", "avg_pool2d.default")
-
-
-def _dtype_of(val: Any) -> str:
-    if isinstance(val, (list, tuple)):
-        val = val[0] if val else None
-    return str(getattr(val, "dtype", "")).removeprefix("torch.")
 
 
 def _own(name: str, inner: Callable[[Any, Any], Any] | None, node: Any, importer: Any) -> Any:
@@ -86,7 +75,7 @@ def _round(bb: Any, out: Any, val: Any) -> Any:
                   for i, v in enumerate(vals)]
         return bb.emit(relax.Tuple(fields))
     dtype = _dtype_of(val)
-    if dtype in _HALF and str(out.ty.dtype) != dtype:
+    if dtype in HALF and str(out.ty.dtype) != dtype:
         return bb.emit(relax.op.astype(out, dtype))
     return out
 
@@ -95,20 +84,11 @@ def _accumulating(name: str, inner: Callable[[Any, Any], Any] | None
                   ) -> Callable[[Any, Any], Any]:
     def convert(node: Any, importer: Any) -> Any:
         val = node.meta.get("val")
-        if _dtype_of(val) not in _HALF:
+        if _dtype_of(val) not in HALF:
             return _own(name, inner, node, importer)
-        bb = importer.block_builder
-        saved = {}
-        for a in node.args:
-            v = importer.env.get(a) if a in importer.env else None
-            if isinstance(v, relax.Expr) and str(getattr(v.ty, "dtype", "")) in _HALF:
-                saved[a] = v
-                importer.env[a] = bb.emit(relax.op.astype(v, "float32"))
-        try:
+        with read_in_float32(importer, node.args):
             out = _own(name, inner, node, importer)
-        finally:
-            importer.env.update(saved)
-        return _round(bb, out, val)
+        return _round(importer.block_builder, out, val)
     return convert
 
 
@@ -125,13 +105,13 @@ def accumulate_in_float32(convert_map: dict[str, Callable[[Any, Any], Any]]
 def precision_converters() -> dict[str, Callable[[Any, Any], Any]]:
     """The converters, keyed as the importer looks them up (``node.target.__name__``)."""
     return {
-        "convolution.default": _in_float32("_convolution", 2),
-        "conv1d.default": _in_float32("_conv1d", 2),
-        "conv2d.default": _in_float32("_conv2d", 2),
-        "conv3d.default": _in_float32("_conv3d", 2),
-        "conv_transpose1d.default": _in_float32("_conv_transpose1d", 2),
-        "conv_transpose2d.input": _in_float32("_conv_transpose2d", 2),
-        "addmm.default": _in_float32("_addmm", 0),
+        "convolution.default": _bias_in_float32("convolution.default", 2),
+        "conv1d.default": _bias_in_float32("conv1d.default", 2),
+        "conv2d.default": _bias_in_float32("conv2d.default", 2),
+        "conv3d.default": _bias_in_float32("conv3d.default", 2),
+        "conv_transpose1d.default": _bias_in_float32("conv_transpose1d.default", 2),
+        "conv_transpose2d.input": _bias_in_float32("conv_transpose2d.input", 2),
+        "addmm.default": _bias_in_float32("addmm.default", 0),
     }
 
 

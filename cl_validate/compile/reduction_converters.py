@@ -14,29 +14,25 @@ from typing import Any
 
 from tvm import relax
 
-
-def _arg(node: Any, i: int, name: str, default: Any) -> Any:
-    if len(node.args) > i:
-        return node.args[i]
-    return node.kwargs.get(name, default)
+from cl_validate.compile.converter_support import node_arg
 
 
 def _prod(node: Any, importer: Any) -> Any:
     bb = importer.block_builder
     x = importer.env[node.args[0]]
-    dtype = _arg(node, 3, "dtype", None)
+    dtype = node_arg(node, 3, "dtype", None)
     if dtype is not None:
         x = bb.emit(relax.op.astype(x, str(dtype).removeprefix("torch.")))
     return bb.emit(relax.op.prod(x, axis=[int(node.args[1])],
-                                 keepdims=bool(_arg(node, 2, "keepdim", False))))
+                                 keepdims=bool(node_arg(node, 2, "keepdim", False))))
 
 
 def _kthvalue(node: Any, importer: Any) -> Any:
     bb = importer.block_builder
     x = importer.env[node.args[0]]
     k = int(node.args[1])
-    axis = int(_arg(node, 2, "dim", -1)) % len(x.ty.shape)
-    keep = bool(_arg(node, 3, "keepdim", False))
+    axis = int(node_arg(node, 2, "dim", -1)) % len(x.ty.shape)
+    keep = bool(node_arg(node, 3, "keepdim", False))
     order = bb.emit(relax.op.argsort(x, axis=axis, dtype="int64"))
     index = bb.emit(relax.op.strided_slice(order, [axis], [k - 1], [k]))
     value = bb.emit(relax.op.gather_elements(x, index, axis=axis))

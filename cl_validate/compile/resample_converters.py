@@ -30,13 +30,7 @@ import numpy as np
 import torch
 from tvm import relax, tirx
 
-#: The importer's own converter for each op, for a plane of symbolic size.
-_TVM_CONVERTERS = {
-    "upsample_nearest2d.vec": "_upsample_nearest2d",
-    "upsample_bilinear2d.vec": "_upsample_bilinear2d",
-    "upsample_bicubic2d.vec": "_upsample_bicubic2d",
-    "_upsample_bilinear2d_aa.default": "_upsample_bilinear2d_aa",
-}
+from cl_validate.compile.converter_support import default_converter, node_arg
 
 
 def _pair(value: Any) -> list[float] | None:
@@ -116,10 +110,7 @@ def _resample(mode: str, node: Any, importer: Any, size: Any, align: bool | None
     rank = len(x.ty.shape)
     if not all(isinstance(d, tirx.IntImm) for d in list(x.ty.shape)[-2:]):
         # a plane of symbolic size: no constant taps; TVM's own converter
-        name = node.target.__name__
-        if name not in _TVM_CONVERTERS:
-            raise NotImplementedError(f"{name} on a plane of symbolic size")
-        return getattr(importer, _TVM_CONVERTERS[name])(node)
+        return default_converter(importer, node.target.__name__)(node)
     n_in = [int(d) for d in list(x.ty.shape)[-2:]]
     if size:
         n_out = [int(s) for s in size]
@@ -143,36 +134,30 @@ def _resample(mode: str, node: Any, importer: Any, size: Any, align: bool | None
     return out
 
 
-def _arg(node: Any, i: int, name: str, default: Any = None) -> Any:
-    if len(node.args) > i:
-        return node.args[i]
-    return node.kwargs.get(name, default)
-
-
 def _nearest_vec(node: Any, importer: Any) -> Any:
-    return _resample("nearest", node, importer, _arg(node, 1, "output_size"), None,
-                     _pair(_arg(node, 2, "scale_factors")))
+    return _resample("nearest", node, importer, node_arg(node, 1, "output_size"), None,
+                     _pair(node_arg(node, 2, "scale_factors")))
 
 
 def _with_corners_vec(mode: str) -> Callable[[Any, Any], Any]:
     def convert(node: Any, importer: Any) -> Any:
-        return _resample(mode, node, importer, _arg(node, 1, "output_size"),
-                         bool(_arg(node, 2, "align_corners", False)),
-                         _pair(_arg(node, 3, "scale_factors")))
+        return _resample(mode, node, importer, node_arg(node, 1, "output_size"),
+                         bool(node_arg(node, 2, "align_corners", False)),
+                         _pair(node_arg(node, 3, "scale_factors")))
     return convert
 
 
 def _nearest_default(node: Any, importer: Any) -> Any:
-    scales = [_arg(node, 2, "scales_h"), _arg(node, 3, "scales_w")]
-    return _resample("nearest", node, importer, _arg(node, 1, "output_size"), None,
+    scales = [node_arg(node, 2, "scales_h"), node_arg(node, 3, "scales_w")]
+    return _resample("nearest", node, importer, node_arg(node, 1, "output_size"), None,
                      None if scales == [None, None] else _pair(scales))
 
 
 def _with_corners_default(mode: str, antialias: bool = False) -> Callable[[Any, Any], Any]:
     def convert(node: Any, importer: Any) -> Any:
-        scales = [_arg(node, 3, "scales_h"), _arg(node, 4, "scales_w")]
-        return _resample(mode, node, importer, _arg(node, 1, "output_size"),
-                         bool(_arg(node, 2, "align_corners", False)),
+        scales = [node_arg(node, 3, "scales_h"), node_arg(node, 4, "scales_w")]
+        return _resample(mode, node, importer, node_arg(node, 1, "output_size"),
+                         bool(node_arg(node, 2, "align_corners", False)),
                          None if scales == [None, None] else _pair(scales), antialias)
     return convert
 

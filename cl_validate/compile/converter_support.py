@@ -1,0 +1,52 @@
+"""What our converters share: TVM's own converter for an op (for a converter that wraps it:
+complex pairs, half precision, a case it computes wrong), the importer's map built once per
+importer; an FX node's argument by position or keyword; operands read in float32 for one
+call of a converter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tvm import relax
+
+#: The half-precision dtypes (the ones PyTorch accumulates in float32).
+HALF = ("float16", "bfloat16")
+
+
+def default_converter(importer: Any, name: str) -> Callable[[Any], Any]:
+    """The importer's converter for `name` (it takes the FX node alone)."""
+    defaults = getattr(importer, "_cl_validate_defaults", None)
+    if defaults is None:
+        defaults = importer.create_convert_map()
+        importer._cl_validate_defaults = defaults
+    if name not in defaults:
+        raise ValueError(f"no converter for {name}")
+    return defaults[name]  # type: ignore[no-any-return]
+
+
+def node_arg(node: Any, i: int, name: str, default: Any = None) -> Any:
+    """`node`'s argument `i`, given positionally or as keyword `name`."""
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+@contextmanager
+def read_in_float32(importer: Any, args: Iterable[Any]) -> Iterator[None]:
+    """While it lasts, each of `args` whose value is a half-precision tensor reads as that
+    tensor cast to float32 (what the converter called inside sees); restored after."""
+    saved = {}
+    for a in args:
+        value = importer.env.get(a) if a in importer.env else None
+        if isinstance(value, relax.Expr) and str(getattr(value.ty, "dtype", "")) in HALF:
+            saved[a] = value
+            importer.env[a] = importer.block_builder.emit(relax.op.astype(value, "float32"))
+    try:
+        yield
+    finally:
+        importer.env.update(saved)
+
+
+__all__ = ["HALF", "default_converter", "node_arg", "read_in_float32"]
