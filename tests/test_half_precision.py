@@ -85,3 +85,85 @@ def test_float16_reductions_are_as_close_to_float64_as_pytorchs():
         return float(np.sqrt(np.mean((a.astype(np.float64) - exact) ** 2)))
 
     assert rmse(got) <= 2 * rmse(eager), (rmse(got), rmse(eager))
+
+
+class HalfAttention(nn.Module):
+    """timm's written-out attention (packed qkv, heads by permute, ``(q * scale) @ kᵀ``,
+    softmax, ``@ v``) on the tokens of a conv patch embed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Conv2d(3, 32, 2, 2)
+        self.qkv, self.proj, self.head = nn.Linear(32, 96), nn.Linear(32, 32), nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.embed(x).flatten(2).transpose(1, 2)
+        b, n, c = t.shape
+        q, k, v = self.qkv(t).reshape(b, n, 3, 4, 8).permute(2, 0, 3, 1, 4).unbind(0)
+        a = ((q * 8 ** -0.5) @ k.transpose(-2, -1)).softmax(-1) @ v
+        return self.head((t + self.proj(a.transpose(1, 2).reshape(b, n, c))).mean(1))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_attention_is_raised_and_summed_in_float32(tmp_path, dtype):
+    """TVM imports a half model's ``q @ kᵀ`` with float32 scores, and the softmax's result is
+    rounded back to the half type: the raise took only one dtype, so a half model's written-out
+    attention stayed as matmuls with its head transposes (2 transforms where float32 has 1).
+    Raised, it sums in float32 (as PyTorch's kernels do) and is as close to float64 as eager."""
+    import tvm
+
+    from cl_validate.analysis.fused_kernels import read_kernel_list
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case
+    from cl_validate.session.execute import run_tvm
+    from cl_validate.session.inputs import make_inputs, torch_inputs
+    from cl_validate.spec import load_case
+
+    path = tmp_path / "c.toml"
+    path.write_text(f'model = "x:y"\n[[inputs]]\nname = "x"\nshape = [1, 3, 16, 16]\n'
+                    f'dtype = "{dtype}"\n[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+    case = load_case(path)
+    torch.manual_seed(0)
+    net = HalfAttention().eval()
+    arrays = make_inputs(case)
+    tensors = torch_inputs(case, arrays)
+    exact = net.double()(tensors[0].double()).detach().numpy()
+    half = net.to(getattr(torch, dtype))
+    eager = half(tensors[0]).float().detach().numpy()
+    compiled = compile_case(export_and_import(half, case, tensors), case, "llvm")
+    kernels = read_kernel_list(compiled)
+    assert sum(k.name.startswith("attention") for k in kernels.kernels) == 1, kernels.render()
+    assert len(kernels.runtime_transforms) == 1, kernels.render()  # the NCHW input's
+    got = run_tvm(compiled.executable, case, arrays, tvm.cpu())[0]
+
+    def rmse(a: np.ndarray) -> float:
+        return float(np.sqrt(np.mean((a.astype(np.float64) - exact) ** 2)))
+
+    assert rmse(got) <= 2 * rmse(eager), (rmse(got), rmse(eager))
+
+
+def test_the_attention_kernel_sums_half_inputs_in_float32():
+    """float16 Q, K, V over 256 keys: summed in float16 the scores and the weighted sum were
+    several float16 steps off; summed in float32 and rounded once, within one step or so."""
+    import tvm
+
+    from cl_validate.compile.attention import attention_te
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, n, 2, 64)).astype("float16") for n in (8, 256, 256))
+    tq, tk, tv = (tvm.te.placeholder(a.shape, "float16", n) for a, n in
+                  ((q, "q"), (k, "k"), (v, "v")))
+    out = attention_te(tq, tk, tv, None, 0.125, None)
+    assert str(out.dtype) == "float16"
+    func = tvm.te.create_prim_func([tq, tk, tv, out])
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target({"kind": "llvm"}))
+    res = tvm.runtime.tensor(np.zeros((1, 8, 2, 64), "float16"))
+    lib["main"](*map(tvm.runtime.tensor, [q, k, v]), res)
+    q64, k64, v64 = (a.astype(np.float64).transpose(0, 2, 1, 3) for a in (q, k, v))
+    s = q64 @ k64.transpose(0, 1, 3, 2) * 0.125
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = ((p / p.sum(-1, keepdims=True)) @ v64).transpose(0, 2, 1, 3)
+    err = np.abs(res.numpy().astype(np.float64) - want)
+    steps = err / np.maximum(np.abs(want), 2.0 ** -14) / 2.0 ** -11  # in half-steps (ulp/2)
+    assert float(np.quantile(steps, 0.99)) <= 2.0, float(np.quantile(steps, 0.99))
+

@@ -12,14 +12,14 @@ heads where a projection's output has them, so once raised the permutes around i
 model's head split and merge, and the ones inserted here) cancel in the cleanup.
 
 Matched, on one dataflow block: ``matmul(P, V)`` or ``matmul(V', Pᵀ)`` where ``P =
-softmax(S, last axis)`` (through a same-dtype ``astype``), ``S = [S0 · c | S0 / c] [+ bias]``
-with ``c`` a scalar constant, ``S0 = matmul(A, B)`` with ``A`` possibly ``Q · c`` (the scale
-taken out of the operand). ``bias`` may be added through a view that splits the batch axis
-(Swin's shifted-window mask, ``attn.view(-1, nw, heads, n, n) + mask``); it becomes one bias
-tensor, constant when the mask is. Every intermediate must be read by the chain alone: when
-the attention probabilities are read elsewhere (returned as attention weights, or read by more
-products, as Nyströmformer's pseudo-inverse reads its kernel) the matmuls stay, and the note
-says what else reads them.
+softmax(S, last axis)`` (through views and casts between float dtypes: the raised op sums in
+float32), ``S = [S0 · c | S0 / c] [+ bias]`` with ``c`` a scalar constant, ``S0 = matmul(A,
+B)`` with ``A`` possibly ``Q · c`` (the scale taken out of the operand). ``bias`` may be
+added through a view that splits the batch axis (Swin's shifted-window mask, ``attn.view(-1,
+nw, heads, n, n) + mask``); it becomes one bias tensor, constant when the mask is. Every
+intermediate must be read by the chain alone: when the attention probabilities are read
+elsewhere (returned as attention weights, or read by more products, as Nyströmformer's
+pseudo-inverse reads its kernel) the matmuls stay, and the note says what else reads them.
 
 The raised op computes the same sums; the scale is applied once to the scores instead of to
 Q (rounding differs within float32's, as PyTorch's own SDPA kernels differ from eager).
@@ -27,7 +27,6 @@ Q (rounding differs within float32's, as PyTorch's own SDPA kernels differ from 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,7 +34,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.passes._util import relax_function_pass
-from cl_validate.compile.passes.attention_heads import Fold, batch_heads
+from cl_validate.compile.passes.attention_heads import batch_heads
 from cl_validate.compile.passes.attention_left import (
     OVER_THE_TOKENS,
     Left,
@@ -43,45 +42,18 @@ from cl_validate.compile.passes.attention_left import (
     sums_over_tokens,
     unmatched_softmaxes,
 )
+from cl_validate.compile.passes.attention_op import Match, raised
 from cl_validate.ir import (
-    PASS,
-    Part,
     bindings,
     is_tensor_constant,
     known_shape,
-    mark_origin,
     op_name,
-    origin_mark,
     tensor_type,
     use_sites,
     weight_derived,
 )
 
 _MATMUL, _SOFTMAX = "relax.matmul", "relax.nn.softmax"
-#: The mark of a permute this pass inserts (it cancels against the model's, or says who put it)
-_MARK = origin_mark([Part(PASS, None, "attention raised from matmul/softmax/matmul")])
-
-
-@dataclass
-class _Match:
-    q: relax.Expr  # (..., L, E)
-    kt: relax.Expr  # (..., E, S): Kᵀ, as the scores' matmul reads it
-    v: relax.Expr  # (..., S, Dv), or (..., Dv, S) when transposed_out
-    bias: relax.Expr | None
-    scale: float
-    transposed_out: bool  # the model computes (P Vᵀ)ᵀ = V' Pᵀ: out is (..., Dv, L)
-    #: 3-D operands (N, L, E) taken as N heads of one batch, (1, L, N, E), not N batches of
-    #: one head: the model transposed them from (L, N, E), which this form reads as it is
-    heads3: bool = False
-    consumed: tuple[relax.Var, ...] = ()  # the softmax it raises (not reported as left)
-    #: a per-head factor of the scores (SwinV2's ``logit_scale.exp()``, XCiT's temperature:
-    #: shape (..., H, 1, 1)), folded into q: (q·kᵀ)·c = (q·c)·kᵀ; and whether it divides
-    q_factor: tuple[relax.Expr, bool] | None = None
-    #: 3-D operands (B·H, L, E) folded from (B, H, L, E) by the model (`batch_heads`): read
-    #: as B batches of H heads, so the model's head permutes cancel against the raised op's;
-    #: the folds of q, k and v, where each is in sight (read before the fold)
-    split: tuple[int, int] | None = None
-    folds: tuple[Fold | None, Fold | None, Fold | None] = (None, None, None)
 
 
 @dataclass
@@ -155,17 +127,37 @@ def _peel_one(g: _Graph, e: relax.Expr) -> relax.Expr | None:
     return value.args[0]  # type: ignore[union-attr,no-any-return]
 
 
+#: Float dtypes whose casts on the scores and probabilities the raised op leaves out
+_FLOATS = frozenset({"float32", "float16", "bfloat16"})
+
+
+def _float_cast(value: relax.Expr | None) -> relax.Expr | None:
+    """The operand of a cast between float dtypes (a half model's scores are imported in
+    float32 and rounded back, its softmax read in float32): the raised op sums in float32
+    (`compile.attention`), so leaving the roundings out only drops rounding error."""
+    if op_name(value) != "relax.astype":
+        return None
+    src = value.args[0]  # type: ignore[union-attr]
+    ty = tensor_type(src)
+    if ty is None or str(ty.dtype) not in _FLOATS or str(value.attrs.dtype) not in _FLOATS:  # type: ignore[union-attr]
+        return None
+    return src  # type: ignore[no-any-return]
+
+
+def _through_casts(g: _Graph, e: relax.Expr, read_once: bool = True) -> relax.Expr:
+    """`e` seen through views (`_peel`) and float casts (`_float_cast`); with `read_once`,
+    only through casts whose operand the chain alone reads."""
+    e = _peel(g, e)
+    while (src := _float_cast(g.value(e))) is not None and (
+            not read_once or _only_reader(g, src)):
+        e = _peel(g, src)
+    return e
+
+
 def _probabilities(g: _Graph, p: relax.Expr) -> relax.Expr | None:
-    """``S`` when `p` is ``softmax(S)`` over the last axis (through views and a same-dtype
-    astype)."""
-    p = _peel(g, p)
-    value = g.value(p)
-    if op_name(value) == "relax.astype" and tensor_type(value.args[0]) is not None and str(  # type: ignore[union-attr]
-            tensor_type(value.args[0]).dtype) == str(value.attrs.dtype):  # type: ignore[union-attr]
-        if not _only_reader(g, value.args[0]):  # type: ignore[union-attr]
-            return None
-        p = _peel(g, value.args[0])  # type: ignore[union-attr]
-        value = g.value(p)
+    """``S`` when `p` is ``softmax(S)`` over the last axis (through views and float
+    casts)."""
+    value = g.value(_through_casts(g, p))
     if op_name(value) != _SOFTMAX:
         return None
     rank = len(known_shape(value.args[0]) or ())  # type: ignore[union-attr]
@@ -213,7 +205,7 @@ def _scores(g: _Graph, s: relax.Expr) -> _Scores | str:
                 s, term = lifted
                 terms.append(term)
                 continue
-        s = _peel(g, s)
+        s = _through_casts(g, s)
         value = g.value(s)
         if op_name(value) != "relax.add":
             break
@@ -244,7 +236,7 @@ def _scores(g: _Graph, s: relax.Expr) -> _Scores | str:
             return _no_scale(c, factor)
         else:
             scale = 1.0 / factor if divides else factor
-        s = _peel(g, x)
+        s = _through_casts(g, x)
         value = g.value(s)
     if op_name(value) != _MATMUL:
         return f"{(op_name(value) or 'an input').removeprefix('relax.')} between the product " \
@@ -279,7 +271,7 @@ def _no_scale(c: relax.Expr, factor: float | None) -> str:
 
 def _leads_to_scores(g: _Graph, e: relax.Expr) -> bool:
     """`e` is the scores (a matmul, scaled, biased) seen through views: not a bias term."""
-    e = _peel(g, e)
+    e = _through_casts(g, e, read_once=False)
     name = op_name(g.value(e))
     if name == "relax.reshape":
         return _leads_to_scores(g, g.value(e).args[0])  # type: ignore[union-attr]
@@ -310,7 +302,7 @@ def _lift_batch_split_add(g: _Graph, add: relax.Expr | None, out: tuple[int, ...
     return s, bias
 
 
-def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> _Match | None:
+def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> Match | None:
     x, y = value.args
     probs, p, transposed, v = x, _probabilities(g, x), False, _peel(g, y)
     if p is None:
@@ -319,9 +311,7 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> _Match | None:
         transposed, v = True, _peel(g, x)
     if p is None:
         return None
-    softmax = _peel(g, probs)
-    if op_name(g.value(softmax)) == "relax.astype":
-        softmax = _peel(g, g.value(softmax).args[0])  # type: ignore[union-attr]
+    softmax = _through_casts(g, probs)
     name = softmax.name if isinstance(softmax, relax.Var) else m2.name
     shared = next((e for e in (x if not transposed else y, probs, p)
                    if not _only_reader(g, e)), None)
@@ -343,7 +333,10 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> _Match | None:
         ranks = ", ".join("?" if x is None else str(len(x)) for x in (qs, ks, vs))
         g.left.append(Left(name, f"q, k and v of unknown or different ranks ({ranks})"))
         return None
-    if str(tensor_type(a).dtype) not in ("float32", "float16", "bfloat16"):  # type: ignore[union-attr]
+    dtypes = {str(getattr(tensor_type(x), "dtype", "?")) for x in (a, b, v)}
+    if len(dtypes) != 1 or not dtypes <= {"float32", "float16", "bfloat16"}:
+        g.left.append(Left(name, f"q, k and v of dtypes {', '.join(sorted(dtypes))} (one "
+                                 "float dtype for all three is what the op takes)"))
         return None
     k = _swapped_last(g.value(b))
     operands = (a, b if k is None else k, v)
@@ -356,7 +349,7 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> _Match | None:
                       for f, x in zip(found_folds, operands, strict=True))  # type: ignore[assignment]
         keep = (q_factor is None, k is not None, not transposed)  # q scaled first; Kᵀ
         folds = tuple(f if ok else None for f, ok in zip(folds, keep, strict=True))  # type: ignore[assignment]
-    return _Match(a, b, v, bias, scale, transposed, heads3,
+    return Match(a, b, v, bias, scale, transposed, heads3,
                   (softmax,) if isinstance(softmax, relax.Var) else (), q_factor, split, folds)
 
 
@@ -374,80 +367,9 @@ def _seq_major(value: relax.Expr | None) -> bool:
         int(a) for a in axes] == [1, 0, 2]
 
 
-Emit = Callable[[relax.Expr], relax.Expr]
-
-
-def _bshd(e: relax.Expr, emit: Emit, heads3: bool = False,
-          split: tuple[int, int] | None = None) -> relax.Expr:
-    """``(..., heads, L, E)`` (or ``(N, L, E)``: one head, N heads when `heads3`, or
-    ``(B, H)`` = `split`) as BSHD."""
-    shape = known_shape(e) or ()
-    if len(shape) == 3 and split is not None:
-        e = emit(relax.op.reshape(e, [*split, *shape[1:]]))
-        return emit(mark_origin(relax.op.permute_dims(e, [0, 2, 1, 3]), _MARK))
-    if len(shape) == 2:
-        return emit(relax.op.reshape(e, [1, shape[0], 1, shape[1]]))
-    if len(shape) == 3 and not heads3:
-        return emit(relax.op.reshape(e, [shape[0], shape[1], 1, shape[2]]))
-    if len(shape) == 3:
-        e = emit(relax.op.reshape(e, [1, *shape]))
-    if len(shape) > 4:
-        e = emit(relax.op.reshape(e, [int(np.prod(shape[:-3])), *shape[-3:]]))
-    return emit(mark_origin(relax.op.permute_dims(e, [0, 2, 1, 3]), _MARK))
-
-
-def _swap(e: relax.Expr, emit: Emit) -> relax.Expr:
-    n = len(known_shape(e) or ())
-    return emit(mark_origin(relax.op.permute_dims(e, [*range(n - 2), n - 1, n - 2]), _MARK))
-
-
-def _raised(m: _Match, out_shape: Sequence[int], emit: Emit,
-            unfolded: Sequence[relax.Expr | None] = (None, None, None)) -> relax.Expr:
-    """The attention op for `m`; `unfolded`: q, k, v read as (B, H, L, E) before the
-    model folded B and H (`Fold.unfolded`), where they were."""
-    q = m.q
-    if m.q_factor is not None:  # per head: folded into q, before the heads move
-        c, divides = m.q_factor
-        q = emit((relax.op.divide if divides else relax.op.multiply)(q, c))
-    q = _bshd(unfolded[0] if unfolded[0] is not None else q, emit, m.heads3, m.split)
-    k = _bshd(unfolded[1] if unfolded[1] is not None else _swap(m.kt, emit), emit, m.heads3,
-              m.split)
-    v = _bshd(unfolded[2] if unfolded[2] is not None else
-              _swap(m.v, emit) if m.transposed_out else m.v, emit, m.heads3, m.split)
-    bias = m.bias
-    if bias is not None:  # broadcastable to (batch, heads, L, S), as the scores were
-        bias = emit(bias)
-        bshape = list(known_shape(bias) or ())
-        qrank = len(known_shape(m.q) or ())
-        if len(bshape) > 4:
-            bshape = [int(np.prod(bshape[:-3])), *bshape[-3:]]
-        elif len(bshape) == 3 and qrank == 3:
-            lead = list(m.split) if m.split is not None and bshape[0] > 1 else [bshape[0], 1]
-            bshape = [*lead, bshape[1], bshape[2]]
-        if len(bshape) < 4:
-            bshape = [1] * (4 - len(bshape)) + bshape
-        if tuple(bshape) != known_shape(bias):
-            bias = emit(relax.op.reshape(bias, bshape))
-    out = emit(relax.op.nn.attention(q, k, v, bias=bias, scale=m.scale))
-    qs = known_shape(m.q) or ()
-    if m.heads3 or m.split is not None:  # (B, L, H, Dv) back to (B·H, L, Dv), or (B·H, Dv, L)
-        res = emit(mark_origin(relax.op.permute_dims(out, [0, 2, 3, 1] if m.transposed_out
-                                                     else [0, 2, 1, 3]), _MARK))
-    elif len(qs) <= 3:  # one head: (N, L, 1, Dv) is (N, L, Dv)
-        dv = (known_shape(out) or (0, 0, 0, 0))[3]
-        res = emit(relax.op.reshape(out, [*qs[:-1], dv]))
-        res = _swap(res, emit) if m.transposed_out else res
-    else:  # BSHD back to (..., heads, L, Dv), or (..., heads, Dv, L)
-        back = [0, 2, 3, 1] if m.transposed_out else [0, 2, 1, 3]
-        res = emit(mark_origin(relax.op.permute_dims(out, back), _MARK))
-    if known_shape(res) != tuple(out_shape):
-        res = relax.op.reshape(res, list(out_shape))
-    return res
-
-
 @mutator
 class _Raise(PyExprMutator):  # type: ignore[misc]
-    def __init__(self, matches: dict[relax.Var, _Match]) -> None:
+    def __init__(self, matches: dict[relax.Var, Match]) -> None:
         super().__init__()
         self.matches = matches
 
@@ -461,20 +383,23 @@ class _Raise(PyExprMutator):  # type: ignore[misc]
         emit = self.builder_.emit
         unfolded = [None if f is None else f.unfolded(self.visit_expr(f.source), emit)
                     for f in m.folds]
-        m = _Match(self.visit_expr(m.q), self.visit_expr(m.kt), self.visit_expr(m.v),
+        m = Match(self.visit_expr(m.q), self.visit_expr(m.kt), self.visit_expr(m.v),
                    None if m.bias is None else self.visit_expr(m.bias), m.scale,
                    m.transposed_out, m.heads3, q_factor=factor, split=m.split)
-        new = self.builder_.normalize(_raised(m, known_shape(binding.var) or (), emit,
-                                              unfolded))
+        new = self.builder_.normalize(raised(m, known_shape(binding.var) or (), emit,
+                                             unfolded))
+        dtype = tensor_type(binding.var).dtype  # type: ignore[union-attr]
+        if str(tensor_type(new).dtype) != str(dtype):  # type: ignore[union-attr]
+            new = self.builder_.normalize(relax.op.astype(emit(new), dtype))
         self.builder_.emit_normalized(relax.VarBinding(binding.var, new))
 
 
-def find(func: relax.Function) -> tuple[dict[relax.Var, _Match], list[Left]]:
+def find(func: relax.Function) -> tuple[dict[relax.Var, Match], list[Left]]:
     """The attention chains of `func` that can be raised (by the var of their last matmul),
     and the softmaxes between matmuls that cannot, with why."""
     values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
     g = _Graph(values, use_sites(func))
-    matches: dict[relax.Var, _Match] = {}
+    matches: dict[relax.Var, Match] = {}
     for var, value in values.items():
         if op_name(value) == _MATMUL and known_shape(var) is not None:
             found = _match(g, var, value)  # type: ignore[arg-type]
