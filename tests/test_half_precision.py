@@ -167,3 +167,108 @@ def test_the_attention_kernel_sums_half_inputs_in_float32():
     steps = err / np.maximum(np.abs(want), 2.0 ** -14) / 2.0 ** -11  # in half-steps (ulp/2)
     assert float(np.quantile(steps, 0.99)) <= 2.0, float(np.quantile(steps, 0.99))
 
+
+def _compiled_half(tmp_path, net: nn.Module, shape: tuple[int, ...], dtype: str = "float16"):
+    """`net` in `dtype` compiled for llvm: (kernel list, TVM's outputs, PyTorch's outputs)."""
+    import tvm
+
+    from cl_validate.analysis.fused_kernels import read_kernel_list
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case
+    from cl_validate.session.execute import run_torch, run_tvm
+    from cl_validate.session.inputs import make_inputs, torch_inputs
+    from cl_validate.spec import load_case
+
+    path = tmp_path / "h.toml"
+    path.write_text(f'model = "x:y"\n[[inputs]]\nname = "x"\nshape = {list(shape)}\n'
+                    f'dtype = "{dtype}"\n[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+    case = load_case(path)
+    torch.manual_seed(0)
+    net = net.eval().to(getattr(torch, dtype))
+    arrays = make_inputs(case)
+    tensors = torch_inputs(case, arrays)
+    compiled = compile_case(export_and_import(net, case, tensors), case, "llvm")
+    got = run_tvm(compiled.executable, case, arrays, tvm.cpu())
+    return read_kernel_list(compiled), got, run_torch(net, tensors)
+
+
+class Products(nn.Module):
+    """A product of each kind TVM imports with a float32 result (mm, bmm, matmul, einsum),
+    returned as they are, and a float32 constant concatenated with a float16 map (PyTorch
+    promotes the concatenation to float32; TVM's concat refused mixed dtypes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 8) / 3)
+        self.register_buffer("grid", torch.arange(8.0).view(1, 1, 8), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        t = x.flatten(1, 2)  # (B, 24, 8)
+        mm = t[0] @ self.w
+        bmm = torch.bmm(t, t.transpose(1, 2))
+        einsum = torch.einsum("bnc,cd->bnd", t, self.w)
+        return mm, bmm, t.unsqueeze(1) @ self.w, einsum, torch.cat(
+            [self.grid.float().expand(len(t), 1, 8), t[:, :1]], 1)
+
+
+def test_half_precision_products_return_the_models_dtype(tmp_path):
+    """TVM builds mm, bmm, matmul and einsum with a float32 result and left it so: every op
+    after a product computed and stored float32 (twice the bytes), and a model returning one
+    returned float32. Rounded to the model's dtype now, as PyTorch's are."""
+    _, got, want = _compiled_half(tmp_path, Products(), (2, 3, 8, 8))
+    assert [g.dtype for g in got] == [np.float16] * 4 + [np.float32], [g.dtype for g in got]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=4e-3,
+                                   atol=4e-3)
+
+
+@pytest.mark.parametrize("model, size", [("windows", 8), ("timm-eager", 16), ("sam", 16)])
+def test_a_half_precision_transformer_has_its_float32_transforms(tmp_path, model, size):
+    """The roundings a half model gets (products and norms rounded to its dtype, a raised
+    attention's float32 result) sat between permutes that cancel in float32: Swin's window
+    reverse, written by the output projection in float32, stayed a transpose (7 transforms
+    for 1 on a small Swin stage). Widen-and-round-back pairs are dropped (exact) and a
+    product writes through its rounding: the counts are float32's, the numerics as close to
+    PyTorch's float16 as its own rounding allows."""
+    from tests.test_attention import _FoldedHeads, _TimmBlock, _Windows
+
+    make = {"windows": _Windows, "timm-eager": lambda: _TimmBlock(fused=False),
+            "sam": _FoldedHeads}[model]
+    half, got, want = _compiled_half(tmp_path, make(), (1, 3, size, size))
+    single, _, _ = _compiled_half(tmp_path, make(), (1, 3, size, size), "float32")
+    assert len(half.runtime_transforms) == len(single.runtime_transforms), half.render()
+    assert got[0].dtype == np.float16
+    np.testing.assert_allclose(got[0].astype(np.float32), want[0].astype(np.float32),
+                               rtol=1e-2, atol=1e-2)
+
+
+def test_a_widened_value_rounded_back_is_the_value_and_a_rounding_stays():
+    """``astype(astype(x, float32), float16)`` of a float16 ``x`` is ``x`` bit for bit (and an
+    int8 through int32); float32 through float16 and back is a rounding, and stays."""
+    import tvm
+    from tvm import relax
+
+    from cl_validate.compile.passes.round_trips import drop_round_trips
+
+    def func(dtype: str, mid: str) -> relax.Function:
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType((2, 3), dtype))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                w = bb.emit(relax.op.astype(x, mid))
+                y = bb.emit(relax.op.astype(w, dtype))
+                out = bb.emit_output(relax.op.add(y, y))
+            bb.emit_func_output(out)
+        return bb.get()["main"]
+
+    def casts(f: relax.Function) -> int:
+        return str(f).count("R.astype")
+
+    assert casts(drop_round_trips(func("float16", "float32"))) == 0
+    assert casts(drop_round_trips(func("bfloat16", "float32"))) == 0
+    assert casts(drop_round_trips(func("int8", "int32"))) == 0
+    assert casts(drop_round_trips(func("float32", "float16"))) == 2
+    assert casts(drop_round_trips(func("int32", "int8"))) == 2
+    assert casts(drop_round_trips(func("float32", "int32"))) == 2
+    tvm.ir.assert_structural_equal(drop_round_trips(func("float32", "float16")),
+                                   func("float32", "float16"))

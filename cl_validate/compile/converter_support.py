@@ -37,12 +37,23 @@ def node_arg(node: Any, i: int, name: str, default: Any = None) -> Any:
 def read_in_float32(importer: Any, args: Iterable[Any]) -> Iterator[None]:
     """While it lasts, each of `args` whose value is a half-precision tensor reads as that
     tensor cast to float32 (what the converter called inside sees); restored after."""
+    with read_as(importer, args, "float32", HALF):
+        yield
+
+
+@contextmanager
+def read_as(importer: Any, args: Iterable[Any], dtype: str,
+            only: Iterable[str] | None = None) -> Iterator[None]:
+    """While it lasts, each of `args` whose value is a tensor of another dtype than `dtype`
+    (of one of `only`, when given) reads as that tensor cast to `dtype`; restored after."""
     saved = {}
     for a in args:
         value = importer.env.get(a) if a in importer.env else None
-        if isinstance(value, relax.Expr) and str(getattr(value.ty, "dtype", "")) in HALF:
+        have = str(getattr(getattr(value, "ty", None), "dtype", ""))
+        if isinstance(value, relax.Expr) and have and have != dtype and (
+                only is None or have in only):
             saved[a] = value
-            importer.env[a] = importer.block_builder.emit(relax.op.astype(value, "float32"))
+            importer.env[a] = importer.block_builder.emit(relax.op.astype(value, dtype))
     try:
         yield
     finally:

@@ -15,10 +15,12 @@ TVM builds every reduction in the operands' dtype: a float16 softmax, LayerNorm 
 each summed in float16, took a small transformer 11x further from float64 than PyTorch's
 float16 eager (3.9x a conv net with a softmax head). The reductions, softmaxes and norms
 read their half-precision operands cast to float32 and round their results: both at 1x.
-The other products (``mm``, ``bmm``, ``matmul``) still accumulate in the operands' dtype:
-built with a float32 result, the casts around them kept the attention they feed from being
-raised (a small transformer 2 -> 5 transforms), and at these sizes they were not where the
-error came from. Other dtypes: the converters as they are.
+TVM builds the other products (``mm``, ``bmm``, ``matmul``, ``einsum``) with a float32
+result and leaves it so: everything after them computed and stored in float32 (twice the
+traffic) until a convolution rounded it, and a model returning a product returned float32.
+Their results are rounded to the model's dtype (the cast ends the product's kernel after
+fusion); the attention raise sees through these casts. Other dtypes: the converters as
+they are.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ from typing import Any
 
 from tvm import relax
 
-from cl_validate.compile.converter_support import HALF, default_converter, read_in_float32
+from cl_validate.compile.converter_support import (
+    HALF,
+    default_converter,
+    read_as,
+    read_in_float32,
+)
 
 
 def _dtype_of(val: Any) -> str:
@@ -48,6 +55,31 @@ def _bias_in_float32(name: str, bias_at: int) -> Callable[[Any, Any], Any]:
         if str(out.ty.dtype) == dtype:
             return out
         return importer.block_builder.emit(relax.op.astype(out, dtype))
+    return convert
+
+
+def _rounded(name: str) -> Callable[[Any, Any], Any]:
+    """`name`'s converter, its float32 result (TVM builds ``mm``, ``bmm``, ``matmul`` and
+    ``einsum`` with ``out_dtype = "float32"`` for every input dtype) rounded to the model's
+    half-precision dtype: PyTorch's product, accumulated in float32 and rounded once."""
+    def convert(node: Any, importer: Any) -> Any:
+        val = node.meta.get("val")
+        out = default_converter(importer, name)(node)
+        return _round(importer.block_builder, out, val) if _dtype_of(val) in HALF else out
+    return convert
+
+
+def _promoted(name: str) -> Callable[[Any, Any], Any]:
+    """`name`'s converter (``cat``, ``stack``), its tensors of other dtypes than the result
+    cast to it first: PyTorch promotes (a float16 map concatenated with float32 anchors is
+    float32, YOLO's decode in a half model), TVM's concat refuses mixed dtypes."""
+    def convert(node: Any, importer: Any) -> Any:
+        dtype = _dtype_of(node.meta.get("val"))
+        parts = node.args[0] if node.args and isinstance(node.args[0], (list, tuple)) else ()
+        if not dtype:
+            return default_converter(importer, name)(node)
+        with read_as(importer, parts, dtype):
+            return default_converter(importer, name)(node)
     return convert
 
 
@@ -112,6 +144,10 @@ def precision_converters() -> dict[str, Callable[[Any, Any], Any]]:
         "conv_transpose1d.default": _bias_in_float32("conv_transpose1d.default", 2),
         "conv_transpose2d.input": _bias_in_float32("conv_transpose2d.input", 2),
         "addmm.default": _bias_in_float32("addmm.default", 0),
+        **{name: _rounded(name) for name in ("mm.default", "bmm.default", "matmul.default",
+                                             "einsum.default")},
+        "cat.default": _promoted("cat.default"),
+        "stack.default": _promoted("stack.default"),
     }
 
 

@@ -10,6 +10,7 @@ from tvm.script import relax as R
 
 from cl_validate.compile.passes import (
     CancelPermutes,
+    DropRoundTrips,
     ElideBroadcasts,
     FoldMovementChains,
     HoistPermutes,
@@ -25,7 +26,7 @@ from cl_validate.compile.passes import (
 
 def test_order() -> None:
     names = [p.info.name for p in cleanup_passes()]
-    assert names == [SinkQuantizePairs().info.name,
+    assert names == [DropRoundTrips().info.name, SinkQuantizePairs().info.name,
                      ElideBroadcasts().info.name, CancelPermutes().info.name,
                      SinkPermutes().info.name, HoistPermutes().info.name,
                      ShareChainLayouts().info.name, FoldMovementChains().info.name,

@@ -15,8 +15,8 @@ same dtype as TVM's own lowering of ``relax.matmul``.
 A 1x1 convolution on NHWC data (stride 1, no padding, one group, a constant weight) is a
 Linear over the channels and is taken the same way (MobileViT's unfold and fold, a border
 after a convolution pinned to NCHW). An elementwise op with a constant between a product
-and the permute after it (a bias, a scale) is applied in the product's kernel, in a second
-stage over the same indices.
+and the permute after it (a bias, a scale, a half model's rounding to its dtype) is applied
+in the product's kernel, in a second stage over the same indices.
 
 Taken only where it removes a run-time transpose (a chain holds a permute of a computed
 value, and the chain's values have no other reader), with static shapes and float operands
@@ -163,6 +163,11 @@ _EPILOGUE_OPS: dict[str, Callable[[Any, Any], Any]] = {
     "relax.multiply": lambda x, y: x * y, "relax.divide": lambda x, y: x / y}
 
 
+#: The `_Step.op` prefix of a cast between float dtypes (a half model's product rounded to its
+#: dtype: TVM imports it with a float32 result), applied in the epilogue as well
+_CAST = "astype:"
+
+
 def _bound(idx: Sequence[Any], shape: Sequence[int]) -> Any:
     ana = Analyzer()
     for v, n in zip(idx, shape, strict=True):
@@ -184,7 +189,7 @@ def product_compute(p: _Product) -> Callable[..., te.Tensor]:
             return te.sum(a[tuple(ia)].astype(p.dtype) * b[tuple(ib)].astype(p.dtype), axis=k)
 
         product = te.compute(final, body, name="matmul")
-        if not constants:
+        if not any(step.kind == "epilogue" for step in p.writes):
             return product
 
         def epilogue(*idx: Any) -> Any:
@@ -194,8 +199,12 @@ def product_compute(p: _Product) -> Callable[..., te.Tensor]:
                 if step.kind == "epilogue":
                     applied.append((step, at))
                 at = step.back(at, ana)
-            value = product[idx]
-            for (step, at), const in zip(reversed(applied), constants, strict=True):
+            value, left = product[idx], iter(constants)
+            for step, at in reversed(applied):
+                if step.op.startswith(_CAST):
+                    value = value.astype(step.op.removeprefix(_CAST))
+                    continue
+                const = next(left)
                 c = const[tuple(_Step("broadcast", tuple(int(d) for d in const.shape),
                                       step.dst).back(at, ana))]
                 value = _EPILOGUE_OPS[step.op](*((c, value) if step.const_first else
@@ -305,9 +314,14 @@ def find(func: relax.Function, accept: Callable[[_Product], bool] = lambda _p: T
             return operand, [], []  # folded when compiled; a quantized product is not ours
         return source, [s for _, s in links], [v for v, _ in links]
 
-    def epilogue(call: relax.Call, cur: relax.Var) -> tuple[_Step, relax.Expr] | None:
+    def epilogue(call: relax.Call, cur: relax.Var) -> tuple[_Step, relax.Expr | None] | None:
         """`call` as an epilogue step of `cur`: an elementwise op with a constant that
-        broadcasts to `cur`'s shape."""
+        broadcasts to `cur`'s shape, or a cast between float dtypes (no constant)."""
+        shape = known_shape(cur)
+        if op_name(call) == "relax.astype" and shape is not None and \
+                str(call.attrs.dtype).startswith(("float", "bfloat")) and \
+                str(getattr(tensor_type(cur), "dtype", "")).startswith(("float", "bfloat")):
+            return _Step("epilogue", shape, shape, op=_CAST + str(call.attrs.dtype)), None
         if op_name(call) not in _EPILOGUE_OPS or len(call.args) != 2:
             return None
         first = not call.args[0].same_as(cur)
