@@ -59,6 +59,7 @@ from typing import Any
 from tvm import relax, tirx
 
 from cl_validate.compile.activation_converters import activation_converters
+from cl_validate.compile.converter_support import HALF
 from cl_validate.compile.math_converters import math_converters
 from cl_validate.compile.norm_converters import norm_converters
 from cl_validate.compile.pool_converters import pool_converters
@@ -394,7 +395,10 @@ def _grid_sample(node: Any, importer: Any) -> Any:
     gives ``(N, H_out, W_out, 2)``. TVM 0.27's converter passes PyTorch's grid as it is, and
     the output's shape comes out wrong (RT-DETR's deformable attention then fails to import
     with a reshape error far from the cause). The grid's coordinate axis moves first here,
-    a permute marked as the importer's."""
+    a permute marked as the importer's. A half-precision sample is computed in float32 and
+    rounded once: TVM 0.27 lowers ``image.grid_sample`` of float16 to a PrimFunc with a
+    float32 result while the op's type says float16, and the build then fails at the next
+    binary op (docs/upstream/grid-sample-half.md)."""
     args = importer.retrieve_args(node)
     data, grid = args[0], args[1]
     interp = {0: "bilinear", 1: "nearest", 2: "bicubic"}.get(int(args[2]) if len(args) > 2
@@ -406,8 +410,12 @@ def _grid_sample(node: Any, importer: Any) -> Any:
     if len(static_dims(grid) or []) != 4:
         return importer._grid_sampler_2d(node)
     grid = bb.emit(relax.op.permute_dims(grid, [0, 3, 1, 2]))
-    return bb.emit(relax.op.image.grid_sample(data, grid, method=interp, layout="NCHW",
-                                              padding_mode=padding, align_corners=align))
+    dtype = str(data.ty.dtype)
+    if dtype in HALF:  # TVM lowers a half sample to a float32 result its type calls half
+        data, grid = (bb.emit(relax.op.astype(t, "float32")) for t in (data, grid))
+    out = bb.emit(relax.op.image.grid_sample(data, grid, method=interp, layout="NCHW",
+                                             padding_mode=padding, align_corners=align))
+    return out if dtype not in HALF else bb.emit(relax.op.astype(out, dtype))
 
 
 def _var_mean(node: Any, importer: Any) -> Any:

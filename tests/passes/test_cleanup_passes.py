@@ -15,6 +15,7 @@ from cl_validate.compile.passes import (
     FoldMovementChains,
     HoistPermutes,
     InterleaveConcats,
+    NarrowMovements,
     PermuteToReshape,
     ReadSlicesAtSource,
     ShareChainLayouts,
@@ -26,7 +27,8 @@ from cl_validate.compile.passes import (
 
 def test_order() -> None:
     names = [p.info.name for p in cleanup_passes()]
-    assert names == [DropRoundTrips().info.name, SinkQuantizePairs().info.name,
+    assert names == [NarrowMovements().info.name, DropRoundTrips().info.name,
+                     SinkQuantizePairs().info.name,
                      ElideBroadcasts().info.name, CancelPermutes().info.name,
                      SinkPermutes().info.name, HoistPermutes().info.name,
                      ShareChainLayouts().info.name, FoldMovementChains().info.name,

@@ -68,6 +68,7 @@ from tvm import relax
 from cl_validate.compile.passes.bool_arithmetic import BoolArithmetic
 from cl_validate.compile.passes.broadcasts import ElideBroadcasts
 from cl_validate.compile.passes.cancel_permutes import CancelPermutes
+from cl_validate.compile.passes.casts import DropRoundTrips, NarrowMovements
 from cl_validate.compile.passes.channel_filters import (
     UnfoldChannelFilters,
     unfold_channel_filters,
@@ -88,7 +89,6 @@ from cl_validate.compile.passes.normalize_axes import NormalizeAxes
 from cl_validate.compile.passes.permute_to_reshape import PermuteToReshape
 from cl_validate.compile.passes.quantize_pairs import SinkQuantizePairs
 from cl_validate.compile.passes.raise_attention import RaiseAttention
-from cl_validate.compile.passes.round_trips import DropRoundTrips
 from cl_validate.compile.passes.shared_chains import ShareChainLayouts
 from cl_validate.compile.passes.slice_views import ReadSlicesAtSource
 from cl_validate.compile.passes.strided_products import StridedProducts
@@ -98,10 +98,10 @@ from cl_validate.compile.passes.weight_columns import FoldPermuteIntoColumns
 def cleanup_passes() -> list[tvm.transform.Pass]:
     """The passes to run after ConvertLayout, in order.
 
-    Casts that widen a value and round it straight back first (a half-precision model's,
-    between permutes that would cancel); quantize-dequantize pairs next, out of the
-    movement chains; broadcasts next, so the permutes ConvertLayout put on them move onto
-    the small tensor; cancel next so
+    A half-precision model's roundings first: hoisted above the movements before them, and a
+    widening cast rounded straight back dropped (both between permutes that would fold);
+    quantize-dequantize pairs next, out of the movement chains; broadcasts next, so the
+    permutes ConvertLayout put on them move onto the small tensor; cancel next so
     SinkPermutes sees chains already folded (it also folds between its own rounds, to a
     fixpoint); what SinkPermutes leaves after a concat is hoisted onto its parts; movement
     chains are folded once the permutes around them have settled, and a concat's
@@ -111,6 +111,7 @@ def cleanup_passes() -> list[tvm.transform.Pass]:
     behind.
     """
     return [
+        NarrowMovements(),
         DropRoundTrips(),
         SinkQuantizePairs(),
         ElideBroadcasts(),
@@ -141,6 +142,7 @@ __all__ = [
     "HoistPermutes",
     "IntegerCompute",
     "InterleaveConcats",
+    "NarrowMovements",
     "NormalizeAxes",
     "PerSampleInstanceNorm",
     "PermuteIntoGather",
