@@ -338,9 +338,10 @@ def _same_numbers(before: tvm.IRModule, after: tvm.IRModule) -> None:
 # --------------------------------------------------------------------------------------------
 # The attention kernel: numerics, and its GPU schedule
 # --------------------------------------------------------------------------------------------
-def _attention_module(q, k, v, bias=None, scale=None, causal=None) -> tvm.IRModule:
+def _attention_module(q, k, v, bias=None, scale=None, causal=None,
+                      dtype: str = "float32") -> tvm.IRModule:
     bb = relax.BlockBuilder()
-    params = [relax.Var(n, relax.TensorType(s, "float32")) for n, s in
+    params = [relax.Var(n, relax.TensorType(s, dtype)) for n, s in
               (("q", q), ("k", k), ("v", v), *((("bias", bias),) if bias else ()))]
     with bb.function("main", params):
         with bb.dataflow():
@@ -427,6 +428,30 @@ def test_on_a_cpu_one_kernel_on_a_gpu_two_products_and_a_softmax_that_dlight_sch
                          "attention_output": "Matmul"}
         if shape[1] < 1000:
             tvm.compile(scheduled, target=target)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_gpu_parts_sum_in_float32_and_dlight_schedules_them(dtype):
+    """Half Q, K, V on a GPU: the scores and the softmax are float32 between the kernels, the
+    output is rounded to the inputs' dtype in the last one; dlight's rules schedule all three
+    as for float32, and it builds (static: no GPU here)."""
+    mod = _attention_module((1, 197, 6, 64), (1, 197, 6, 64), (1, 197, 6, 64), dtype=dtype)
+    target = make_target(BUILTIN["cuda"])
+    with target:
+        legal = relax.transform.LegalizeOps(customize_legalize_map=attention_legalizations())(
+            mod)
+    fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(legal))
+    parts = {gv.name_hint: f for gv, f in fused.functions_items()
+             if isinstance(f, tvm.tirx.PrimFunc)}
+    out_dtypes = {b.value.args[0].name_hint: str(b.var.ty.dtype)
+                  for b in bindings(fused["main"]) if op_name(b.value) == "relax.call_tir"}
+    assert out_dtypes == {"attention_scores": "float32", "attention_softmax": "float32",
+                          "attention_output": dtype}
+    scheduled = schedule_gpu(fused, target)
+    rules = {name: str(scheduled[name].attrs[SCHEDULE_ATTR]) for name in parts}
+    assert rules == {"attention_scores": "Matmul", "attention_softmax": "GeneralReduction",
+                     "attention_output": "Matmul"}
+    tvm.compile(scheduled, target=target)
 
 
 @pytest.mark.parametrize("heads", [(4, 4), (4, 1)], ids=["multi-head", "multi-query"])
