@@ -774,3 +774,50 @@ def test_cross_covariance_attention_stays_as_matmuls_that_read_in_place(tmp_path
     kernels = _compile(_CrossCovariance(), 16, tmp_path)
     assert len(kernels.runtime_transforms) == 1, kernels.render()
     assert not any(k.name.startswith("attention") for k in kernels.kernels), kernels.render()
+
+
+class _PooledHeads(nn.Module):
+    """MViTv2's pooling attention in small: q, k and v each pooled per head by a depthwise
+    conv on ``(B·heads, D, h, w)`` and normalized head-major ``(B, H, N, D)``; written-out
+    attention, residual pooling (``+ q``), heads merged."""
+
+    def __init__(self, dim: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads, self.hd = heads, dim // heads
+        self.embed = nn.Conv2d(3, dim, 4, 4)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.pools = nn.ModuleList(nn.Conv2d(self.hd, self.hd, 3, s, 1, groups=self.hd,
+                                             bias=False) for s in (1, 2, 2))
+        self.norms = nn.ModuleList(nn.LayerNorm(self.hd) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.embed(x)
+        b, c, h, w = f.shape
+        t = f.flatten(2).transpose(1, 2)
+        qkv = self.qkv(t).reshape(b, h * w, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        pooled = []
+        for i, u in enumerate(qkv.unbind(0)):
+            u = u.reshape(b * self.heads, h, w, self.hd).permute(0, 3, 1, 2)
+            u = self.pools[i](u)
+            u = u.reshape(b, self.heads, self.hd, -1).transpose(2, 3)
+            pooled.append(self.norms[i](u))
+        q, k, v = pooled
+        out = ((q * self.hd ** -0.5) @ k.transpose(-2, -1)).softmax(-1) @ v + q
+        return self.proj(out.transpose(1, 2).reshape(b, -1, c))
+
+
+@pytest.mark.compile
+def test_head_major_operands_are_read_in_place_by_the_attention_kernel(tmp_path,
+                                                                       monkeypatch):
+    """q, k and v the model made head-major (pooled per head, normalized as (B, H, N, D)):
+    the raised op reads BSHD and got a transpose of each that nothing cancels (MViTv2: 7
+    transforms where the matmuls had 3). The kernel reads each such operand in place of its
+    transpose: fewer transforms than with the transposes, numerics as PyTorch's."""
+    import cl_validate.compile.attention as attention
+
+    kernels = _compile(_PooledHeads(), 16, tmp_path)
+    assert sum(k.name.startswith("attention") for k in kernels.kernels) == 1, kernels.render()
+    monkeypatch.setattr(attention, "_in_place", lambda bb, arg: (arg, False))
+    transposed = _compile(_PooledHeads(), 16, tmp_path)
+    assert len(kernels.runtime_transforms) <= len(transposed.runtime_transforms) - 2, (
+        kernels.render(), transposed.render())

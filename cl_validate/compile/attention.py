@@ -19,6 +19,11 @@ attention) or one batch where Q has more: they are broadcast, exactly as TVM's o
 broadcasts them; any other mismatch of heads or batch is left to TVM's lowering (which refuses
 it), never guessed.
 
+An operand that reaches the op through a transpose from BHSD (the model made its q, k or v
+head-major with its own ops: MViTv2 pools each per head and normalizes it as ``(B, H, N,
+D)``) is read in place of the transpose (`_in_place`), which is then read by nothing and
+goes: the kernels index either layout.
+
 - On a CPU: one PrimFunc (`attention_te`), the weighted sum over keys outside the output
   channels (`_cpu_loop_order`): no schedule is applied there, and one pass over a row's keys
   per query row is the fastest loop nest (BENCHMARKS.md).
@@ -40,6 +45,8 @@ from typing import Any
 import tvm
 from tvm import relax, te, tirx
 
+from cl_validate.ir import AXES_ATTR
+
 #: PrimFunc attribute marking an attention kernel: which part it is (`KERNEL` on a CPU; on a
 #: GPU `SCORES`, `SOFTMAX`, `OUTPUT`).
 ATTENTION_ATTR = "cl_validate.attention"
@@ -54,10 +61,18 @@ def _broadcast_index(bias: te.Tensor, b: Any, h: Any, i: Any, j: Any) -> Any:
     return bias[tuple(0 if d == 1 else x for d, x in zip(dims, full, strict=True))]
 
 
-def _kv(t: te.Tensor, b: Any, j: Any, h: Any, c: Any) -> Any:
-    """K or V at query batch `b` and head `h`: a batch or head of one is broadcast."""
-    batch, heads = int(t.shape[0]), int(t.shape[2])
-    return t[0 if batch == 1 else b, j, 0 if heads == 1 else h, c]
+def bshd(shape: Any, heads_first: bool) -> tuple[int, int, int, int]:
+    """An operand's (batch, sequence, heads, dim), read from its BSHD or BHSD `shape`."""
+    b, x, y, d = (int(n) for n in shape)
+    return (b, y, x, d) if heads_first else (b, x, y, d)
+
+
+def _at(t: te.Tensor, heads_first: bool, b: Any, s: Any, h: Any, c: Any) -> Any:
+    """Q, K or V at batch `b`, position `s`, head `h`, channel `c`, stored BSHD or (read in
+    place of a transpose) BHSD; a batch or head of one is broadcast."""
+    batch, _, heads, _ = bshd(t.shape, heads_first)
+    b, h = 0 if batch == 1 else b, 0 if heads == 1 else h
+    return t[b, h, s, c] if heads_first else t[b, s, h, c]
 
 
 def broadcastable(q: Any, k: Any, v: Any) -> bool:
@@ -74,17 +89,18 @@ def accumulation(dtype: str) -> str:
 
 
 def _scores(q: te.Tensor, k: te.Tensor, bias: te.Tensor | None, scale: float | None,
-            causal: str | None) -> te.Tensor:
+            causal: str | None, heads_first: tuple[bool, bool] = (False, False)
+            ) -> te.Tensor:
     """The scaled, biased and masked scores, (batch, heads, queries, keys), in the
     accumulation dtype."""
-    batch, length, heads, depth = (int(d) for d in q.shape)
-    keys = int(k.shape[1])
+    batch, length, heads, depth = bshd(q.shape, heads_first[0])
+    keys = bshd(k.shape, heads_first[1])[1]
     dtype = accumulation(q.dtype)
     factor = tirx.const(scale if scale is not None else 1.0 / math.sqrt(depth), dtype)
     d = te.reduce_axis((0, depth), "d")
     dot = te.compute((batch, heads, length, keys), lambda b, h, i, j: te.sum(
-        q[b, i, h, d].astype(dtype) * _kv(k, b, j, h, d).astype(dtype), axis=d),
-        name="score_dot")
+        _at(q, heads_first[0], b, i, h, d).astype(dtype) *
+        _at(k, heads_first[1], b, j, h, d).astype(dtype), axis=d), name="score_dot")
     offset = 0 if causal != "BottomRight" else abs(length - keys)
     minus_inf = tirx.const(float("-inf"), dtype)
 
@@ -117,13 +133,14 @@ def _softmax(score: te.Tensor) -> te.Tensor:
         row_sum[b, h, i] == zero, zero, weight[b, h, i, j] / row_sum[b, h, i]), name="prob")
 
 
-def _weighted(prob: te.Tensor, v: te.Tensor, dtype: str) -> te.Tensor:
+def _weighted(prob: te.Tensor, v: te.Tensor, dtype: str, heads_first: bool = False
+              ) -> te.Tensor:
     """The probabilities times V, summed in their dtype, BSHD out in `dtype` (rounded once)."""
     batch, heads, length, keys = (int(d) for d in prob.shape)
     depth_v = int(v.shape[3])
     j3 = te.reduce_axis((0, keys), "j3")
     out = te.compute((batch, length, heads, depth_v), lambda b, i, h, c: te.sum(
-        prob[b, h, i, j3] * _kv(v, b, j3, h, c).astype(prob.dtype), axis=j3),
+        prob[b, h, i, j3] * _at(v, heads_first, b, j3, h, c).astype(prob.dtype), axis=j3),
         name="attention")
     if str(prob.dtype) == dtype:
         return out
@@ -131,9 +148,28 @@ def _weighted(prob: te.Tensor, v: te.Tensor, dtype: str) -> te.Tensor:
 
 
 def attention_te(q: te.Tensor, k: te.Tensor, v: te.Tensor, bias: te.Tensor | None,
-                 scale: float | None, causal: str | None) -> te.Tensor:
-    """The whole attention in one compute (the CPU's kernel), BSHD in, BSHD out."""
-    return _weighted(_softmax(_scores(q, k, bias, scale, causal)), v, q.dtype)
+                 scale: float | None, causal: str | None,
+                 heads_first: tuple[bool, bool, bool] = (False, False, False)) -> te.Tensor:
+    """The whole attention in one compute (the CPU's kernel), BSHD in (or BHSD where
+    `heads_first`), BSHD out."""
+    return _weighted(_softmax(_scores(q, k, bias, scale, causal, heads_first[:2])), v,
+                     q.dtype, heads_first[2])
+
+
+def _in_place(bb: relax.BlockBuilder, arg: relax.Expr) -> tuple[relax.Expr, bool]:
+    """`arg`, or the BHSD tensor `arg` is the BSHD transpose of (a permute legalized before
+    the attention, tagged `AXES_ATTR` (0, 2, 1, 3)), which the kernels read in place: the
+    transpose is then read by nothing and goes."""
+    value = bb.lookup_binding(arg) if isinstance(arg, relax.Var) else None
+    if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op) or \
+            value.op.name != "relax.call_tir" or not isinstance(value.args[1], relax.Tuple):
+        return arg, False
+    func = bb.get()[value.args[0]]
+    axes = func.attrs.get(AXES_ATTR) if func.attrs is not None else None
+    if axes is None or [int(a) for a in axes] != [0, 2, 1, 3] or \
+            len(value.args[1].fields) != 1:
+        return arg, False
+    return value.args[1].fields[0], True
 
 
 def _legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
@@ -146,6 +182,7 @@ def _legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         return call  # symbolic shapes, a sliding window: TVM's own lowering (`fallback`)
     if not broadcastable(*shapes[:3]):
         return call  # heads or batches that do not broadcast: not ours to guess
+    args, heads_first = (list(x) for x in zip(*(_in_place(bb, a) for a in args), strict=True))
 
     target = tvm.target.Target.current(allow_none=True)
     gpu = target is not None and "gpu" in target.keys
@@ -162,13 +199,15 @@ def _legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         bb.update_func(gvar, _cpu_loop_order(func) if part == KERNEL else func)
         return out
 
+    first = tuple(heads_first)
     if not gpu:
         return emit(lambda q, k, v, *b: attention_te(q, k, v, b[0] if b else None, factor,
-                                                      causal), KERNEL, *args, *extra)
-    scores = bb.emit(emit(lambda q, k, *b: _scores(q, k, b[0] if b else None, factor, causal),
-                          SCORES, args[0], args[1], *extra))
+                                                      causal, first), KERNEL, *args, *extra)
+    scores = bb.emit(emit(lambda q, k, *b: _scores(q, k, b[0] if b else None, factor, causal,
+                                                   first[:2]), SCORES, args[0], args[1],
+                          *extra))
     prob = bb.emit(emit(_softmax, SOFTMAX, scores))
-    return emit(lambda p, v: _weighted(p, v, dtype), OUTPUT, prob, args[2])
+    return emit(lambda p, v: _weighted(p, v, dtype, first[2]), OUTPUT, prob, args[2])
 
 
 def attention_legalizations() -> dict[str, Any]:

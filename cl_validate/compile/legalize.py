@@ -110,6 +110,8 @@ def legalize(ctx: PipelineContext) -> Callable[[tvm.IRModule], tvm.IRModule]:
                 relax.backend.DispatchSortScan(),
                 relax.transform.LegalizeOps(customize_legalize_map={
                     **tagged_transform_legalizations(), **attention_legalizations()}),
+                # a transpose the attention kernels read in place is read by nothing
+                relax.transform.DeadCodeElimination(),
                 relax.transform.AnnotateTIROpPattern(),
                 relax.transform.FoldConstant(),
             ])(mod)
