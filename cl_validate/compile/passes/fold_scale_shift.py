@@ -110,7 +110,7 @@ def _plan(func: relax.Function) -> dict[relax.Var, _Fold]:
         out_shape = static_shape(var)
         w_ty = tensor_type(value.args[1])
         if (c_axis is None or o_axis is None or out_shape is None or w_ty is None
-                or not str(w_ty.dtype).startswith("float")):
+                or not str(w_ty.dtype).startswith(("float", "bfloat"))):
             continue
         scale = np.ones(1, dtype=np.float64)
         shift = np.zeros(1, dtype=np.float64)

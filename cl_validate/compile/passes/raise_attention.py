@@ -92,8 +92,8 @@ def _peel(g: _Graph, e: relax.Expr) -> relax.Expr:
 def _scalar(e: relax.Expr) -> float | None:
     if is_tensor_constant(e):
         arr = e.value.numpy()  # type: ignore[attr-defined]
-        if arr.size == 1 and arr.dtype.kind == "f":
-            return float(arr.reshape(()))
+        if arr.size == 1 and (arr.dtype.kind == "f" or arr.dtype.name == "bfloat16"):
+            return float(arr.reshape(()).astype(np.float32))  # bfloat16: ml_dtypes, kind V
     return None
 
 

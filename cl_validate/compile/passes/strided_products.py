@@ -370,7 +370,7 @@ def find(func: relax.Function, accept: Callable[[_Product], bool] = lambda _p: T
         shapes = [known_shape(a), known_shape(b) if not b_steps else b_steps[-1].dst]
         out_shape = known_shape(var)
         if any(s is None or len(s) < 2 for s in shapes) or out_shape is None or \
-                any(not str(getattr(tensor_type(x), "dtype", "")).startswith("float")
+                any(not str(getattr(tensor_type(x), "dtype", "")).startswith(("float", "bfloat"))
                     for x in (a, b)):
             continue
         # a pointwise convolution's weight is read as the (Cin, Cout) matrix it is
