@@ -81,9 +81,10 @@ _MOVEMENTS = frozenset({"relax.reshape", "relax.permute_dims", "relax.expand_dim
                         "relax.squeeze", "relax.broadcast_to"})
 
 
-#: The float dtypes a cast is moved between, by width (bfloat16 and float16 both narrower
-#: than float32, neither than the other)
-_FLOAT_BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
+#: The float dtypes a cast is moved between, by width. Not bfloat16: moved on a bfloat16
+#: model, the casts left 4 more transforms on the bundled FIR filters (2 -> 6: the Relax
+#: program is float16's, the kernels TVM fuses from it are not); not understood yet, left.
+_FLOAT_BITS = {"float16": 16, "float32": 32, "float64": 64}
 
 
 def _narrower_float(src: str | None, dst: str) -> bool:
