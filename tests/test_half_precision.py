@@ -261,9 +261,9 @@ class ChannelMajorAttention(nn.Module):
         return self.proj((v @ attn.transpose(-2, -1)).view(b, c, h, w)) + m
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("model, size", [("windows", 8), ("timm-eager", 16), ("sam", 16),
-                                         ("psa", 16)])
+@pytest.mark.parametrize("model, size, dtype", [
+    ("windows", 8, "float16"), ("timm-eager", 16, "float16"), ("sam", 16, "float16"),
+    ("psa", 16, "float16"), ("windows", 8, "bfloat16"), ("psa", 16, "bfloat16")])
 def test_a_half_precision_transformer_has_its_float32_transforms(tmp_path, model, size,
                                                                  dtype):
     """The roundings a half model gets (products and norms rounded to its dtype, a raised
