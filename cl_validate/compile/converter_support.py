@@ -33,6 +33,13 @@ def node_arg(node: Any, i: int, name: str, default: Any = None) -> Any:
     return node.kwargs.get(name, default)
 
 
+def in_float32(bb: Any, x: Any) -> Any:
+    """`x` cast to float32 if it is a half-precision tensor (exact), else `x`."""
+    if str(getattr(x.ty, "dtype", "")) in HALF:
+        return bb.emit(relax.op.astype(x, "float32"))
+    return x
+
+
 @contextmanager
 def read_in_float32(importer: Any, args: Iterable[Any]) -> Iterator[None]:
     """While it lasts, each of `args` whose value is a half-precision tensor reads as that

@@ -59,7 +59,7 @@ from typing import Any
 from tvm import relax, tirx
 
 from cl_validate.compile.activation_converters import activation_converters
-from cl_validate.compile.converter_support import HALF
+from cl_validate.compile.converter_support import HALF, in_float32
 from cl_validate.compile.math_converters import math_converters
 from cl_validate.compile.norm_converters import norm_converters
 from cl_validate.compile.pool_converters import pool_converters
@@ -411,8 +411,8 @@ def _grid_sample(node: Any, importer: Any) -> Any:
         return importer._grid_sampler_2d(node)
     grid = bb.emit(relax.op.permute_dims(grid, [0, 3, 1, 2]))
     dtype = str(data.ty.dtype)
-    if dtype in HALF:  # TVM lowers a half sample to a float32 result its type calls half
-        data, grid = (bb.emit(relax.op.astype(t, "float32")) for t in (data, grid))
+    # TVM lowers a half sample to a float32 result its type calls half: sampled in float32
+    data, grid = in_float32(bb, data), in_float32(bb, grid)
     out = bb.emit(relax.op.image.grid_sample(data, grid, method=interp, layout="NCHW",
                                              padding_mode=padding, align_corners=align))
     return out if dtype not in HALF else bb.emit(relax.op.astype(out, dtype))

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from tvm import relax, tirx
 
-from cl_validate.compile.converter_support import HALF, default_converter
+from cl_validate.compile.converter_support import default_converter, in_float32
 from cl_validate.compile.sdpa_converter import static_dims
 
 
@@ -39,14 +39,6 @@ def _per_axis(value: Any, rank: int, default: int) -> list[int]:
         values = [int(v) for v in value]
         return values * rank if len(values) == 1 else values
     return [int(value)] * rank
-
-
-def _exact_float32(bb: Any, x: Any) -> Any:
-    """`x` in float32 if it is a half type (exact; TVM 0.27's ``argmax`` of bfloat16 builds a
-    kernel whose types disagree, and the build fails in FuseTIR), else `x`."""
-    if str(x.ty.dtype) in HALF:
-        return bb.emit(relax.op.astype(x, "float32"))
-    return x
 
 
 def _lowest(dtype: str) -> float:
@@ -77,7 +69,8 @@ def _indices(bb: Any, x: Any, out: list[int], kernel: list[int], stride: list[in
         window = bb.emit(relax.op.strided_slice(padded, axes, begin, end, stride))
         slices.append(bb.emit(relax.op.expand_dims(window, [0])))
     stack = slices[0] if len(slices) == 1 else bb.emit(relax.op.concat(slices, axis=0))
-    chosen = bb.emit(relax.op.argmax(_exact_float32(bb, stack), axis=0))  # offset, row-major
+    # the argmax in float32 (exact): TVM 0.27's argmax of bfloat16 fails the build in FuseTIR
+    chosen = bb.emit(relax.op.argmax(in_float32(bb, stack), axis=0))  # offset, row-major
     # its flat position in the plane, elementwise (a layout pass carries it like the data)
     position = None
     inner = 1
@@ -157,7 +150,7 @@ def _adaptive_max_pool2d(node: Any, importer: Any) -> Any:
         raise ValueError("adaptive_max_pool2d's indices are supported for a global pool "
                          "(output size 1) only")
     flat = bb.emit(relax.op.reshape(x, [*dims[:-2], h * w]))
-    indices = bb.emit(relax.op.reshape(relax.op.argmax(_exact_float32(bb, flat), axis=-1,
+    indices = bb.emit(relax.op.reshape(relax.op.argmax(in_float32(bb, flat), axis=-1,
                                                        keepdims=True),
                                        [*dims[:-2], 1, 1]))
     return bb.emit(relax.Tuple([values, indices]))

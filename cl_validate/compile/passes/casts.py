@@ -24,7 +24,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.passes._util import rebind, relax_function_pass
-from cl_validate.ir import op_name, tensor_type, use_sites
+from cl_validate.ir import bindings, op_name, tensor_type, use_sites
 
 #: dtype -> the dtypes that hold each of its values exactly
 _EXACT_IN = {
@@ -92,11 +92,6 @@ def _narrower_float(src: str | None, dst: str) -> bool:
     return src in _FLOAT_BITS and dst in _FLOAT_BITS and _FLOAT_BITS[dst] < _FLOAT_BITS[src]
 
 
-def _bindings(func: relax.Function) -> dict[relax.Var, relax.Expr]:
-    return {b.var: b.value for block in getattr(func.body, "blocks", [])
-            for b in block.bindings if isinstance(b, relax.VarBinding)}
-
-
 _Plan = tuple[str, relax.Expr, list[relax.Call], str]  # (kind, source, movements, dtype)
 
 
@@ -104,7 +99,8 @@ def narrow_movements(func: relax.Function) -> relax.Function:
     """Every ``astype(movements(x), narrower float)`` as ``movements(astype(x, narrower))``
     and every ``movements(astype(x, wider float))`` as ``astype(movements(x), wider)``, each
     movement and cast read once, by the chain."""
-    values, uses = _bindings(func), use_sites(func)
+    values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
+    uses = use_sites(func)
 
     def once(e: relax.Expr) -> bool:
         return isinstance(e, relax.Var) and len(uses.get(e, [])) == 1
