@@ -13,6 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cl_validate.checks.verdict import Status
+from cl_validate.session.in_process import judge_in_process
+from cl_validate.spec import load_case
+from cl_validate.spec.options import RunOptions
+
 pytestmark = pytest.mark.compile
 
 
@@ -451,3 +456,33 @@ def test_max_pool_indices_of_a_half_model_build_and_match(tmp_path, dtype):
     the window in float32 (exact): PyTorch's positions, bit for bit."""
     _, got, want = _compiled_half(tmp_path, PoolUnpool(), (1, 3, 8, 8), dtype)
     np.testing.assert_array_equal(got[0].astype(np.float32), want[0].astype(np.float32))
+
+
+
+HALF_CASE = """model = "tiny_models:conv_relu_half"
+targets = ["llvm"]
+
+[[inputs]]
+name = "x"
+shape = [1, 3, 16, 16]
+dtype = "float16"
+
+[layout]
+"relax.nn.conv2d" = ["NHWC", "OHWI"]
+
+[budget]
+layout_transforms = 2
+
+[tolerance]
+reference = "float64"
+"""
+
+
+def test_the_verdict_names_the_dtype_eager_ran_in(write_case):
+    """A half model's eager run is in float16: its figures say "eager float16's error", not
+    float32's (which no run computed), in the check's line and in the output's summary."""
+    (result,) = judge_in_process([load_case(write_case(HALF_CASE))], RunOptions(isolate=False))
+    numerics = result.check("numerics")
+    assert numerics.status is Status.PASSED, numerics.message
+    assert "x eager float16's" in numerics.message, numerics.message
+    assert "float32" not in numerics.message + numerics.body, (numerics.message, numerics.body)

@@ -33,7 +33,7 @@ import numpy as np
 from cl_validate.checks.registry import Check, FailureKind, Figure, Judging, register
 from cl_validate.checks.verdict import CheckResult, Figures, Status
 from cl_validate.measurements.bisection import Bisection
-from cl_validate.measurements.error_stats import STEP_SLACK, ErrorStats, compare
+from cl_validate.measurements.error_stats import STEP_SLACK, ErrorStats, compare, eager_name
 from cl_validate.measurements.measurement import Measurement, Sample
 from cl_validate.measurements.quant_steps import OutputStep, steps_text
 from cl_validate.measurements.selection import match_items
@@ -154,7 +154,9 @@ def sample_stats(case: CaseSpec, target: str, sample: Sample,
         tol = case.tolerance_for(target, i)[0]
         ref64 = sample.reference64[i] if sample.reference64 is not None else None
         stats = replace(compare(a, e, tol, i, sample.label, ref64,
-                                steps[i] if i < len(steps) else None),
+                                steps[i] if i < len(steps) else None,
+                                eager_name(sample.eager_dtypes[i]
+                                           if i < len(sample.eager_dtypes) else "")),
                         label=case.output_label(i))
         matched = sample.selections[i] if sample.selections is not None and \
             i < len(sample.selections) else None
@@ -237,12 +239,12 @@ def check_numerics(case: CaseSpec, target: str, stats: Sequence[ErrorStats],
     if by_steps:
         s = max(by_steps, key=lambda x: x.steps)
         t = s.tolerance
-        head = (f"{steps_text(s.steps)} off {'float64' if t.float64 else 'eager float32'} "
+        head = (f"{steps_text(s.steps)} off {'float64' if t.float64 else 'eager ' + s.eager} "
                 f"(allowed {steps_text(t.steps or 0)}; {s.where}: {s.step.describe()})"
                 if s.step is not None else "")
     elif f64:
         s = max(f64, key=lambda x: x.ratio)
-        head = (f"RMSE {s.rmse:.3g} against float64, {s.ratio:.3g}x eager float32's "
+        head = (f"RMSE {s.rmse:.3g} against float64, {s.ratio:.3g}x eager {s.eager}'s "
                 f"(allowed {s.tolerance.multiplier:g}x + {s.tolerance.floor:g})")
     else:
         head = f"max abs {worst.max_abs:.3g}, max rel {figures.max_rel:.3g}"

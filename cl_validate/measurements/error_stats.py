@@ -47,6 +47,9 @@ class ErrorStats:
     #: steps rule against float64: eager float32's own largest error against it (what the
     #: quantized graph's float32 sensitivity is, before any compiler)
     eager_max_abs: float | None = None
+    #: the dtype eager PyTorch computed this output in (`eager_name`): what "eager" means
+    #: in the figures (a half model's eager run is in float16, not float32)
+    eager: str = "float32"
 
     def __bool__(self) -> bool:
         if self.shape_mismatch is not None or self.nonfinite_tvm or self.nonfinite_torch:
@@ -107,7 +110,7 @@ class ErrorStats:
         if self.tolerance.by_steps:
             return steps_text(self.steps)
         if self.tolerance.float64:
-            return f"RMSE {self.rmse:.3g} ({self.ratio:.3g}x eager float32)"
+            return f"RMSE {self.rmse:.3g} ({self.ratio:.3g}x eager {self.eager})"
         return f"max abs {self.max_abs:.3g}"
 
     def summary(self) -> str:
@@ -116,18 +119,18 @@ class ErrorStats:
             return f"{self.where}: {self.shape_mismatch}"
         t = self.tolerance
         if t.steps is not None:
-            against = "float64" if t.float64 else "eager float32"
+            against = "float64" if t.float64 else f"eager {self.eager}"
             parts = [f"{self.where}: no quantization step (no quantize before it)"
                      if self.step is None else
                      f"{self.where}: {steps_text(self.steps)} off {against} (allowed "
                      f"{steps_text(t.steps)}; {self.step.describe()}); max abs "
                      f"{self.max_abs:.3g}"]
             if self.eager_steps is not None:
-                parts.append(f"eager float32 is {steps_text(self.eager_steps)} off float64 "
+                parts.append(f"eager {self.eager} is {steps_text(self.eager_steps)} off float64 "
                              "itself")
         elif t.float64:
             parts = [f"{self.where}: RMSE {self.rmse:.3g} against float64, {self.ratio:.3g}x "
-                     f"eager float32's {self.eager_rmse or 0:.3g} (allowed {t.multiplier:g}x "
+                     f"eager {self.eager}'s {self.eager_rmse or 0:.3g} (allowed {t.multiplier:g}x "
                      f"+ {t.floor:g}); max abs {self.max_abs:.3g}"]
         else:
             parts = [f"{self.where}: max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}"]
@@ -168,9 +171,16 @@ def _rmse(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(a - b)))) if a.size else 0.0
 
 
+def eager_name(dtype: str) -> str:
+    """How the figures name eager PyTorch's run of an output PyTorch computed in `dtype`:
+    by its float dtype (``float16``, ``bfloat16``); float32 for anything else (an integer
+    output of a float32 model, an unknown dtype)."""
+    return dtype if dtype in ("float16", "bfloat16", "float64") else "float32"
+
+
 def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance, output: int = 0,
             sample: str = "", reference64: np.ndarray | None = None,
-            step: OutputStep | None = None) -> ErrorStats:
+            step: OutputStep | None = None, eager: str = "float32") -> ErrorStats:
     """Error statistics of `actual` (TVM) against PyTorch: against `expected` (eager
     float32), or with the float64 rule against `reference64`, eager float32's own error
     against it setting the bar; the steps rule counts the error in `step`s."""
@@ -198,10 +208,10 @@ def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance, output: in
     worst = None
     if diff.size:
         worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
-    eager = eager_max = None
+    eager_rmse = eager_max = None
     if tol.by_ratio or (tol.float64 and step is not None and expected.shape == ref.shape):
         f32 = expected.astype(np.float64)
-        eager = _rmse(np.where(both, f32, 0.0), np.where(both, e, 0.0))
+        eager_rmse = _rmse(np.where(both, f32, 0.0), np.where(both, e, 0.0))
         eager_max = float(np.where(both, np.abs(f32 - e), 0.0).max()) if f32.size else 0.0
     return ErrorStats(
         output=output, shape=tuple(ref.shape), tolerance=tol,
@@ -211,6 +221,6 @@ def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance, output: in
         mismatched=int(outside.sum()), total=int(e.size),
         nonfinite_tvm=int((~fin_a).sum()), nonfinite_torch=int((~fin_e).sum()),
         worst_index=worst, sample=sample,
-        rmse=_rmse(np.where(both, a, 0.0), np.where(both, e, 0.0)), eager_rmse=eager,
-        step=step, eager_max_abs=eager_max if tol.steps is not None else None,
+        rmse=_rmse(np.where(both, a, 0.0), np.where(both, e, 0.0)), eager_rmse=eager_rmse,
+        step=step, eager_max_abs=eager_max if tol.steps is not None else None, eager=eager,
     )

@@ -39,6 +39,9 @@ class Sample:
     #: arrays already in the reference's order (matched in the case process, which the
     #: parent never does: the match grows with the square of the items); None: not matched
     selections: list[tuple[int, int] | None] | None = None
+    #: per output, the dtype PyTorch computed it in (``float16`` for a half model); the
+    #: float64 rule names it ("eager float16's error"); empty: float32
+    eager_dtypes: list[str] = field(default_factory=list)
 
 
 @dataclass

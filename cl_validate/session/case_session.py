@@ -123,6 +123,7 @@ class CaseSession:
         self._prepared_seconds = 0.0
         #: whether the forward returns a tensor or a flat tuple of them (None: not run yet)
         self._flat_outputs: bool | None = None
+        self._eager_dtypes: list[str] = []  # PyTorch's output dtypes (named by numerics)
         self.started = time.perf_counter()
 
     # -- the model and its reference --------------------------------------------------------
@@ -188,6 +189,7 @@ class CaseSession:
         if self._flat_outputs is None:
             self.case = replace(self.case, output_names=tuple(out.names))
             self._flat_outputs = out.flat
+            self._eager_dtypes = out.dtypes
         return out.arrays
 
     @functools.cached_property
@@ -442,7 +444,8 @@ class CaseSession:
                                     self.options.timeout or case.timeout)
                 m.ran_on = plan.place.remote()
             refs64 = self._references64 if want64 else None
-            samples = [Sample(label, outs, reference, refs64[i] if refs64 else None)
+            samples = [Sample(label, outs, reference, refs64[i] if refs64 else None,
+                              eager_dtypes=self._eager_dtypes)
                        for i, ((label, _), outs, reference) in enumerate(zip(
                            self.samples, actual, self.expected, strict=True))]
         except RpcError as exc:

@@ -55,6 +55,8 @@ class TorchOutputs:
     names: list[str]
     arrays: list[np.ndarray]
     flat: bool
+    #: the dtype each output had in PyTorch (``bfloat16`` arrays reach numpy as float32)
+    dtypes: list[str]
 
 
 def run_torch_named(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> TorchOutputs:
@@ -62,7 +64,8 @@ def run_torch_named(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> T
     with torch.no_grad():
         out = model(*inputs)
     named = named_outputs(out)
-    return TorchOutputs([n for n, _ in named], [_to_numpy(t) for _, t in named], is_flat(out))
+    return TorchOutputs([n for n, _ in named], [_to_numpy(t) for _, t in named], is_flat(out),
+                        [str(getattr(t, "dtype", "")).removeprefix("torch.") for _, t in named])
 
 
 def float64_model(model: torch.nn.Module) -> torch.nn.Module:

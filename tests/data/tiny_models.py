@@ -64,6 +64,11 @@ def classifier() -> nn.Module:
     return Classifier()
 
 
+def conv_relu_half() -> nn.Module:
+    """`conv_relu` in float16 (``model.half()``, as teams deploy on a GPU)."""
+    return ConvReLU().half()
+
+
 def nan_model() -> nn.Module:
     return NaNModel()
 
