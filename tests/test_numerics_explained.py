@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
+from cl_validate.checks.verdict import Status
 from cl_validate.errors import CaseFileError, ExitCode
 from cl_validate.measurements.bisection import Bisection, StageResult
 from cl_validate.measurements.error_stats import compare
@@ -217,13 +218,26 @@ def test_float64_reference_catches_a_broken_stage_too(write_case, data_dir, tmp_
 
 @pytest.mark.compile
 def test_a_model_that_cannot_run_in_float64_is_an_error_at_its_reference_line(write_case):
-    # budget 1: the NCHW input; the flatten's transpose folds into the constant matrix.
-    text = _float64(tiny_case(1, model="tiny_models:float32_only"))
+    text = _float64(tiny_case(2, model="tiny_models:float32_checked"))
     (result,) = judge_in_process([load_case(write_case(text))], RunOptions(isolate=False))
     numerics = result.check("numerics")
     assert numerics.kind == "Float64ReferenceError" and numerics.line == 14  # [tolerance]
     assert "cannot run in float64" in numerics.message and "rtol/atol" in numerics.message
+    assert "float32 input expected, got torch.float64" in numerics.message
     assert result.check("layout_transforms")  # the static checks stand
+
+
+def test_float32_tensors_a_model_makes_itself_follow_the_float64_run(write_case):
+    """A forward that makes a float32 tensor of its own (a diffusion model's timestep
+    embedding, ``arange(dtype=float32)``) met the float64 copy's weights in an op that does
+    not promote, and the case could not be judged against float64 ("mat1 and mat2 must have
+    the same dtype"): the reference runs with that tensor made float64."""
+    # budget 1: the NCHW input; the flatten's transpose folds into the constant matrix.
+    text = _float64(tiny_case(1, model="tiny_models:float32_only"))
+    (result,) = judge_in_process([load_case(write_case(text))], RunOptions(isolate=False))
+    numerics = result.check("numerics")
+    assert numerics.status is Status.PASSED, numerics.message
+    assert "against float64" in numerics.message, numerics.message
 
 
 @pytest.mark.compile

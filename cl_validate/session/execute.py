@@ -77,11 +77,27 @@ def float64_model(model: torch.nn.Module) -> torch.nn.Module:
 def run_torch64(model64: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
     """The float64 reference: `float64_model`'s copy on the same inputs in float64 (integer
     inputs stay integers); a quantized model's QDQ ops run in float64 too
-    (`_GraphInFloat64`), and a graph module's baked float32 tensors are made float64."""
+    (`_GraphInFloat64`), and a graph module's baked float32 tensors are made float64.
+
+    An eager model whose forward makes float32 tensors of its own (a diffusion model's
+    timestep embedding, ``torch.arange(half, dtype=torch.float32)``; a cast ``.float()``)
+    keeps them float32 where that runs; where it cannot (they meet the float64 weights in
+    an op that does not promote: "mat1 and mat2 must have the same dtype"), it runs again
+    with them made float64, as a graph module's always are: float32 is the least precision
+    the model asks for. If that fails too, the first error is the one raised."""
     args = [t.double() if t.is_floating_point() else t for t in inputs]
     graph = isinstance(model64, torch.fx.GraphModule)  # exported: dtypes baked in
-    with torch.no_grad(), _GraphInFloat64(promote_factories=graph):
-        out = model64(*args)
+    try:
+        with torch.no_grad(), _GraphInFloat64(promote_factories=graph):
+            out = model64(*args)
+    except (RuntimeError, TypeError) as first:
+        if graph:
+            raise
+        try:
+            with torch.no_grad(), _GraphInFloat64(promote_factories=True):
+                out = model64(*args)
+        except Exception:
+            raise first from None
     return [_to_numpy(t) for _, t in named_outputs(out)]
 
 

@@ -174,7 +174,8 @@ def cancelling() -> nn.Module:
 
 
 class Float32Only(nn.Module):
-    """Multiplies by a float32 matrix made in forward(): cannot run as a float64 copy."""
+    """Multiplies by a float32 matrix made in forward(): a float64 copy of it fails as it is
+    (``mm`` does not promote), and runs with that matrix made float64."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -187,6 +188,23 @@ class Float32Only(nn.Module):
 
 def float32_only() -> nn.Module:
     return Float32Only()
+
+
+class Float32Checked(nn.Module):
+    """Refuses any input but float32 (as code that checks its dtype does): no float64 run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32:
+            raise ValueError(f"float32 input expected, got {x.dtype}")
+        return self.conv(x)
+
+
+def float32_checked() -> nn.Module:
+    return Float32Checked()
 
 
 def ballast() -> nn.Module:
