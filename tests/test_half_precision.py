@@ -6,6 +6,8 @@ datatype"), and a bfloat16 input reached the program as float32 (the run failed)
 from __future__ import annotations
 
 import copy
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -486,3 +488,23 @@ def test_the_verdict_names_the_dtype_eager_ran_in(write_case):
     assert numerics.status is Status.PASSED, numerics.message
     assert "x eager float16's" in numerics.message, numerics.message
     assert "float32" not in numerics.message + numerics.body, (numerics.message, numerics.body)
+
+
+
+def test_a_channel_filter_of_a_half_model_is_unfolded_as_in_float32(tmp_path):
+    """Upsampling and blur filters run on every channel by folding the channels into the
+    batch (StyleGAN's ``upfirdn2d``, kornia's ``filter2d``: the bundled FIR filters' model)
+    become depthwise convolutions in float16 as in float32: the input's and the output's
+    transforms only. Before, the half model's casts were moved off the movements before the
+    layout was carried through them, the layout stages then left the fold's transposes and
+    the unfold was declined: 6 transforms for float32's 2."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "model_cases"))
+    try:
+        from zoo.filters import fir_resampler  # the bundled cases' models
+    finally:
+        sys.path.pop(0)
+    torch.manual_seed(0)
+    kernels, got, want = _compiled_half(tmp_path, fir_resampler(8), (1, 3, 16, 16))
+    assert len(kernels.runtime_transforms) == 2, kernels.render()
+    np.testing.assert_allclose(got[0].astype(np.float32), want[0].astype(np.float32),
+                               rtol=2e-2, atol=2e-2)

@@ -27,10 +27,11 @@ from cl_validate.compile.passes import (
 
 def test_order() -> None:
     names = [p.info.name for p in cleanup_passes()]
-    assert names == [NarrowMovements().info.name, DropRoundTrips().info.name,
-                     SinkQuantizePairs().info.name,
+    assert names == [SinkQuantizePairs().info.name,
                      ElideBroadcasts().info.name, CancelPermutes().info.name,
-                     SinkPermutes().info.name, HoistPermutes().info.name,
+                     SinkPermutes().info.name,
+                     NarrowMovements().info.name, DropRoundTrips().info.name,
+                     HoistPermutes().info.name,
                      ShareChainLayouts().info.name, FoldMovementChains().info.name,
                      InterleaveConcats().info.name,
                      ReadSlicesAtSource().info.name,

@@ -98,12 +98,15 @@ from cl_validate.compile.passes.weight_columns import FoldPermuteIntoColumns
 def cleanup_passes() -> list[tvm.transform.Pass]:
     """The passes to run after ConvertLayout, in order.
 
-    A half-precision model's roundings first: hoisted above the movements before them, and a
-    widening cast rounded straight back dropped (both between permutes that would fold);
-    quantize-dequantize pairs next, out of the movement chains; broadcasts next, so the
+    Quantize-dequantize pairs first, out of the movement chains; broadcasts next, so the
     permutes ConvertLayout put on them move onto the small tensor; cancel next so
     SinkPermutes sees chains already folded (it also folds between its own rounds, to a
-    fixpoint); what SinkPermutes leaves after a concat is hoisted onto its parts; movement
+    fixpoint); a half-precision model's roundings then: hoisted above the movements before
+    them, and a widening cast rounded straight back dropped (both between permutes that
+    would fold) — after SinkPermutes, which carries the layout through the casts where they
+    stand (moved first, they kept a channel filter's fold in its transposes: the bundled FIR
+    filters in float16 6 transforms, float32's 2); what SinkPermutes leaves after a concat is
+    hoisted onto its parts; movement
     chains are folded once the permutes around them have settled, and a concat's
     interleaving permute then joins the concat; size-1 permutes become reshapes last,
     because until then they are still permutes that can cancel against each other;
@@ -111,12 +114,12 @@ def cleanup_passes() -> list[tvm.transform.Pass]:
     behind.
     """
     return [
-        NarrowMovements(),
-        DropRoundTrips(),
         SinkQuantizePairs(),
         ElideBroadcasts(),
         CancelPermutes(),
         SinkPermutes(),
+        NarrowMovements(),
+        DropRoundTrips(),
         HoistPermutes(),
         ShareChainLayouts(),
         FoldMovementChains(),
