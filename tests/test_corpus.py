@@ -79,7 +79,7 @@ USAGE: dict[str, Usage] = {
     "budget_negative.toml": Usage(10, "layout_transforms must be >= 0, got -1"),
     "budget_fractional.toml": Usage(11, "kernels must be an integer, got a number 2.5"),
     "budget_zero_kernels.toml": Usage(10, "kernels must be >= 1, got 0"),
-    "shape_empty.toml": Usage(7, "shape of 'x' must be a non-empty array of integers (hint:"),
+    "shape_string.toml": Usage(7, "shape of 'x' must be an array of integers (hint:"),
     "shape_zero_dim.toml": Usage(7, "each dimension of 'x' must be >= 1, got 0"),
     "shape_absurd.toml": Usage(7, "input 'x' has 150,528,000,000 elements (hint: at most"),
     "shape_missing.toml": Usage(5, "input 'x' has no shape (hint: shape = ["),

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from cl_validate.checks.verdict import Status
 from cl_validate.session.execute import flatten_outputs
+from cl_validate.session.in_process import judge_in_process
 from cl_validate.session.inputs import make_inputs
 from cl_validate.spec import load_case
+from cl_validate.spec.options import RunOptions
 from tests.conftest import MINIMAL
 
 
@@ -115,3 +118,33 @@ def test_the_float64_reference_runs_a_graph_module_whose_index_grids_meet_produc
     want = xd @ torch.arange(4).double().unsqueeze(1) + xd @ torch.linspace(
         0, 1, 4, dtype=torch.float64).unsqueeze(1)
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_a_0_d_input_and_output_are_declared_and_judged(write_case):
+    """A diffusion model's timestep is a 0-d tensor (``torch.tensor(500)``), and a model may
+    return one (a loss, a mean): ``shape = []`` declares it, drawn from its range like any
+    input, and both outputs are judged; before, the case file was refused."""
+    case = load_case(write_case("""
+        model = "tiny_models:timestep_block"
+        targets = ["llvm"]
+        [[inputs]]
+        name = "x"
+        shape = [1, 3, 8, 8]
+        [[inputs]]
+        name = "t"
+        shape = []
+        dtype = "int64"
+        range = [0, 999]
+        [layout]
+        "relax.nn.conv2d" = ["NHWC", "OHWI"]
+        [budget]
+        layout_transforms = 2
+        """))
+    assert case.inputs[1].shape == ()
+    _, t = make_inputs(case)
+    assert t.shape == () and t.dtype == np.int64 and 0 <= int(t) <= 999
+    (result,) = judge_in_process([case], RunOptions(isolate=False))
+    numerics = result.check("numerics")
+    assert numerics.status is Status.PASSED, (numerics.message, numerics.body)
+    assert "output 1" in numerics.body, numerics.body  # the 0-d mean judged too
+    assert result.check("layout_transforms").status is Status.PASSED  # x's and y's only

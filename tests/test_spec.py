@@ -101,7 +101,7 @@ def test_per_output_tolerance_precedence(write_case):
         (MINIMAL.replace("layout_transforms = 2", 'layout_transforms = "2"'), 11,
          "must be an integer"),
         (MINIMAL.replace("[1, 3, 16, 16]", "[1, 0, 16, 16]"), 5, "must be >= 1"),
-        (MINIMAL.replace("[1, 3, 16, 16]", "[]"), 5, "non-empty array"),
+        (MINIMAL.replace("[1, 3, 16, 16]", "{ n = 1 }"), 5, "must be an array of integers"),
         (MINIMAL.replace("[1, 3, 16, 16]", "[100000, 100000, 3, 3]"), 5, "elements"),
         (MINIMAL.replace('name = "x"', 'name = "x"\ndtype = "float33"'), 5,
          "did you mean 'float32'?"),

@@ -75,11 +75,12 @@ def _values(v: Checker, raw: Any, path: tuple[str, ...], name: str, lo: int, hi:
 
 def parse_shape(v: Checker, raw: Any, path: tuple[str, ...], input_name: str,
                 dynamic: Mapping[str, DynamicDim]) -> tuple[Dim, ...]:
-    """A shape: sizes >= 1, or names of ``[dynamic]`` dimensions; at most
-    `MAX_INPUT_ELEMENTS` elements at the dimensions' largest sizes."""
-    if not isinstance(raw, list) or not raw:
-        raise v.fail(path, f"shape of '{input_name}' must be a non-empty array of integers",
-                     "e.g. shape = [1, 3, 224, 224]")
+    """A shape: sizes >= 1, or names of ``[dynamic]`` dimensions (``[]``: a 0-d tensor, as
+    a diffusion timestep is passed); at most `MAX_INPUT_ELEMENTS` elements at the
+    dimensions' largest sizes."""
+    if not isinstance(raw, list):
+        raise v.fail(path, f"shape of '{input_name}' must be an array of integers",
+                     "e.g. shape = [1, 3, 224, 224]; shape = [] for a 0-d tensor")
     shape: list[Dim] = []
     for d in raw:
         if isinstance(d, str):

@@ -207,6 +207,27 @@ def float32_checked() -> nn.Module:
     return Float32Checked()
 
 
+class TimestepBlock(nn.Module):
+    """A diffusion block called as a sampler's loop calls it: a 0-d int64 timestep (a
+    sinusoidal embedding of it added to the features), and the step's mean as a 0-d output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.embed = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = torch.exp(torch.arange(4, dtype=torch.float32) * -2.0)
+        angles = t[None].expand(x.shape[0])[:, None].float() * freqs[None, :]
+        emb = self.embed(torch.cat([angles.sin(), angles.cos()], dim=-1))
+        y = self.conv(x) + emb[:, :, None, None]
+        return y, y.mean()
+
+
+def timestep_block() -> nn.Module:
+    return TimestepBlock()
+
+
 def ballast() -> nn.Module:
     """conv_relu, from a factory that holds 512 MB for a moment (touched, then freed): a case
     whose worker peaks high, for the per-case peak memory."""
