@@ -83,3 +83,25 @@ def test_resize2d_is_kept_where_it_is_pytorchs_function():
     assert "resize2d" in ops(lambda x: F.interpolate(x, size=(12, 12), mode="bilinear"))
     shrunk = ops(lambda x: F.interpolate(x, size=(3, 3)))
     assert "resize2d" not in shrunk and shrunk.count("R.take(") == 2
+
+
+def test_a_resize_of_a_map_transposed_in_h_and_w_builds(tmp_path):
+    """A map transposed in H and W (``x.transpose(2, 3)``), gated by a squeeze-excite and then
+    upsampled: carrying the layout through the gate handed ``resize2d`` the layout "NWHC",
+    which TVM's resize compute refuses ("NWHC layout is not supported": the build failed).
+    A resize runs in NCHW or NHWC only; the transposition stays before it."""
+    from tests.test_attention import _compile  # numerics against PyTorch inside
+
+    class TransposedSE(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+            self.gate = nn.Sequential(nn.Conv2d(4, 2, 1), nn.ReLU(), nn.Conv2d(2, 4, 1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.conv(x).transpose(2, 3)
+            y = y * torch.sigmoid(self.gate(y.mean((2, 3), keepdim=True)))
+            return F.interpolate(y, scale_factor=2, mode="nearest")
+
+    kernels = _compile(TransposedSE(), 8, tmp_path)
+    assert len(kernels.runtime_transforms) <= 2, kernels.render()  # input and output

@@ -228,6 +228,11 @@ def _permuted_layout(layout: str, p: Perm) -> str | None:
     return "".join(layout[inv[j]] for j in range(len(p)))
 
 
+#: Ops whose layout string TVM's kernels read in some spellings only: ``resize2d``'s topi
+#: compute takes NCHW and NHWC (a map transposed in H and W, "NWHC", failed the build).
+_TWO_LAYOUTS = {"relax.image.resize2d": frozenset({"NCHW", "NHWC"})}
+
+
 def _layout_attr(call: relax.Call, perm_of: PermOf) -> Plan | None:
     """Pooling/resize: the op takes its layout as a string, so the new layout is spelled out."""
     x, rest = call.args[0], list(call.args[1:])
@@ -239,7 +244,8 @@ def _layout_attr(call: relax.Call, perm_of: PermOf) -> Plan | None:
     if out_layout is not None and str(out_layout) != layout:
         return None
     new_layout = _permuted_layout(layout, p)
-    if new_layout is None:
+    if new_layout is None or (op_name(call) in _TWO_LAYOUTS and new_layout not in
+                              _TWO_LAYOUTS[op_name(call) or ""]):
         return None
     changes: dict[str, object] = {"layout": new_layout}
     if out_layout is not None:
