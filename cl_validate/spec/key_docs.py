@@ -86,7 +86,8 @@ DOCS: dict[str, dict[str, str]] = {
     "[[inputs]]": {
         "name": "the argument's name in reports and in `[dynamic]` sizes",
         "shape": "the PyTorch shape; a string instead of a size names a `[dynamic]` "
-                 "dimension",
+                 "dimension; `[]` is a 0-d tensor (a diffusion timestep passed as "
+                 "`torch.tensor(500)`)",
         "dtype": "one of " + ", ".join(f"`{d}`" for d in DTYPES),
         "layout": " or ".join(f'`"{x}"`' for x in IO_LAYOUTS) + ": with NHWC the compiled "
                   "program takes this input channels-last; the shape stays the PyTorch shape "
