@@ -55,3 +55,32 @@ def test_each_imports_and_computes_pytorchs_values(model):
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.numpy().dtype
         np.testing.assert_allclose(g, w.numpy(), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("batch", ["1", '"batch"'])
+def test_a_range_counting_down_has_pytorchs_length_and_values(write_case, batch):
+    """TVM 0.27 sizes ``arange(5, -1, -1)`` 8 long (``(end - start + step - 1) // step``),
+    not 6: the import failed at the next op that read its length ("the data channel size
+    is 8") or the folded constant did not fit it. Static and symbolic bounds (a dynamic
+    batch), against PyTorch at every size."""
+    from cl_validate.checks.verdict import Status
+    from cl_validate.session.in_process import judge_in_process
+    from cl_validate.spec import load_case
+    from cl_validate.spec.options import RunOptions
+
+    dynamic = "[dynamic]\n        batch = { min = 1, max = 3 }" if batch != "1" else ""
+    case = load_case(write_case(f"""
+        model = "tiny_models:counting_down"
+        targets = ["llvm"]
+        [[inputs]]
+        name = "x"
+        shape = [{batch}, 3, 8, 6]
+        {dynamic}
+        [layout]
+        "relax.nn.conv2d" = ["NHWC", "OHWI"]
+        [budget]
+        layout_transforms = 2
+        """))
+    (result,) = judge_in_process([case], RunOptions(isolate=False))
+    for check in ("compile", "numerics"):
+        assert result.check(check).status is Status.PASSED, result.check(check).message

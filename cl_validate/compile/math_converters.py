@@ -12,7 +12,10 @@
 * ``where`` with branches of two dtypes, promoted as PyTorch does;
 * ``_cdist_forward`` (``torch.cdist``): the distances computed directly from the
   differences, for every ``p`` (PyTorch's matrix-product form for ``p = 2`` is within
-  rounding of it).
+  rounding of it);
+* ``arange`` counting down by integers (``torch.arange(n - 1, -1, -1)``: a reversed index,
+  Transformer-XL's relative positions): TVM 0.27 sizes it ``(end - start + step - 1) //
+  step``, 8 elements for ``arange(5, -1, -1)``'s 6, and everything after it was misshapen.
 """
 
 from __future__ import annotations
@@ -237,6 +240,28 @@ def _where(node: Any, importer: Any) -> Any:
     return bb.emit(relax.op.where(importer.env[node.args[0]], *cast))
 
 
+def _arange(node: Any, importer: Any) -> Any:
+    """``arange(start, end, step)``; with an integer step below zero, sized as PyTorch sizes
+    it (TVM's own converter otherwise): the values as a constant when the bounds are
+    numbers, else the ascending range from the last value up, flipped."""
+    start, end = node_arg(node, 0, "start", 0), node_arg(node, 1, "end")
+    step = node_arg(node, 2, "step", 1)
+    if not (isinstance(step, int) and step < 0):
+        return default_converter(importer, "arange.start_step")(node)
+    lo, hi = (_env(importer, v) for v in (start, end))
+    floats = any(isinstance(v, float) for v in (lo, hi))
+    dtype = str(importer._convert_data_type(str(node.kwargs["dtype"]), importer.env)) \
+        if node.kwargs.get("dtype") is not None else ("float32" if floats else "int64")
+    bb = importer.block_builder
+    if isinstance(lo, int | float) and isinstance(hi, int | float):
+        return bb.emit(relax.const(np.arange(lo, hi, step).astype(dtype), dtype))
+    if floats:  # a symbolic bound beside a float one: TVM sizes floats as PyTorch does
+        return default_converter(importer, "arange.start_step")(node)
+    count = (lo - hi - step - 1) // -step  # ceil((start - end) / -step)
+    last = lo + step * (count - 1)
+    return bb.emit(relax.op.flip(bb.emit(relax.op.arange(last, lo + 1, -step, dtype)), 0))
+
+
 def math_converters() -> dict[str, Callable[[Any, Any], Any]]:
     """The converters, keyed as the importer looks them up (``node.target.__name__``)."""
     return {
@@ -254,6 +279,7 @@ def math_converters() -> dict[str, Callable[[Any, Any], Any]]:
         "scatter_reduce.two": _scatter_reduce,
         "_cdist_forward.default": _cdist,
         "where.self": _where,
+        "arange.start_step": _arange,
     }
 
 

@@ -769,3 +769,25 @@ class RescaledOutput(nn.Module):
 
 def rescaled_output() -> nn.Module:
     return RescaledOutput()
+
+
+class CountingDown(nn.Module):
+    """Ranges counting down by an integer step, as models write them: a reversed channel
+    index, a descending position ramp in float (Transformer-XL's ``arange(klen - 1, -1,
+    -1.0)``, here with an integer step and a float dtype), every other row backwards."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1)
+        self.out = nn.Conv2d(6, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        y = y[:, torch.arange(y.shape[1] - 1, -1, -1)]  # channels reversed
+        y = y + torch.arange(y.shape[3] - 1, -1, -1, dtype=torch.float32) * 0.1
+        y = y[:, :, torch.arange(y.shape[2] - 1, -1, -2)]
+        return self.out(y) + torch.arange(x.shape[0] - 1, -1, -1)[:, None, None, None]
+
+
+def counting_down() -> nn.Module:
+    return CountingDown()
