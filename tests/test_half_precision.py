@@ -512,3 +512,52 @@ def test_a_channel_filter_of_a_half_model_is_unfolded_as_in_float32(tmp_path):
     assert len(kernels.runtime_transforms) == 2, kernels.render()
     np.testing.assert_allclose(got[0].astype(np.float32), want[0].astype(np.float32),
                                rtol=2e-2, atol=2e-2)
+
+
+class _Sorts(nn.Module):
+    """Top-k, sort, median and k-th value of values of both signs (a detector's scores, an
+    MoE router's logits)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (x.topk(3, -1).values, x.sort(-1).values, x.median(-1).values,
+                x.kthvalue(2, -1).values, x.argsort(-1))
+
+
+def test_a_bfloat16_sort_orders_values_as_pytorch_does(tmp_path):
+    """TVM 0.27's sorts compare bfloat16's 16-bit patterns as integers: every negative value
+    sorted above the positives, a wrong program (top-k of a bfloat16 model's scores). They
+    sort the values widened to float32 (exact) and give PyTorch's values bit for bit."""
+    torch.manual_seed(0)
+    _, got, want = _compiled_half(tmp_path, _Sorts(), (4, 16), "bfloat16")
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+class _HalfMath(nn.Module):
+    """RMSNorm (``x.pow(2).mean``), ``torch.square``, a fractional power and ``fmod`` by a
+    Python number, ``exp2``, ``isinf``, ``argmin``; float16's inverse trigonometry."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        rms = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        big = 3e4 if x.dtype == torch.float16 else 1e38  # some values overflow to inf
+        out = [rms, torch.square(x), x.abs().pow(0.7), torch.fmod(x, 0.7), torch.exp2(x),
+               torch.isinf(x.exp() * big), x.argmin(-1)]
+        if x.dtype == torch.float16:
+            y = x.clamp(-0.9, 0.9)
+            out += [torch.atan2(x, x.flip(-1)), torch.asin(y), torch.acos(y), torch.atan(x),
+                    torch.sinh(x), torch.cosh(x), torch.asinh(x), torch.acosh(x.abs() + 1)]
+        return tuple(out)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_ops_tvm_cannot_build_in_half_precision_compute_as_pytorch(tmp_path, dtype):
+    """``power``, ``fmod``, ``isinf``, ``argmin`` failed a bfloat16 model's build ("power only
+    applies to float": every RMSNorm), LLVM has no float16 ``atan2`` or ``asinh`` ("unknown
+    intrinsic"). Computed in float32 from the model's values, a Python number rounded to the
+    model's dtype first, each result rounded once: PyTorch's values (to one rounding)."""
+    torch.manual_seed(0)
+    _, got, want = _compiled_half(tmp_path, _HalfMath(), (4, 16), dtype)
+    ulp = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}[dtype]
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        g, w = g.astype("float32"), w.astype("float32")
+        np.testing.assert_allclose(g, w, rtol=ulp, atol=ulp, err_msg=f"output {i}")

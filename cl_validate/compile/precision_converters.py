@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import ml_dtypes  # apache-tvm's own dependency: bfloat16 for numpy
+import numpy as np
 from tvm import relax
 
 from cl_validate.compile.converter_support import (
@@ -124,13 +126,64 @@ def _accumulating(name: str, inner: Callable[[Any, Any], Any] | None
     return convert
 
 
+#: Ops TVM 0.27 gets wrong or cannot build in a half-precision dtype, by the dtypes:
+#: bfloat16 sorts compare its raw 16-bit patterns as integers (``topk``, ``sort``,
+#: ``median`` of negative values: a wrong order, a wrong program); ``power`` checks
+#: ``IsFloatType``, false for bfloat16 ("power only applies to float": RMSNorm's and
+#: ConvNeXt's ``x.pow(2)``, ``torch.square``, ``exp2``); bfloat16 ``fmod``, ``isnan``,
+#: ``isinf``, ``logcumsumexp``, ``argmax``/``argmin`` fail the build or the import; LLVM
+#: has no float16 ``atan2``, ``asin``, ``acos``, ``atan``, ``sinh``, ``cosh``, ``asinh``,
+#: ``acosh`` ("unknown intrinsic"). Computed in float32 and rounded once, as PyTorch's CPU
+#: kernels compute them (a sort of values widened exactly; a Python number beside them
+#: rounded to the model's dtype first, as PyTorch rounds it: ``fmod(x, 0.7)`` of bfloat16
+#: divides by 0.69921875).
+_HALF_IN_FLOAT32 = {
+    **dict.fromkeys(("topk.default", "sort.default", "argsort.default", "median.dim",
+                     "median.default", "kthvalue.default", "pow.Tensor_Scalar",
+                     "pow.Tensor_Tensor", "pow.Scalar", "exp2.default", "fmod.Scalar",
+                     "fmod.Tensor", "isnan.default", "isinf.default", "logcumsumexp.default",
+                     "argmax.default", "argmin.default"), ("bfloat16",)),
+    **dict.fromkeys(("atan2.default", "asin.default", "acos.default", "atan.default",
+                     "sinh.default", "cosh.default", "asinh.default", "acosh.default"),
+                    ("float16",)),
+}
+
+
+class _NumbersRounded:
+    """An FX node as a converter reads it, its float arguments rounded to `dtype`."""
+
+    def __init__(self, node: Any, dtype: str) -> None:
+        self._node = node
+        narrow = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+        self.args = tuple(float(narrow(a)) if isinstance(a, float) else a for a in node.args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._node, name)
+
+
+def _in_float32(name: str, inner: Callable[[Any, Any], Any] | None,
+                dtypes: tuple[str, ...]) -> Callable[[Any, Any], Any]:
+    def convert(node: Any, importer: Any) -> Any:
+        args = [a for a in node.args if a in importer.env]
+        kinds = {str(getattr(importer.env[a].ty, "dtype", "")) for a in args} & set(dtypes)
+        if not kinds:
+            return _own(name, inner, node, importer)
+        with read_as(importer, args, "float32", dtypes):
+            out = _own(name, inner, _NumbersRounded(node, kinds.pop()), importer)
+        return _round(importer.block_builder, out, node.meta.get("val"))
+    return convert
+
+
 def accumulate_in_float32(convert_map: dict[str, Callable[[Any, Any], Any]]
                           ) -> dict[str, Callable[[Any, Any], Any]]:
     """`convert_map` with every product and reduction of a half-precision model accumulating
-    in float32 (see the module's docstring); unchanged for other dtypes."""
+    in float32 (see the module's docstring), and the ops TVM cannot build in its dtype
+    computed in float32; unchanged for other dtypes."""
     out = dict(convert_map)
     for name in _ACCUMULATE:
         out[name] = _accumulating(name, convert_map.get(name))
+    for name, dtypes in _HALF_IN_FLOAT32.items():
+        out[name] = _in_float32(name, convert_map.get(name), dtypes)
     return out
 
 
