@@ -250,8 +250,9 @@ def _arange(node: Any, importer: Any) -> Any:
         return default_converter(importer, "arange.start_step")(node)
     lo, hi = (_env(importer, v) for v in (start, end))
     floats = any(isinstance(v, float) for v in (lo, hi))
-    dtype = str(importer._convert_data_type(str(node.kwargs["dtype"]), importer.env)) \
-        if node.kwargs.get("dtype") is not None else ("float32" if floats else "int64")
+    dtype = "float32" if floats else "int64"
+    if node.kwargs.get("dtype") is not None:
+        dtype = str(importer._convert_data_type(str(node.kwargs["dtype"]), importer.env))
     bb = importer.block_builder
     if isinstance(lo, int | float) and isinstance(hi, int | float):
         return bb.emit(relax.const(np.arange(lo, hi, step).astype(dtype), dtype))

@@ -228,9 +228,9 @@ def _permuted_layout(layout: str, p: Perm) -> str | None:
     return "".join(layout[inv[j]] for j in range(len(p)))
 
 
-#: Ops whose layout string TVM's kernels read in some spellings only: ``resize2d``'s topi
+#: The layouts an op's kernels take, where not every order of its axes: ``resize2d``'s topi
 #: compute takes NCHW and NHWC (a map transposed in H and W, "NWHC", failed the build).
-_TWO_LAYOUTS = {"relax.image.resize2d": frozenset({"NCHW", "NHWC"})}
+_LAYOUTS_TAKEN = {"relax.image.resize2d": frozenset({"NCHW", "NHWC"})}
 
 
 def _layout_attr(call: relax.Call, perm_of: PermOf) -> Plan | None:
@@ -244,8 +244,8 @@ def _layout_attr(call: relax.Call, perm_of: PermOf) -> Plan | None:
     if out_layout is not None and str(out_layout) != layout:
         return None
     new_layout = _permuted_layout(layout, p)
-    if new_layout is None or (op_name(call) in _TWO_LAYOUTS and new_layout not in
-                              _TWO_LAYOUTS[op_name(call) or ""]):
+    taken = _LAYOUTS_TAKEN.get(op_name(call) or "")
+    if new_layout is None or (taken is not None and new_layout not in taken):
         return None
     changes: dict[str, object] = {"layout": new_layout}
     if out_layout is not None:
