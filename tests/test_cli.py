@@ -23,25 +23,28 @@ def test_bad_case_file_is_one_line_exit_2_without_traceback(tmp_path: Path):
     assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 
-@pytest.mark.parametrize(
-    ("model", "fragment"),
-    [
-        ("nowhere:factory", "cannot import 'nowhere'"),
-        ("tiny_models:missing", "has no attribute 'missing'"),
-        ("tiny_models:not_a_module", "returned list, not a torch.nn.Module"),
-        ("tiny_models:raises", "raised RuntimeError: weights file missing"),
-    ],
-)
-def test_bad_factories_exit_2_with_model_line(write_case, model, fragment):
-    """Found in a worker (the parent never runs model code), said in one line with the
-    model's line; the only case is unusable, so the run is a usage error."""
-    path = write_case(MINIMAL.replace("tiny_models:conv_relu", model))
-    code, out, err = run_cli(["run", str(path), "-j", "1"])
-    assert code == ExitCode.USAGE_ERROR
-    first, last = err.splitlines()
-    assert fragment in first and f"{path.name}:1: " in first
+BAD_FACTORIES = {"nowhere:factory": "cannot import 'nowhere'",
+                 "tiny_models:missing": "has no attribute 'missing'",
+                 "tiny_models:not_a_module": "returned list, not a torch.nn.Module",
+                 "tiny_models:raises": "raised RuntimeError: weights file missing"}
+
+
+def test_bad_factories_exit_2_with_model_line(write_case):
+    """Found in a worker (the parent never runs model code), said in one line each with the
+    model's line; no case is usable, so the run is a usage error. One run for the four (a
+    zygote each cost about 10 s of the suite)."""
+    paths = {write_case(MINIMAL.replace("tiny_models:conv_relu", model), f"bad{i}.toml"): says
+             for i, (model, says) in enumerate(BAD_FACTORIES.items())}
+    code, out, err = run_cli(["run", *map(str, paths), "-j", "2"])
+    assert code == ExitCode.USAGE_ERROR, out + err
+    *firsts, last = err.splitlines()
+    assert len(firsts) == len(paths), err
+    for path, fragment in paths.items():
+        (first,) = [line for line in firsts if f"{path.name}:1: " in line]
+        assert fragment in first, first
+        assert f"ERROR {path.stem} [llvm] compile: " in out, out
     assert last == "cl-validate: error: no case could be run: every case file above is unusable"
-    assert "ERROR case [llvm] compile: " in out and "Traceback" not in out + err
+    assert "Traceback" not in out + err
 
 
 def test_usage_errors(tmp_path, monkeypatch):

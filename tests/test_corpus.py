@@ -299,25 +299,29 @@ def test_unsupported_ops_verdict_is_the_same_whatever_order_tvm_lists_them() -> 
 # Case-file mistakes found in the worker
 # --------------------------------------------------------------------------------------------
 @pytest.mark.compile
-@pytest.mark.parametrize("name", sorted(WORKER_USAGE))
-def test_factory_mistake_alone_is_a_usage_error_with_line_and_a_report(
-        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The only case cannot be used: exit 2, its one line (file:line, hint) on stderr, and a
-    report whose `compile` testcase says the same at that line."""
+def test_factory_mistakes_alone_are_usage_errors_with_line_and_a_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No case of the run can be used: exit 2, each file's one line (file:line, hint) on
+    stderr, and a report whose `compile` testcase says the same at that line. One run for
+    all of them (one zygote: a run of its own each cost about 10 s of the suite)."""
     monkeypatch.chdir(CORPUS)
-    expect = WORKER_USAGE[name]
     junit = tmp_path / "r.xml"
-    code, out, err = run_cli(["run", name, "--junit", str(junit), "-j", "1"])
+    names = sorted(WORKER_USAGE)
+    code, out, err = run_cli(["run", *names, "--junit", str(junit), "-j", "2"])
     assert code == ExitCode.USAGE_ERROR, out + err
     assert "Traceback" not in out + err
     lines = err.splitlines()
-    assert lines[0].startswith(f"{PREFIX}{name}:{expect.line}: ") and expect.says in lines[0]
     assert lines[-1] == f"{PREFIX}no case could be run: every case file above is unusable"
-    compile_tc = by_case(JUnitXml.fromfile(str(junit)))[Path(name).stem][COMPILE]
-    (error,) = compile_tc.result  # type: ignore[attr-defined]
-    assert isinstance(error, Error) and error.type == "CaseFileError"
-    assert expect.says in error.message
-    assert compile_tc._elem.get("line") == str(expect.line)  # type: ignore[attr-defined]
+    cases = by_case(JUnitXml.fromfile(str(junit)))
+    for name in names:
+        expect = WORKER_USAGE[name]
+        (line,) = [ln for ln in lines if ln.startswith(f"{PREFIX}{name}:")]
+        assert line.startswith(f"{PREFIX}{name}:{expect.line}: ") and expect.says in line, line
+        compile_tc = cases[Path(name).stem][COMPILE]
+        (error,) = compile_tc.result  # type: ignore[attr-defined]
+        assert isinstance(error, Error) and error.type == "CaseFileError", name
+        assert expect.says in error.message, name
+        assert compile_tc._elem.get("line") == str(expect.line)  # type: ignore[attr-defined]
 
 
 @pytest.mark.compile
