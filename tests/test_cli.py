@@ -71,6 +71,36 @@ def test_require_device_without_gpu_is_an_error():
     assert "--require-device: no cuda device" in err and out == ""
 
 
+def test_require_device_fails_before_the_zygote_is_asked_where_no_driver_loads(monkeypatch):
+    """A GPU job on a runner without a GPU: where the device type's driver libraries do not
+    load, the run fails at once; it used to wait for the zygote's answer (its imports and
+    warm-up, about 10 s)."""
+    from cl_validate.suite import pool
+    from cl_validate.suite.zygote_client import ZygoteClient
+
+    def asked(self: object) -> dict[str, bool]:
+        raise AssertionError("the zygote was asked")
+
+    monkeypatch.setattr(ZygoteClient, "wait_for_devices", asked)
+    monkeypatch.setattr(pool, "driver_loads", lambda device: device == "cpu")
+    code, out, err = run_cli(["run", str(DATA / "conv_relu.toml"), "--target", "cuda",
+                              "--require-device"])
+    assert code == ExitCode.USAGE_ERROR, out + err
+    assert err.startswith("cl-validate: error: --require-device: no cuda device") and out == ""
+
+
+def test_a_device_type_has_no_device_only_where_none_of_its_driver_libraries_loads(
+        monkeypatch):
+    from cl_validate.spec import placement
+
+    monkeypatch.setattr(placement, "DRIVERS", {"cuda": ("libcl-validate-absent.so.1",),
+                                               "opencl": ("libcl-validate-absent.so",
+                                                          "libc.so.6")})
+    assert placement.driver_loads("cpu") and placement.driver_loads("metal")  # not known
+    assert placement.driver_loads("opencl")  # one of its libraries loads
+    assert placement.driver_loads("cuda") is not sys.platform.startswith("linux")
+
+
 def test_list():
     code, out, _ = run_cli(["list", str(DATA)])
     assert code == ExitCode.OK

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cl_validate import procs
+from cl_validate.spec.placement import driver_loads
 from cl_validate.spec.targets import DEVICES
 
 #: How long the probe may take: creating a CUDA context on a large GPU can take seconds.
@@ -174,25 +175,6 @@ def encode(facts: Mapping[str, DeviceFacts]) -> str:
                        for k, f in facts.items()})
 
 
-#: The libraries each GPU device type's runtime cannot work without (its driver's, loaded by
-#: TVM's runtime through the system's loader). A type none of whose libraries loads has no
-#: device here; a type missing from this table is always asked.
-_DRIVERS: dict[str, tuple[str, ...]] = {
-    "cuda": ("libcuda.so.1",),
-    "rocm": ("libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"),
-    "opencl": ("libOpenCL.so.1", "libOpenCL.so"),
-    "vulkan": ("libvulkan.so.1", "libvulkan.so"),
-}
-
-
-def _loads(name: str) -> bool:
-    try:
-        ctypes.CDLL(name)
-    except OSError:
-        return False
-    return True
-
-
 def _no_gpu_runtime() -> bool:
     """Whether no GPU device type can have a device here, found without TVM: on Linux, no
     driver library of any type loads. Importing TVM costs seconds of CPU, on every run, on the
@@ -200,7 +182,7 @@ def _no_gpu_runtime() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     gpus = [kind for kind in device_types() if kind != "cpu"]
-    return all(kind in _DRIVERS and not any(map(_loads, _DRIVERS[kind])) for kind in gpus)
+    return not any(map(driver_loads, gpus))
 
 
 def _probe_here() -> dict[str, DeviceFacts]:

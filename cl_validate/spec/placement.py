@@ -17,9 +17,12 @@ tracker, a target that would run remotely or has no device here is static checks
 
 from __future__ import annotations
 
+import _ctypes
 import argparse
+import ctypes
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -102,6 +105,35 @@ def placement(tdef: TargetDef, rpc: RpcSettings, have_device: Callable[[str], bo
     elif rpc.tracker is not None:
         missing += f" and no RPC key for it (--rpc-key {tdef.name}=KEY)"
     return Placement("none", missing=missing)
+
+
+#: The libraries each GPU device type's runtime cannot work without (its driver's, loaded by
+#: TVM's runtime through the system's loader). A type none of whose libraries loads has no
+#: device here; a type missing from this table is always asked.
+DRIVERS: dict[str, tuple[str, ...]] = {
+    "cuda": ("libcuda.so.1",),
+    "rocm": ("libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"),
+    "opencl": ("libOpenCL.so.1", "libOpenCL.so"),
+    "vulkan": ("libvulkan.so.1", "libvulkan.so"),
+}
+
+
+def driver_loads(device: str) -> bool:
+    """Whether `device` (a device type) may have a device here: False only where, on Linux,
+    none of its driver's libraries loads, which no probe can overrule; True for the CPU, a
+    type without an entry, or another system. Answered without TVM and without a device
+    runtime: a library that loads is unloaded again (nothing of it stays in this process,
+    and its initialization, ``cuInit``, is never called)."""
+    if device == "cpu" or device not in DRIVERS or not sys.platform.startswith("linux"):
+        return True
+    for name in DRIVERS[device]:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        _ctypes.dlclose(lib._handle)
+        return True
+    return False
 
 
 def parse_tracker(text: str) -> tuple[str, int]:

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from cl_validate import procs
 from cl_validate.spec import CaseSpec
 from cl_validate.spec.options import RunOptions, require_devices
+from cl_validate.spec.placement import driver_loads
 from cl_validate.suite.case_logs import LogFiles, readable_tail
 from cl_validate.suite.limits import MAX_OUTPUT_BYTES, MAX_RESULT_BYTES
 from cl_validate.suite.reaping import Reaper
@@ -73,7 +74,11 @@ class WorkerPool:
         return self._zygotes.wait_for_devices()
 
     def require_devices(self, cases: Sequence[CaseSpec]) -> None:
-        """``--require-device``, answered by the zygote (see `devices`)."""
+        """``--require-device``, answered by the zygote (see `devices`). A device type whose
+        driver's libraries do not load here has no device whatever the zygote says: that
+        fails at once (a GPU job on a runner without a GPU, in a second, not after the
+        zygote's 10 s of imports and warm-up)."""
+        require_devices(cases, self.options, driver_loads)
         have = self.devices()
         require_devices(cases, self.options, lambda d: have.get(d, False))
 
