@@ -14,11 +14,6 @@ from cl_validate.errors import ExitCode
 from cl_validate.session import sandbox
 from tests.conftest import DATA, run_cli, tiny_case
 
-#: tests of what only the open watcher sees (it starts where cases are confined)
-watched = pytest.mark.skipif(
-    not sandbox.available() or os.uname().machine not in sandbox.WATCHED,
-    reason="cases are not confined here, so no open watcher starts")
-
 
 @pytest.mark.compile
 def test_an_output_that_is_the_models_own_buffer_is_kept_as_it_was(tmp_path):
@@ -174,103 +169,6 @@ def _runs(folder, tmp_path, env):  # type: ignore[no-untyped-def]
     return lambda: run_parent(args, {"CL_VALIDATE_TEST_DIR": str(folder), **env})
 
 
-def _builds(folder) -> int:  # type: ignore[no-untyped-def]
-    path = folder / "builds.txt"
-    return path.read_text().count("built") if path.exists() else 0
-
-
-@pytest.mark.compile
-def test_a_file_edited_while_the_case_runs_is_stamped_as_it_was_read(tmp_path):
-    """The scale file is saved anew after the case read it: stamped when the case ended, the
-    stamp was of the new file, and the warm run reused the measurement made from the old
-    one. Stamped as read, the warm run measures again (with the new scale)."""
-    folder = _stamped_folder(tmp_path, "edits_its_scale_after_reading")
-    (folder / "scale.txt").write_text("1.0")
-    run = _runs(folder, tmp_path, {"CL_VALIDATE_TEST_NEW_SCALE": "2.0"})
-    assert run().returncode == ExitCode.OK
-    warm = run()
-    assert _builds(folder) == 2 and "cache:" not in warm.stdout, warm.stdout
-
-
-#: Models that read ``data/scale.txt`` each a way a path resolution or a reader can hide
-#: from the stamps; the C library's readers only where the open watcher runs.
-RELATIVE_READERS = ["reads_its_scale_after_chdir", "reads_its_scale_by_dir_fd"] + (
-    ["reads_its_scale_natively", "reads_its_scale_natively_in_a_worker"]
-    if sandbox.available() and os.uname().machine in sandbox.WATCHED else [])
-
-
-@pytest.mark.compile
-def test_a_file_read_by_a_relative_path_is_stamped_where_it_is(tmp_path):
-    """Read by a relative path inside ``contextlib.chdir``, or with ``os.open(name,
-    dir_fd=fd)`` (the audit event carries the name, not the descriptor): resolved against
-    the run's directory, the stamp was of no file (or another), and an edit was missed.
-    Read by the C library's ``fopen`` (in the case process, or in a worker it forked):
-    Python never saw it, and an edit was missed; the open watcher stamps it. Each reader is
-    a case of one folder (one run for all: three runs, not three a reader)."""
-    folder = _stamped_folder(tmp_path, RELATIVE_READERS[0])
-    (folder / "c.toml").unlink()
-    for model in RELATIVE_READERS:
-        (folder / f"{model}.toml").write_text(tiny_case(model=f"hostile_state:{model}"))
-    (folder / "data").mkdir()
-    (folder / "data" / "scale.txt").write_text("1.0")
-    run = _runs(folder, tmp_path, {})
-
-    def builds() -> dict[str, int]:
-        notes = (folder / "builds.txt").read_text().split()
-        return {m: notes.count(m) for m in RELATIVE_READERS}
-
-    cold = run()
-    assert cold.returncode == ExitCode.OK, cold.stdout
-    warm = run()
-    n = len(RELATIVE_READERS)
-    assert f"cache: {n} of {n}" in warm.stdout and set(builds().values()) == {1}, (
-        warm.stdout, builds())
-    (folder / "data" / "scale.txt").write_text("1.5")
-    edited = run()
-    assert edited.returncode == ExitCode.OK, edited.stdout
-    assert builds() == dict.fromkeys(RELATIVE_READERS, 2), builds()
-
-
-@pytest.mark.compile
-@watched
-def test_a_case_whose_data_another_program_reads_is_not_kept(tmp_path):
-    """``cat`` reads the scale: what another program reads is not seen, so a stamp set
-    without it would keep a PASS after the file changed. The case's model runs each run, and
-    the run says why."""
-    folder = _stamped_folder(tmp_path, "reads_its_scale_with_cat")
-    (folder / "data").mkdir()
-    (folder / "data" / "scale.txt").write_text("1.0")
-    run = _runs(folder, tmp_path, {})
-    cold = run()
-    assert cold.returncode == ExitCode.OK, cold.stdout
-    assert "cache: c not kept for the next run: the case ran cat" in cold.stdout, cold.stdout
-    warm = run()  # its model runs again (its weights key may still find the measurement)
-    assert _builds(folder) == 2 and "c not kept" in warm.stdout, warm.stdout
-
-
-@pytest.mark.compile
-def test_a_module_run_from_its_compiled_copy_is_stamped_by_its_source(tmp_path):
-    """``exec_module`` of a helper whose ``__pycache__`` copy is current opens only that
-    copy: the source was never stamped, and an edit to it (which Python recompiles on the
-    next import) was a stale cache hit."""
-    import importlib.util
-    import py_compile
-    import time
-
-    folder = _stamped_folder(tmp_path, "execs_its_helper_module")
-    helper = folder / "helper.py"
-    helper.write_text("SCALE = 1.0\n")
-    py_compile.compile(str(helper), cfile=importlib.util.cache_from_source(str(helper)))
-    run = _runs(folder, tmp_path, {})
-    assert run().returncode == ExitCode.OK  # reads the compiled copy alone
-    assert run().returncode == ExitCode.OK
-    assert _builds(folder) == 1
-    time.sleep(0.01)
-    helper.write_text("SCALE = 1.25\n")
-    assert run().returncode == ExitCode.OK
-    assert _builds(folder) == 2
-
-
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm here")
 def test_a_data_file_under_dev_shm_is_stamped(tmp_path):
     """Everything under /dev/ was left out, /dev/shm's regular files (a model's shared data)
@@ -307,23 +205,90 @@ def test_a_model_pinning_its_own_thread_is_not_told_it_reached_outside(tmp_path)
     assert "a thread sets its own with 0" in out, out
 
 
+#: Models that read ``data/scale.txt`` each a way a path resolution or a reader can hide
+#: from the stamps; the C library's readers only where the open watcher runs.
+RELATIVE_READERS = ["reads_its_scale_after_chdir", "reads_its_scale_by_dir_fd"] + (
+    ["reads_its_scale_natively", "reads_its_scale_natively_in_a_worker"]
+    if sandbox.available() and os.uname().machine in sandbox.WATCHED else [])
+#: ``cat`` reads the scale: what another program reads is not seen, so a stamp set without it
+#: would keep a PASS after the file changed; only where the open watcher runs.
+CAT = "reads_its_scale_with_cat"
+WATCHED = sandbox.available() and os.uname().machine in sandbox.WATCHED
+
+
 @pytest.mark.compile
-def test_a_module_that_newly_shadows_an_imported_one_is_seen(tmp_path):
-    """The model imports a helper from a folder late on the import path; a file of the same
-    name put later in an earlier folder (the case's own) is what Python imports next time.
-    Only the files read were stamped, so the warm run reused the measurement made with the
-    other module; the places searched first are stamped absent now."""
-    folder = _stamped_folder(tmp_path, "imports_its_helper_from_lib")
+def test_every_way_a_case_reads_its_data_is_stamped(tmp_path):
+    """One folder, one case a reader, four runs (a run of their own each was 14 runs):
+
+    - ``edits_its_scale_after_reading``: the scale file is saved anew after the case read it.
+      Stamped when the case ended, the stamp was of the new file and the warm run reused the
+      measurement made from the old one; stamped as read, the warm run measures again.
+    - `RELATIVE_READERS`: ``data/scale.txt`` read by a relative path inside
+      ``contextlib.chdir``, or with ``os.open(name, dir_fd=fd)`` (the audit event carries the
+      name, not the descriptor): resolved against the run's directory, the stamp was of no
+      file, and an edit was missed. Read by the C library's ``fopen`` (in the case process,
+      or in a worker it forked): Python never saw it; the open watcher stamps it.
+    - ``reads_its_scale_with_cat`` (`CAT`): its model runs each run, and the run says why.
+    - ``execs_its_helper_module``: ``exec_module`` of a helper whose ``__pycache__`` copy is
+      current opens only that copy: the source was never stamped, and an edit to it (which
+      Python recompiles on the next import) was a stale cache hit.
+    - ``imports_its_helper_from_lib``: a module imported from a folder late on the import
+      path; a file of the same name put later in an earlier folder (the case's own) is what
+      Python imports next time. Only the files read were stamped, so the warm run reused the
+      measurement made with the other module; the places searched first are stamped absent.
+    """
+    import importlib.util
+    import py_compile
+    import time
+
+    models = ["edits_its_scale_after_reading", *RELATIVE_READERS, "execs_its_helper_module",
+              "imports_its_helper_from_lib"] + ([CAT] if WATCHED else [])
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    for f in ("tiny_models.py", "hostile_state.py"):
+        shutil.copy(DATA / f, folder / f)
+    for model in models:
+        (folder / f"{model}.toml").write_text(tiny_case(model=f"hostile_state:{model}"))
+    (folder / "scale.txt").write_text("1.0")
+    (folder / "data").mkdir()
+    (folder / "data" / "scale.txt").write_text("1.0")
+    helper = folder / "helper.py"
+    helper.write_text("SCALE = 1.0\n")
+    py_compile.compile(str(helper), cfile=importlib.util.cache_from_source(str(helper)))
     (folder / "lib").mkdir()
     (folder / "lib" / "cl_test_shadowed.py").write_text("SCALE = 1.0\n")
-    run = _runs(folder, tmp_path, {})
-    assert run().returncode == ExitCode.OK
+    run = _runs(folder, tmp_path, {"CL_VALIDATE_TEST_NEW_SCALE": "2.0"})
+
+    def builds() -> dict[str, int]:
+        notes = (folder / "builds.txt").read_text().split()
+        return {m: notes.count(m) for m in models}
+
+    def expect(runs: dict[str, int], out: str) -> None:
+        got = builds()
+        assert {m: got[m] for m in runs} == runs, (out, got)
+
+    cold = run()
+    assert cold.returncode == ExitCode.OK, cold.stdout
+    expect(dict.fromkeys(models, 1), cold.stdout)
     warm = run()
-    assert "cache: 1 of 1" in warm.stdout and _builds(folder) == 1, warm.stdout
+    assert warm.returncode == ExitCode.OK, warm.stdout
+    once = ["edits_its_scale_after_reading"] + ([CAT] if WATCHED else [])
+    expect({**dict.fromkeys(models, 1), **dict.fromkeys(once, 2)}, warm.stdout)
+    if WATCHED:
+        for out in (cold.stdout, warm.stdout):
+            assert f"cache: {CAT} not kept for the next run: the case ran cat" in out, out
+
+    (folder / "data" / "scale.txt").write_text("1.5")
+    time.sleep(0.01)
+    helper.write_text("SCALE = 1.25\n")
     (folder / "cl_test_shadowed.py").write_text("SCALE = 1.5\n")
-    assert run().returncode == ExitCode.OK
-    assert _builds(folder) == 2
-    assert "cache: 1 of 1" in run().stdout and _builds(folder) == 2  # stamped again: a hit
+    edited = run()
+    assert edited.returncode == ExitCode.OK, edited.stdout
+    edits = [*RELATIVE_READERS, "execs_its_helper_module", "imports_its_helper_from_lib"]
+    expect(dict.fromkeys(edits, 2), edited.stdout)
+    again = run()  # stamped again: hits
+    assert again.returncode == ExitCode.OK, again.stdout
+    expect(dict.fromkeys(edits, 2), again.stdout)
 
 
 def test_the_places_searched_before_a_module_are_stamped_absent(tmp_path):
