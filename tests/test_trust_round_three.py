@@ -5,6 +5,7 @@ Each test reproduces one probe of the round and failed before its fix."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -13,39 +14,6 @@ import pytest
 from cl_validate.errors import ExitCode
 from cl_validate.session import sandbox
 from tests.conftest import DATA, run_cli, tiny_case
-
-
-@pytest.mark.compile
-def test_an_output_that_is_the_models_own_buffer_is_kept_as_it_was(tmp_path):
-    """The model writes each result into a buffer and returns the buffer: PyTorch's outputs
-    were kept as views, so the next draw's forward overwrote the first's expected values and
-    numerics failed ("first break after import") though eager and export agree."""
-    for f in ("tiny_models.py", "hostile_models.py"):
-        shutil.copy(DATA / f, tmp_path / f)
-    case = tmp_path / "buf.toml"
-    case.write_text(tiny_case(model="hostile_models:returns_its_buffer", extra="seeds = 3"))
-    code, out = run_cli(["run", str(case)]).both()
-    assert code == ExitCode.OK, out
-    assert "numerics=ok" in out
-
-
-@pytest.mark.compile
-@pytest.mark.parametrize("factory, says", [
-    ("float8_output", "import failed: NotImplementedError: input_type torch.float8_e4m3fn"),
-    ("deeply_nested_output", "the model's forward returned a list nested deeper than Python "
-                             "can walk"),
-])
-def test_an_output_numpy_cannot_hold_is_named_for_what_failed(factory, says, tmp_path):
-    """A float8 output and a 3000-deep nested one were "PyTorch forward failed", though the
-    forward ran: the float8 one is now read through float32 (exact) and its case fails where
-    it does (TVM's import), the nested one names its nesting."""
-    for f in ("tiny_models.py", "hostile_models.py"):
-        shutil.copy(DATA / f, tmp_path / f)
-    case = tmp_path / "c.toml"
-    case.write_text(tiny_case(model=f"hostile_models:{factory}"))
-    code, out = run_cli(["run", str(case)]).both()
-    assert code == ExitCode.USAGE_ERROR or code == ExitCode.CHECK_FAILED, out
-    assert says in out and "PyTorch forward failed" not in out, out
 
 
 def test_an_empty_selection_matches_trivially():
@@ -122,44 +90,66 @@ def test_the_parent_never_matches_a_selection(tmp_path, monkeypatch):
     assert unmatched.status is Status.FAILED, unmatched.message
 
 
+#: Outputs PyTorch makes that the run read wrongly, and what each case's line says now
+UNHELD_OUTPUTS = {
+    "float8_output": "import failed: NotImplementedError: input_type torch.float8_e4m3fn",
+    "deeply_nested_output": "the model's forward returned a list nested deeper than Python "
+                            "can walk",
+}
+
+
 @pytest.mark.compile
-def test_a_selection_too_large_to_match_errors_its_own_case(tmp_path):
-    """6144 items: the case's numerics error, by name, with the fix; its neighbour passes."""
-    for f in ("tiny_models.py", "hostile_models.py"):
+def test_outputs_selections_and_threads_are_judged_truly(tmp_path):
+    """One run of one case a probe (a run each was seven):
+
+    - ``buf``: the model writes each result into a buffer and returns the buffer: PyTorch's
+      outputs were kept as views, so the next draw's forward overwrote the first's expected
+      values and numerics failed ("first break after import") though eager and export agree;
+    - `UNHELD_OUTPUTS`: a float8 output and a 3000-deep nested one were "PyTorch forward
+      failed", though the forward ran: the float8 one is now read through float32 (exact)
+      and its case fails where it does (TVM's import), the nested one names its nesting;
+    - ``wide``: a selection of 6144 items: the case's numerics error, by name, with the fix;
+      its neighbour ``fine`` passes;
+    - ``loose``: ``selection = {differing = 1000}`` on a 24-item top-k: every item may be
+      another, so any program passes. The "cannot fail" check judges PyTorch's outputs on
+      another input the same way, as a selection, and fails the case (it passed before: that
+      check compared element by element);
+    - ``pins`` (where cases are confined): a thread pinning itself by its thread id is
+      refused (the filter compares the pid: it cannot tell the case's own threads from other
+      processes); the verdict said the model reached outside its case. It says what happened
+      and how a thread sets its own."""
+    for f in ("tiny_models.py", "hostile_models.py", "hostile_state.py"):
         shutil.copy(DATA / f, tmp_path / f)
-    (tmp_path / "wide.toml").write_text(
-        tiny_case(model="hostile_models:wide_selection")
-        + SELECTION.format(name="out", differing=0))
-    (tmp_path / "fine.toml").write_text(tiny_case())
+    cases = {"buf": tiny_case(model="hostile_models:returns_its_buffer", extra="seeds = 3"),
+             "wide": tiny_case(model="hostile_models:wide_selection")
+             + SELECTION.format(name="out", differing=0),
+             "fine": tiny_case(),
+             "loose": tiny_case(model="tiny_models:topk_head", tolerance=(1e-4, 1e-4))
+             + SELECTION.format(name="detections", differing=1000)}
+    cases |= {f: tiny_case(model=f"hostile_models:{f}") for f in UNHELD_OUTPUTS}
+    if sandbox.available():
+        cases["pins"] = tiny_case(model="hostile_state:pins_its_own_thread")
+    for name, text in cases.items():
+        (tmp_path / f"{name}.toml").write_text(text)
     code, out = run_cli(["run", str(tmp_path), "-j", "2", "--no-cache"]).both()
     assert code == ExitCode.CHECK_FAILED, out
+
+    def line(name: str) -> str:
+        (found,) = [ln for ln in out.splitlines() if re.match(rf"\[\d+/\d+\] \w+\s+{name}\s", ln)]
+        return found
+
+    assert line("buf").split()[1] == "PASS" and "numerics=ok" in line("buf"), out
+    assert line("fine").split()[1] == "PASS", out
+    for name, says in UNHELD_OUTPUTS.items():
+        assert line(name).split()[1] == "ERROR" and says in out, out
+    assert "PyTorch forward failed" not in out, out
     assert "numerics cannot compare a selection of 6144 items along axis 1 (at most 4096" \
         in out, out
-    assert "PASS  fine" in out, out
-
-
-@pytest.mark.compile
-def test_a_selection_that_lets_every_item_differ_cannot_pass_unnoticed(tmp_path):
-    """``selection = {differing = 1000}`` on a 24-item top-k: every item may be another, so
-    any program passes. The "cannot fail" check judges PyTorch's outputs on another input
-    the same way, as a selection, and fails the case (it passed before: that check compared
-    element by element)."""
-    shutil.copy(DATA / "tiny_models.py", tmp_path / "tiny_models.py")
-    (tmp_path / "loose.toml").write_text(
-        tiny_case(model="tiny_models:topk_head", tolerance=(1e-4, 1e-4))
-        + SELECTION.format(name="detections", differing=1000))
-    code, out = run_cli(["run", str(tmp_path), "--no-cache"]).both()
-    assert code == ExitCode.CHECK_FAILED, out
-    assert "numerics cannot fail" in out, out
-
-
-def _stamped_folder(tmp_path, model: str):  # type: ignore[no-untyped-def]
-    folder = tmp_path / "cases"
-    folder.mkdir()
-    for f in ("tiny_models.py", "hostile_state.py"):
-        shutil.copy(DATA / f, folder / f)
-    (folder / "c.toml").write_text(tiny_case(model=f"hostile_state:{model}"))
-    return folder
+    assert line("loose").split()[1] == "FAIL" and "numerics cannot fail" in out, out
+    if "pins" in cases:
+        assert line("pins").split()[1] != "PASS", out
+        assert "or one of its own threads by its thread id (os.sched_setaffinity(" in out, out
+        assert "a thread sets its own with 0" in out, out
 
 
 def _runs(folder, tmp_path, env):  # type: ignore[no-untyped-def]
@@ -189,20 +179,6 @@ def test_a_data_file_under_dev_shm_is_stamped(tmp_path):
     finally:
         os.unlink(data)
     assert data in out and "/dev/null" not in out, out
-
-
-@pytest.mark.compile
-@pytest.mark.skipif(not sandbox.available(), reason="cases are not confined here (Landlock "
-                    "ABI < 6, or CL_VALIDATE_UNCONFINED set): nothing is refused")
-def test_a_model_pinning_its_own_thread_is_not_told_it_reached_outside(tmp_path):
-    """A thread pinning itself by its thread id is refused (the filter compares the pid: it
-    cannot tell the case's own threads from other processes); the verdict said the model
-    reached outside its case. It says what happened and how a thread sets its own."""
-    folder = _stamped_folder(tmp_path, "pins_its_own_thread")
-    code, out = run_cli(["run", str(folder), "--no-cache"]).both()
-    assert code != ExitCode.OK, out
-    assert "or one of its own threads by its thread id (os.sched_setaffinity(" in out, out
-    assert "a thread sets its own with 0" in out, out
 
 
 #: Models that read ``data/scale.txt`` each a way a path resolution or a reader can hide
