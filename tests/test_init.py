@@ -91,20 +91,40 @@ def test_init_of_a_model_that_does_not_compile_writes_nothing(tmp_path, monkeypa
                           "--target", "llvm", "--no-isolation"]).both()
     assert code != ExitCode.OK
     assert "raised" in text and "Traceback" not in text
+    assert ".init-" not in text, text  # the hidden copy it measured is no place to look
     assert not (tmp_path / "model_cases").exists() or not list(
         (tmp_path / "model_cases").iterdir())
 
 
 @pytest.mark.parametrize(("arg", "says"), [
-    ("x", "not NAME:SHAPE[:LAYOUT]"),
+    ("x", "not NAME:SHAPE[:LAYOUT][:DTYPE]"),
     ("x:1x0x4", "is not positive integers"),
-    ("x:1x3x4x4:NCWH", "is not NCHW or NHWC"),
+    ("x:1x3x4x4:NCWH", "'NCWH' is neither a layout (NCHW, NHWC) nor a dtype"),
     ("x:1x3x4:NHWC", "a layout needs a 4-D shape"),
+    ("x:1x3x4x4:int64:float16", "'float16' is neither a layout"),
+    ("t:scalar:NCHW", "a layout needs a 4-D shape"),
 ])
 def test_init_refuses_a_bad_input_in_one_line(tmp_path, arg, says):
     code, text = run_cli(["init", "m:f", "--input", arg, "-o", str(tmp_path / "a.toml")]).both()
     assert code == ExitCode.USAGE_ERROR and says in text and "Traceback" not in text
     assert not (tmp_path / "a.toml").exists()
+
+
+def test_init_declares_each_inputs_dtype_and_a_0_d_input(tmp_path, monkeypatch):
+    """A token-id input and a diffusion sampler's timestep: ``ids:1x8:int64`` and
+    ``t:scalar:int64`` are written as the case file declares them (dtype, ``shape = []``);
+    a layout and a dtype go in either order."""
+    from cl_validate.cli.init import parse_input, skeleton
+
+    inputs = [parse_input(a) for a in ("x:1x3x8x8:float16:NHWC", "ids:1x8:int64",
+                                       "t:scalar:int64", "s:[]")]
+    assert [(i.shape, i.layout, i.dtype) for i in inputs] == [
+        ((1, 3, 8, 8), "NHWC", "float16"), ((1, 8), None, "int64"), ((), None, "int64"),
+        ((), None, "float32")]
+    case = load_text_as_case(tmp_path / "c.toml", skeleton("m:f", inputs, ["llvm"], "d"))
+    assert [(i.name, i.shape, i.dtype, i.layout) for i in case.inputs] == [
+        ("x", (1, 3, 8, 8), "float16", "NHWC"), ("ids", (1, 8), "int64", None),
+        ("t", (), "int64", None), ("s", (), "float32", None)]
 
 
 def test_tighten_flags_the_comment_next_to_each_changed_number():

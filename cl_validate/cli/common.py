@@ -116,11 +116,12 @@ def measurer(options: RunOptions, *, reap_orphans: bool = False) -> Measurer:
 
 
 def measure_static(cases: Sequence[CaseSpec], args: argparse.Namespace,
-                   say: Callable[[CaseResult], str], *, cached: bool = False
-                   ) -> list[CaseResult]:
+                   say: Callable[[CaseResult], str], *, cached: bool = False,
+                   tidy: Callable[[str], str] = str) -> list[CaseResult]:
     """Compile every case on its selected targets (the run options of `args`), static checks
-    only, printing a line per result (`say` for one that compiled), and return the results.
-    Without `cached` the cache is neither read nor written."""
+    only, printing a line per result (`say` for one that compiled, else its error as `tidy`
+    words it), and return the results. Without `cached` the cache is neither read nor
+    written."""
     options = run_options(vars(args).get, stale_budget=StalePolicy.WARN, static_only=True)
     if not cached:
         options = replace(options, cache_dir=None)
@@ -132,7 +133,7 @@ def measure_static(cases: Sequence[CaseSpec], args: argparse.Namespace,
 
     def on_result(r: CaseResult) -> None:
         results.append(r)
-        what = say(r) if r.kernels is not None else f"not measured: {r.checks[0].message}"
+        what = say(r) if r.kernels is not None else f"not measured: {tidy(r.checks[0].message)}"
         print(f"  {r.case.label} [{r.target}]: {what}", flush=True)
 
     m = measurer(options)

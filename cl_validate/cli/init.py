@@ -1,4 +1,4 @@
-"""``cl-validate init MODULE:FACTORY --input NAME:SHAPE[:LAYOUT] ...``: a first case file.
+"""``cl-validate init MODULE:FACTORY --input NAME:SHAPE[:LAYOUT][:DTYPE] ...``: a first case file.
 
 A team's first case should not start from guessed budgets. ``init`` writes the case file for
 the model with the channels-last goal declared (``[layout]``: convolutions in NHWC/OHWI), then
@@ -36,6 +36,7 @@ from cl_validate.errors import ExitCode, UsageError
 from cl_validate.paths import display_path
 from cl_validate.spec import load_case
 from cl_validate.spec.budgets import BudgetPlan, verify
+from cl_validate.spec.model import DTYPES, IO_LAYOUTS
 from cl_validate.spec.options import add_to_argparse
 
 HELP = "write a case file for MODULE:FACTORY with measured budgets"
@@ -48,30 +49,43 @@ _NAME = re.compile(r"^[A-Za-z_]\w*$")
 
 @dataclass(frozen=True)
 class InputArg:
-    """One ``--input NAME:SHAPE[:LAYOUT]``."""
+    """One ``--input NAME:SHAPE[:LAYOUT][:DTYPE]``."""
 
     name: str
     shape: tuple[int, ...]
     layout: str | None
+    dtype: str = "float32"
+
+
+#: How ``--input`` writes the shape of a 0-d input (a diffusion sampler's timestep).
+SCALAR = "scalar"
 
 
 def parse_input(text: str) -> InputArg:
-    """``x:1x3x32x32`` or ``x:1,3,32,32:NCHW`` (argparse type: a UsageError on bad text)."""
+    """``x:1x3x32x32``, ``x:1,3,32,32:NCHW``, ``ids:1x77:int64`` or ``t:scalar:int64`` (the
+    layout and the dtype in either order; argparse type: a UsageError on bad text)."""
     parts = text.split(":")
-    hint = "write NAME:SHAPE[:LAYOUT], e.g. x:1x3x224x224 or x:1x224x224x3:NHWC"
-    if len(parts) not in (2, 3) or not _NAME.match(parts[0]):
-        raise UsageError(f"--input {text!r}: not NAME:SHAPE[:LAYOUT]", hint=hint)
-    dims = re.split(r"[x,]", parts[1])
+    hint = ("write NAME:SHAPE[:LAYOUT][:DTYPE], e.g. x:1x3x224x224, x:1x224x224x3:NHWC, "
+            f"ids:1x77:int64 or t:{SCALAR}:int64")
+    if not 2 <= len(parts) <= 4 or not _NAME.match(parts[0]):
+        raise UsageError(f"--input {text!r}: not NAME:SHAPE[:LAYOUT][:DTYPE]", hint=hint)
+    dims = [] if parts[1].lower() in (SCALAR, "[]") else re.split(r"[x,]", parts[1])
     if not all(d.isdigit() and int(d) > 0 for d in dims):
         raise UsageError(f"--input {text!r}: shape {parts[1]!r} is not positive integers "
-                         "separated by x", hint=hint)
-    layout = parts[2].upper() if len(parts) == 3 else None
-    if layout is not None and layout not in ("NCHW", "NHWC"):
-        raise UsageError(f"--input {text!r}: layout {parts[2]!r} is not NCHW or NHWC",
-                         hint="an image input is NCHW (PyTorch's) or NHWC; omit it otherwise")
+                         f"separated by x (or {SCALAR})", hint=hint)
+    layout, dtype = None, None
+    for extra in parts[2:]:
+        if extra.upper() in IO_LAYOUTS and layout is None:
+            layout = extra.upper()
+        elif extra.lower() in DTYPES and dtype is None:
+            dtype = extra.lower()
+        else:
+            raise UsageError(f"--input {text!r}: {extra!r} is neither a layout (NCHW, NHWC) "
+                             "nor a dtype", hint=f"dtypes: {', '.join(DTYPES)}; an image "
+                             "input is NCHW (PyTorch's) or NHWC: omit the layout otherwise")
     if layout is not None and len(dims) != 4:
         raise UsageError(f"--input {text!r}: a layout needs a 4-D shape", hint=hint)
-    return InputArg(parts[0], tuple(int(d) for d in dims), layout)
+    return InputArg(parts[0], tuple(int(d) for d in dims), layout, dtype or "float32")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -79,9 +93,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="the callable returning the torch.nn.Module, e.g. "
                         "mypkg.models:small_net")
     parser.add_argument("--input", dest="inputs", action="append", required=True,
-                        metavar="NAME:SHAPE[:LAYOUT]", type=_input_type,
+                        metavar="NAME:SHAPE[:LAYOUT][:DTYPE]", type=_input_type,
                         help="an input of the model, in call order (repeatable): "
-                        "x:1x3x224x224 (NCHW, as PyTorch holds it) or x:1x224x224x3:NHWC")
+                        "x:1x3x224x224 (NCHW, as PyTorch holds it; float32), "
+                        "x:1x224x224x3:NHWC, ids:1x77:int64, t:scalar:int64 (0-d)")
     parser.add_argument("-o", "--output", metavar="FILE",
                         help=f"the case file to write (default {DEFAULT_PATH}/<factory>.toml)")
     parser.add_argument("--target", dest="targets", action="append", metavar="TARGET",
@@ -117,7 +132,7 @@ def skeleton(factory: str, inputs: Sequence[InputArg], targets: Sequence[str] | 
     for i in inputs:
         shape = ", ".join(map(str, i.shape))
         lines += ["", "[[inputs]]", f"name = {_q(i.name)}", f"shape = [{shape}]",
-                  'dtype = "float32"']
+                  f"dtype = {_q(i.dtype)}"]
         if i.layout:
             lines.append(f"layout = {_q(i.layout)}")
     lines += ["", "# The channels-last goal: every convolution runs NHWC with OHWI weights.",
@@ -188,18 +203,24 @@ def main(args: argparse.Namespace) -> ExitCode:
     out.parent.mkdir(parents=True, exist_ok=True)
     draft = out.with_name(f".{out.stem}.init-{os.getpid()}.toml")
     write_atomic(draft, f"name = {_q(out.stem)}\n" + text)
+    # its place in the hidden copy is no place a user can open: the error alone is said
+    at = re.compile(re.escape(display_path(draft)) + r":\d+: ")
+
+    def tidy(message: str) -> str:
+        return at.sub("", message)
+
     try:
         case = load_case(draft)
         ns = argparse.Namespace(targets=None, jobs=1, no_isolation=args.no_isolation)
         results = measure_static(case.expand(), ns, lambda r: (
             f"{len(r.kernels.runtime_transforms) if r.kernels else '?'} layout transforms, "
-            f"{len(r.kernels) if r.kernels else '?'} kernels"))
+            f"{len(r.kernels) if r.kernels else '?'} kernels"), tidy=tidy)
     finally:
         draft.unlink(missing_ok=True)
     broken = [r for r in results if r.kernels is None]
     if broken:
         for r in broken:
-            print(f"cl-validate init: {r.target}: {r.checks[0].message}")
+            print(f"cl-validate init: {r.target}: {tidy(r.checks[0].message)}")
         print(f"cl-validate init: the model does not compile: {display_path(out)} not written")
         return ExitCode.CHECK_FAILED
     layouts = [r.check(LAYOUT) for r in results if _has(r, LAYOUT)]
