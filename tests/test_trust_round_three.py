@@ -262,9 +262,9 @@ def test_every_way_a_case_reads_its_data_is_stamped(tmp_path):
     assert edited.returncode == ExitCode.OK, edited.stdout
     edits = [*RELATIVE_READERS, "execs_its_helper_module", "imports_its_helper_from_lib"]
     expect(dict.fromkeys(edits, 2), edited.stdout)
-    again = run()  # stamped again: hits
+    again = run()  # the shadowing module stamped again: a hit
     assert again.returncode == ExitCode.OK, again.stdout
-    expect(dict.fromkeys(edits, 2), again.stdout)
+    expect({"imports_its_helper_from_lib": 2}, again.stdout)
 
 
 def test_the_places_searched_before_a_module_are_stamped_absent(tmp_path):
