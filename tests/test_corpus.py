@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch  # noqa: F401  (see below)
+import torch
 import xmlschema
 from junitparser import Error, Failure, JUnitXml, Skipped
 
@@ -293,6 +293,30 @@ def test_unsupported_ops_verdict_is_the_same_whatever_order_tvm_lists_them() -> 
     assert a == b and a is not None and "no converter for a.default, b.default" in a
     assert _unsupported_ops_summary(AssertionError("something else")) is None
     assert _unsupported_ops_summary(ValueError("Unsupported function types ['x']")) is None
+
+
+class _StableSort(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sort(x, dim=1, stable=True)[0]  # no converter in TVM 0.27
+
+
+@pytest.mark.compile
+def test_an_op_without_a_converter_is_named_with_the_models_line(tmp_path: Path) -> None:
+    """The import failure names the op and the line of the model that calls it."""
+    import inspect
+
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.errors import CompileStageError
+    from cl_validate.spec import load_case
+
+    path = tmp_path / "c.toml"
+    path.write_text('model = "x:y"\n[[inputs]]\nname = "x"\nshape = [1, 8]\n')
+    with pytest.raises(CompileStageError) as info:
+        export_and_import(_StableSort(), load_case(path), [torch.randn(1, 8)])
+    lines, first = inspect.getsourcelines(_StableSort.forward)
+    line = first + next(i for i, text in enumerate(lines) if "torch.sort(" in text)
+    assert f"no converter for sort.stable (test_corpus.py:{line})" in str(info.value), \
+        str(info.value)
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from cl_validate.compile.complex_pairs import (
 from cl_validate.compile.converters import custom_convert_map
 from cl_validate.compile.decompositions import decompositions
 from cl_validate.compile.import_sources import (
+    code_line,
     mark_import_permutes,
     ops_by_binding,
     sources_by_binding,
@@ -130,6 +131,7 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
             raise _cannot_be_dynamic(case, exc) from None
         raise CompileStageError("export", exc) from exc
     t1 = time.perf_counter()
+    program = None
     try:
         # The importer itself (not the from_exported_program wrapper), to keep its map from
         # FX nodes to Relax bindings: that is how transforms are traced back to PyTorch code.
@@ -149,7 +151,7 @@ def export_and_import(model: torch.nn.Module, case: CaseSpec,
     except ClValidateError:
         raise
     except Exception as exc:
-        raise CompileStageError("import", exc, _unsupported_ops_summary(exc)) from exc
+        raise CompileStageError("import", exc, _unsupported_ops_summary(exc, program)) from exc
     t2 = time.perf_counter()
     named = {p.name: v for p, v in zip(weight_params(mod["main"]), params.get("main", []),
                                          strict=True)}
@@ -267,10 +269,11 @@ def _cannot_be_dynamic(case: CaseSpec, exc: BaseException) -> CaseFileError:
         "as [[variants]] instead")
 
 
-def _unsupported_ops_summary(exc: BaseException) -> str | None:
+def _unsupported_ops_summary(exc: BaseException, program: Any = None) -> str | None:
     """TVM's importer asserts ``Unsupported function types [...]`` listing the ops it has no
     converter for, in set order (it varies between runs). Sorted, the verdict reads the same
-    every time, and says what to do."""
+    every time, says where the model calls each (the first call's line, from the exported
+    `program`'s stack traces), and what to do."""
     if isinstance(exc, UnsupportedComplexOps):  # complex tensors: imported as pairs of reals
         return (f"Unsupported function types: no converter for {', '.join(sorted(exc.ops))} "
                 "on complex tensors (hint: complex tensors are imported as pairs of reals, "
@@ -286,7 +289,23 @@ def _unsupported_ops_summary(exc: BaseException) -> str | None:
         ops = sorted(str(op) for op in ast.literal_eval(text[len(prefix):].splitlines()[0]))
     except (ValueError, SyntaxError, TypeError):
         return None
+    lines = _call_lines(program, ops)
+    named = ", ".join(f"{op} ({lines[op]})" if op in lines else op for op in ops)
     return (f"Unsupported function types: TVM's PyTorch importer has no converter for "
-            f"{', '.join(ops)} (hint: express the model without "
+            f"{named} (hint: express the model without "
             f"{'it' if len(ops) == 1 else 'them'}, or add a converter to "
             "cl_validate/compile/converters.py)")
+
+
+def _call_lines(program: Any, ops: Sequence[str]) -> dict[str, str]:
+    """Op name (as the importer lists it: ``sort.stable``) → ``file.py:LINE`` of the model's
+    first call of it in the exported `program`, where its stack trace says."""
+    found: dict[str, str] = {}
+    graph = getattr(getattr(program, "graph_module", None), "graph", None)
+    for node in getattr(graph, "nodes", ()):
+        name = getattr(node.target, "__name__", None) if node.op == "call_function" else None
+        if name in ops and name not in found:
+            where = code_line((node.meta or {}).get("stack_trace"))
+            if where:
+                found[name] = where
+    return found

@@ -54,14 +54,14 @@ def node_source(node: Any) -> str | None:
     op = (op or "").rstrip("_0123456789").lstrip("_") or op
     if path:
         return f"{path} ({op})"
-    where = _code_line(meta.get("stack_trace"))
+    where = code_line(meta.get("stack_trace"))
     return f"({op} at {where})" if where else f"({op})"
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
-def _code_line(trace: object) -> str | None:
+def code_line(trace: object) -> str | None:
     """``file.py:LINE`` of the innermost frame of an FX node's stack trace."""
     frames = _FRAME.findall(trace) if isinstance(trace, str) else []
     if not frames:
