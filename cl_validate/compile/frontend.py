@@ -303,9 +303,9 @@ def _call_lines(program: Any, ops: Sequence[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     graph = getattr(getattr(program, "graph_module", None), "graph", None)
     for node in getattr(graph, "nodes", ()):
-        name = getattr(node.target, "__name__", None) if node.op == "call_function" else None
+        name = getattr(node.target, "__name__", "") if node.op == "call_function" else ""
         if name in ops and name not in found:
             where = code_line((node.meta or {}).get("stack_trace"))
             if where:
-                found[name] = where
+                found[str(name)] = where
     return found
