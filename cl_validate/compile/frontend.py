@@ -305,7 +305,7 @@ def _call_lines(program: Any, ops: Sequence[str]) -> dict[str, str]:
     for node in getattr(graph, "nodes", ()):
         name = getattr(node.target, "__name__", "") if node.op == "call_function" else ""
         if name in ops and name not in found:
-            where = code_line((node.meta or {}).get("stack_trace"))
+            where = code_line(node.meta.get("stack_trace"))
             if where:
-                found[str(name)] = where
+                found[name] = where
     return found
