@@ -48,9 +48,11 @@ class _Observed(dl.ScheduleRule):  # type: ignore[misc]
     def apply(self, func: Any, target: Any, tunable: bool) -> Any:
         try:
             space = self.rule.apply(func, target, tunable)
-        except AssertionError:
+        except (AssertionError, AttributeError):
             # dlight's own assertions on shapes it did not foresee (GEMV on a reduction of
-            # one element: `assert r_loops`); as if it had declined: the next rule's turn
+            # one element: `assert r_loops`; on a tile it cannot size, the assertion itself
+            # fails: `'FloorDiv' object has no attribute 'value'`, single-query attention's
+            # scores over a head dimension of 2); as if it had declined: the next rule's turn
             return None
         if isinstance(space, s_tir.Schedule) and unwritten(space.mod["main"]) is not None:
             return None  # a schedule that cannot write its whole output: the next rule's turn
