@@ -39,7 +39,10 @@ more than one, which PyTorch folds into the channels, as the per-channel norm it
 ``PermuteIntoGather`` (an unfold's permute of the gathered positions folded into the
 gather's constant index; exact) and ``UnmergeGroupedMaps`` (statistics over a map viewed
 ``(B, G, C/G·H·W)``, a manual GroupNorm or EvoNorm, with the channel split kept apart from
-the pixels; the same elements reduced); ``UnfoldChannelFilters`` after RaiseAttention, in a stage
+the pixels; the same elements reduced); ``SpelledSoftmax`` and ``FoldProductViews``, which
+RaiseAttention runs first (a max-subtracted softmax written out as the one op it is, the
+same steps; an einsum's unit-axis views around a product folded, pure data movement);
+``UnfoldChannelFilters`` after RaiseAttention, in a stage
 of its own (a filter run on every channel by folding the channels into the batch,
 ``upfirdn2d``-style, as the depthwise convolution it is; kept only where the layout stages
 then leave fewer transforms; the same sums of the same products); ``FoldFlattenIntoLinear``
@@ -87,10 +90,12 @@ from cl_validate.compile.passes.layout_rules import RULELESS_UNARY_OPS, extra_la
 from cl_validate.compile.passes.movement_chains import FoldMovementChains
 from cl_validate.compile.passes.normalize_axes import NormalizeAxes
 from cl_validate.compile.passes.permute_to_reshape import PermuteToReshape
+from cl_validate.compile.passes.product_views import FoldProductViews
 from cl_validate.compile.passes.quantize_pairs import SinkQuantizePairs
 from cl_validate.compile.passes.raise_attention import RaiseAttention
 from cl_validate.compile.passes.shared_chains import ShareChainLayouts
 from cl_validate.compile.passes.slice_views import ReadSlicesAtSource
+from cl_validate.compile.passes.spelled_softmax import SpelledSoftmax
 from cl_validate.compile.passes.strided_products import StridedProducts
 from cl_validate.compile.passes.weight_columns import FoldPermuteIntoColumns
 
@@ -141,6 +146,7 @@ __all__ = [
     "FoldFlattenIntoLinear",
     "FoldMovementChains",
     "FoldPermuteIntoColumns",
+    "FoldProductViews",
     "FoldScaleShift",
     "HoistPermutes",
     "IntegerCompute",
@@ -155,6 +161,7 @@ __all__ = [
     "ShareChainLayouts",
     "SinkPermutes",
     "SinkQuantizePairs",
+    "SpelledSoftmax",
     "StridedProducts",
     "UnfoldChannelFilters",
     "UnmergeGroupedMaps",

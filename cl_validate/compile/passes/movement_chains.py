@@ -191,6 +191,9 @@ class Chain:
 class MovementChains:
     """The movement bindings of a function and who reads them."""
 
+    #: The ops a chain walks through (a subclass may add views that are reshapes)
+    MOVES: tuple[str, ...] = (PERMUTE_OP, RESHAPE_OP)
+
     def __init__(self, func: relax.Function) -> None:
         self.weights = weight_derived(func)
         self.uses = use_sites(func)
@@ -208,13 +211,14 @@ class MovementChains:
         if not isinstance(var, relax.Var) or self.block.get(var) != block:
             return False
         users = self.uses.get(var, [])
-        return len(users) == 1 and users[0] is not None and is_movement(self.values[var])
+        return len(users) == 1 and users[0] is not None and \
+            op_name(self.values[var]) in self.MOVES
 
     def is_chain_end(self, var: relax.Var) -> bool:
         """Not read by exactly one movement op (which would fold this one along)."""
         users = self.uses.get(var, [])
         return not (len(users) == 1 and users[0] is not None
-                    and is_movement(self.values.get(users[0])))
+                    and op_name(self.values.get(users[0])) in self.MOVES)
 
     def chain(self, end: relax.Var,
               stop: Callable[[relax.Expr], bool] | None = None) -> Chain | None:

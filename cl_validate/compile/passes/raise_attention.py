@@ -16,7 +16,10 @@ softmax(S, last axis)`` (through views and casts between float dtypes: the raise
 float32), ``S = [S0 · c | S0 / c] [+ bias]`` with ``c`` a scalar constant, ``S0 = matmul(A,
 B)`` with ``A`` possibly ``Q · c`` (the scale taken out of the operand). ``bias`` may be
 added through a view that splits the batch axis (Swin's shifted-window mask, ``attn.view(-1,
-nw, heads, n, n) + mask``); it becomes one bias tensor, constant when the mask is. Every
+nw, heads, n, n) + mask``), or be a ``masked_fill`` with ``-inf`` (a causal ``triu``); it
+becomes one bias tensor, constant when the mask is. A softmax written out and einsum's
+products are read as these (`_prepared`); q, k and v at one rank (``bmm`` on folded
+heads, ``repeat_interleave``'s K/V heads). Every
 intermediate must be read by the chain alone: when the attention probabilities are read
 elsewhere (returned as attention weights, or read by more products, as Nyströmformer's
 pseudo-inverse reads its kernel) the matmuls stay, and the note says what else reads them.
@@ -43,6 +46,8 @@ from cl_validate.compile.passes.attention_left import (
     unmatched_softmaxes,
 )
 from cl_validate.compile.passes.attention_op import Match, raised
+from cl_validate.compile.passes.product_views import fold_product_views
+from cl_validate.compile.passes.spelled_softmax import spelled_softmax
 from cl_validate.ir import (
     bindings,
     is_tensor_constant,
@@ -71,10 +76,12 @@ class _Graph:
         return isinstance(e, relax.Var) and len(self.uses.get(e, [])) == 1
 
 
-def _peel(g: _Graph, e: relax.Expr) -> relax.Expr:
+def _peel(g: _Graph, e: relax.Expr, rank: int | None = None) -> relax.Expr:
     """`e` seen through the views ``aten.matmul`` decomposes into: an identity
     ``broadcast_to`` and a reshape that only merges or splits the batch axes (the last two
-    kept), back to the operand of the highest rank."""
+    kept), back to the operand of the highest rank; with `rank`, never past a view of that
+    rank (q, k and v read at one rank: ``bmm`` on heads folded into the batch, K/V heads
+    repeated by ``repeat_interleave``)."""
     while True:
         value = g.value(e)
         if op_name(value) not in ("relax.broadcast_to", "relax.reshape"):
@@ -82,7 +89,8 @@ def _peel(g: _Graph, e: relax.Expr) -> relax.Expr:
         src = value.args[0]  # type: ignore[union-attr]
         a, b = known_shape(src), known_shape(e)
         if a is None or b is None or len(a) < 2 or len(b) < 2 or a[-2:] != b[-2:] or \
-                int(np.prod(a[:-2])) != int(np.prod(b[:-2])):
+                int(np.prod(a[:-2])) != int(np.prod(b[:-2])) or \
+                (rank is not None and len(b) == rank != len(a)):
             return e
         if op_name(value) == "relax.broadcast_to" and a != b:
             return e
@@ -188,7 +196,7 @@ def _per_head(c: relax.Expr, scores: tuple[int, ...] | None) -> bool:
         return False
 
 
-def _scores(g: _Graph, s: relax.Expr) -> _Scores | str:
+def _scores(g: _Graph, s: relax.Expr, rank: int | None = None) -> _Scores | str:
     """``(A, B, scale, bias, q_factor)`` with ``s = matmul(A, B) · scale · q_factor + bias``
     (through views); A's own scalar factor (``(q * scale) @ kᵀ``) taken out into the scale,
     a per-head factor of the scores (`_per_head`) kept to be folded into q. Else what stands
@@ -207,6 +215,13 @@ def _scores(g: _Graph, s: relax.Expr) -> _Scores | str:
                 continue
         s = _through_casts(g, s)
         value = g.value(s)
+        if op_name(value) == "relax.where":
+            masked = _where_mask(g, value, known_shape(s))  # type: ignore[arg-type]
+            if isinstance(masked, str):
+                return masked
+            s, term = masked
+            terms.append(term)
+            continue
         if op_name(value) != "relax.add":
             break
         a, b = value.args  # type: ignore[union-attr]
@@ -241,7 +256,7 @@ def _scores(g: _Graph, s: relax.Expr) -> _Scores | str:
     if op_name(value) != _MATMUL:
         return f"{(op_name(value) or 'an input').removeprefix('relax.')} between the product " \
                "and the softmax (not attention's computation)"
-    a, b = (_peel(g, x) for x in value.args)  # type: ignore[union-attr]
+    a, b = (_peel(g, x, rank) for x in value.args)  # type: ignore[union-attr]
     av = g.value(a)
     if op_name(av) == "relax.multiply" and g.single_use(a):
         x, c = av.args  # type: ignore[union-attr]
@@ -250,7 +265,7 @@ def _scores(g: _Graph, s: relax.Expr) -> _Scores | str:
         factor = _scalar(c)
         if factor is not None:
             scale *= factor
-            a = _peel(g, x)
+            a = _peel(g, x, rank)
     if any(isinstance(x, relax.Var) and known_shape(x) is None for x in terms):
         return "a bias or mask of unknown shape on the scores"
     if q_factor is not None and not _per_head(q_factor[0], known_shape(a)):
@@ -275,9 +290,44 @@ def _leads_to_scores(g: _Graph, e: relax.Expr) -> bool:
     name = op_name(g.value(e))
     if name == "relax.reshape":
         return _leads_to_scores(g, g.value(e).args[0])  # type: ignore[union-attr]
-    if name == "relax.add":
+    if name in ("relax.add", "relax.where"):
         return any(_leads_to_scores(g, x) for x in g.value(e).args)  # type: ignore[union-attr]
     return name in (_MATMUL, *_SCALING)
+
+
+def _where_mask(g: _Graph, value: relax.Call, scores: tuple[int, ...] | None
+                ) -> tuple[relax.Expr, relax.Expr] | str:
+    """``(s, bias)`` for ``where(mask, -inf, s)`` or ``where(mask, s, -inf)`` (``masked_fill``
+    with ``-inf``, a causal ``triu`` or ``~tril`` mask): ``s + where(mask, -inf, 0)``, the same
+    sums (an additive ``-inf`` is the fill itself). A finite fill is not an additive mask: a
+    row masked whole is the fill's uniform average, where an add keeps the scores' order."""
+    cond, x, y = value.args
+    if _only_reader(g, y) and _leads_to_scores(g, y):
+        s, fill, keeps_fill_where_true = y, x, True
+    elif _only_reader(g, x) and _leads_to_scores(g, x):
+        s, fill, keeps_fill_where_true = x, y, False
+    else:
+        return "the scores are selected by a where whose branches are not the scores and " \
+               "a fill (another product, or the scores read twice)"
+    value_of_fill = _scalar(g.value(fill) or fill)  # a constant the import bound to a var
+    if value_of_fill is None:
+        return "the scores are masked by a where with a fill computed at run time"
+    if value_of_fill != float("-inf"):
+        return f"the scores are masked with {value_of_fill:g}, not -inf (masked_fill with a " \
+               "finite value): only -inf adds as a bias exactly, a row masked whole would " \
+               "differ"
+    shape = known_shape(cond)
+    if shape is None or scores is None:
+        return "a bias or mask of unknown shape on the scores"
+    try:
+        if tuple(np.broadcast_shapes(shape, scores)) != tuple(scores):
+            return "a mask that broadcasts the scores to a larger shape"
+    except ValueError:
+        return "a mask that does not broadcast against the scores"
+    zero = relax.const(0.0, str(tensor_type(fill).dtype))  # type: ignore[union-attr]
+    bias = relax.op.where(cond, fill, zero) if keeps_fill_where_true else \
+        relax.op.where(cond, zero, fill)
+    return s, bias
 
 
 def _lift_batch_split_add(g: _Graph, add: relax.Expr | None, out: tuple[int, ...] | None
@@ -325,6 +375,14 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> Match | None:
         g.reasons.setdefault(name, found)
         return None
     a, b, scale, bias, q_factor = found
+    peeled = {len(known_shape(x) or ()) for x in (a, b, v)}
+    if len(peeled) > 1:  # peeled to different ranks: read all three at the lowest
+        rank = min(peeled)
+        found, v = _scores(g, p, rank), _peel(g, x if transposed else y, rank)
+        if isinstance(found, str):
+            g.reasons.setdefault(name, found)
+            return None
+        a, b, scale, bias, q_factor = found
     if sums_over_tokens(g.value, a):
         g.left.append(Left(name, OVER_THE_TOKENS))
         return None
@@ -394,9 +452,19 @@ class _Raise(PyExprMutator):  # type: ignore[misc]
         self.builder_.emit_normalized(relax.VarBinding(binding.var, new))
 
 
+def _prepared(func: relax.Function) -> relax.Function:
+    """`func` as the match reads it: a softmax written out as the op (`SpelledSoftmax`),
+    einsum's views around a product folded (`FoldProductViews`)."""
+    return fold_product_views(spelled_softmax(func))
+
+
 def find(func: relax.Function) -> tuple[dict[relax.Var, Match], list[Left]]:
-    """The attention chains of `func` that can be raised (by the var of their last matmul),
-    and the softmaxes between matmuls that cannot, with why."""
+    """The attention chains of `func` that can be raised (by the var of their last matmul
+    in `_prepared`'s function), and the softmaxes between matmuls that cannot, with why."""
+    return _find(_prepared(func))
+
+
+def _find(func: relax.Function) -> tuple[dict[relax.Var, Match], list[Left]]:
     values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
     g = _Graph(values, use_sites(func))
     matches: dict[relax.Var, Match] = {}
@@ -413,7 +481,8 @@ def find(func: relax.Function) -> tuple[dict[relax.Var, Match], list[Left]]:
 
 def raise_attention(func: relax.Function) -> relax.Function:
     """Every matched ``softmax(Q Kᵀ · scale + bias) V`` chain as one ``nn.attention``."""
-    matches, _ = find(func)
+    func = _prepared(func)
+    matches, _ = _find(func)
     if not matches:
         return func
     new = _Raise(matches).visit_expr(func)

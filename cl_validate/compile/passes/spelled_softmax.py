@@ -1,0 +1,92 @@
+"""SpelledSoftmax: a softmax written out, ``exp(x - max(x)) / sum(exp(x - max(x)))`` over one
+axis, becomes Relax's ``nn.softmax``.
+
+Models and tutorials spell the numerically stable softmax by hand (``a - a.amax(-1,
+keepdim=True)``, ``exp``, ``/ e.sum(-1, keepdim=True)``): four kernels where one does, and an
+attention written that way is not seen as attention. The op computes the same steps (the
+maximum, the exponentials of the differences, their sum, the quotient), so the rewrite only
+changes how many kernels do it. Matched only when the maximum and the sum run over the same
+single axis with ``keepdims``, subtract from the same tensor, and the exponentials are read by
+the sum and the quotient alone; the form without the maximum is left as written (it
+overflows where the op would not, so the two are not the same program).
+"""
+
+from __future__ import annotations
+
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from cl_validate.compile.passes._util import relax_function_pass
+from cl_validate.ir import bindings, known_shape, op_name, use_sites
+
+
+def _axis(call: relax.Expr | None) -> int | None:
+    """The one axis a ``keepdims`` reduction runs over (non-negative), else None."""
+    attrs = getattr(call, "attrs", None)
+    rank = len(known_shape(call) or ())
+    if attrs is None or not rank or not bool(attrs.keepdims) or attrs.axis is None or \
+            len(attrs.axis) != 1:
+        return None
+    return int(attrs.axis[0]) % rank
+
+
+def _written_out(values: dict[relax.Var, relax.Expr],
+                 uses: dict[relax.Var, list[relax.Var | None]],
+                 value: relax.Expr) -> tuple[relax.Expr, int] | None:
+    """``(x, axis)`` when `value` is ``exp(x - max(x, axis)) / sum(that exp, axis)``."""
+    if op_name(value) != "relax.divide":
+        return None
+    e, total = value.args  # type: ignore[attr-defined]
+    if not isinstance(e, relax.Var) or not isinstance(total, relax.Var):
+        return None
+    summed, exp = values.get(total), values.get(e)
+    if op_name(summed) != "relax.sum" or op_name(exp) != "relax.exp" or \
+            len(uses.get(e, [])) != 2 or len(uses.get(total, [])) != 1:
+        return None
+    if not summed.args[0].same_as(e):  # type: ignore[union-attr]
+        return None
+    diff = exp.args[0]  # type: ignore[union-attr]
+    sub = values.get(diff) if isinstance(diff, relax.Var) else None
+    if op_name(sub) != "relax.subtract" or len(uses.get(diff, [])) != 1:
+        return None
+    x, m = sub.args  # type: ignore[union-attr]
+    peak = values.get(m) if isinstance(m, relax.Var) else None
+    if op_name(peak) != "relax.max" or len(uses.get(m, [])) != 1 or \
+            not peak.args[0].same_as(x):  # type: ignore[union-attr]
+        return None
+    axis = _axis(summed)
+    if axis is None or axis != _axis(peak) or known_shape(x) != known_shape(value):
+        return None
+    return x, axis
+
+
+@mutator
+class _Rewrite(PyExprMutator):  # type: ignore[misc]
+    def __init__(self, found: dict[relax.Var, tuple[relax.Expr, int]]) -> None:
+        super().__init__()
+        self.found = found
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        hit = self.found.get(binding.var)
+        if hit is None:
+            super().visit_var_binding_(binding)
+            return
+        x, axis = hit
+        new = self.builder_.normalize(relax.op.nn.softmax(self.visit_expr(x), axis))
+        self.builder_.emit_normalized(relax.VarBinding(binding.var, new))
+
+
+def spelled_softmax(func: relax.Function) -> relax.Function:
+    """Every written-out, max-subtracted softmax as one ``nn.softmax``."""
+    values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
+    uses = use_sites(func)
+    found = {var: hit for var, value in values.items()
+             if (hit := _written_out(values, uses, value)) is not None}
+    if not found:
+        return func
+    return relax.analysis.remove_all_unused(_Rewrite(found).visit_expr(func))
+
+
+SpelledSoftmax = relax_function_pass("SpelledSoftmax")(spelled_softmax)
+
+__all__ = ["SpelledSoftmax", "spelled_softmax"]
