@@ -6,13 +6,16 @@ relative position bias, shifted windows with their mask, window reverse, patch m
 a block whose window covers the whole map), and a ViT whose attentions take the variants
 deployed models write: SwinV2's cosine attention scaled per head by a learnt
 ``logit_scale.exp()``, and mobile multi-query attention (MobileNetV4: every query head reads
-one shared K/V head, broadcast by SDPA).
+one shared K/V head, broadcast by SDPA); and a causal decoder whose attentions are spelled as
+research code and other libraries spell them (``einsum``, a written-out softmax, ``-inf``
+masks, ``repeat_interleave`` grouped heads, ``baddbmm`` on batch and heads folded).
 
 The floor of each, derived from the model, not from what the tool labels: the ViT's is its
 NCHW input (attention reads the heads where the projections put them); the Swin stage's is
 its input plus one transform per window partition and per window reverse where windows are
 smaller than the map (the partition interleaves rows of windows with rows of pixels: no
-layout of the map makes it a view), none where one window covers the map.
+layout of the map makes it a view), none where one window covers the map; the decoder's,
+tokens in and out, is none.
 """
 
 from __future__ import annotations
@@ -121,6 +124,69 @@ class VariantViT(ViT):
         super().__init__(size, patch, dim, heads)
         self.blocks[0].attn = CosineAttention(dim, heads)
         self.blocks[1].attn = MultiQueryAttention(dim, heads)
+
+
+class EinsumCausalAttention(Attention):
+    """Attention as research code spells it: ``einsum`` products, a causal mask filled with
+    ``-inf`` (``triu``), and the numerically stable softmax written out."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, self.head_dim).unbind(2)
+        s = torch.einsum("bqhd,bkhd->bhqk", q, k) * self.head_dim ** -0.5
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1),
+                          float("-inf"))
+        s = s - s.amax(-1, keepdim=True)
+        e = s.exp()
+        a = torch.einsum("bhqk,bkhd->bqhd", e / e.sum(-1, keepdim=True), v)
+        return self.proj(a.reshape(b, n, c))
+
+
+class GroupedFoldedAttention(nn.Module):
+    """Grouped-query attention as Llama's ``repeat_kv`` and older diffusers processors write
+    it: two K/V heads repeated by ``repeat_interleave`` for four query heads, batch and heads
+    folded into one axis for ``baddbmm`` and ``bmm``, a causal mask (``~tril``)."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads, self.head_dim, self.kv_heads = heads, dim // heads, heads // 2
+        self.q = nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * self.kv_heads * self.head_dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        h, d = self.heads, self.head_dim
+        q = self.q(x).view(b, n, h, d).transpose(1, 2)
+        k, v = self.kv(x).view(b, n, 2, self.kv_heads, d).permute(2, 0, 3, 1, 4).unbind(0)
+        k, v = (t.repeat_interleave(h // self.kv_heads, dim=1) for t in (k, v))
+        q, k, v = (t.reshape(b * h, n, d) for t in (q, k, v))
+        s = torch.baddbmm(torch.zeros(b * h, n, n, device=x.device), q, k.transpose(1, 2),
+                          beta=0, alpha=d ** -0.5)
+        s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool, device=x.device).tril(),
+                          float("-inf"))
+        a = torch.bmm(s.softmax(-1), v).view(b, h, n, d)
+        return self.proj(a.transpose(1, 2).reshape(b, n, c))
+
+
+class SpelledDecoder(nn.Module):
+    """Two causal decoder blocks on token embeddings, each attention spelled another way."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.blocks = nn.Sequential(Block(dim, heads, fused=False),
+                                    Block(dim, heads, fused=False))
+        self.blocks[0].attn = EinsumCausalAttention(dim, heads, fused=False)
+        self.blocks[1].attn = GroupedFoldedAttention(dim, heads)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.blocks(x))
+
+
+def spelled_decoder(dim: int = 32, heads: int = 4) -> nn.Module:
+    """`SpelledDecoder`: its floor on tokens in and out is no transform at all."""
+    return finalize(SpelledDecoder(dim, heads))
 
 
 def _partition(x: torch.Tensor, ws: int) -> torch.Tensor:
