@@ -71,6 +71,31 @@ def run_llvm() -> Callable[..., list[np.ndarray]]:
     return run
 
 
+@pytest.fixture(scope="session")
+def run_llvm_pair() -> Callable[..., tuple[list[np.ndarray], list[np.ndarray]]]:
+    """`run_llvm` for the ``main`` of two modules (a pass's input and output) on the same
+    arguments, built as one module: one build instead of two."""
+
+    def run(before: Any, after: Any, *args: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        import tvm
+        from tvm import relax
+
+        both = tvm.IRModule({name: m["main"].with_attr("global_symbol", name)
+                             for name, m in (("before", before), ("after", after))})
+        ex = tvm.compile(relax.transform.LegalizeOps()(both),
+                         target=tvm.target.Target({"kind": "llvm"}))
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        inputs = [tvm.runtime.tensor(a) if isinstance(a, np.ndarray) else a for a in args]
+        results = []
+        for name in ("before", "after"):
+            out = vm[name](*inputs)
+            results.append([o.numpy() for o in (list(out) if not hasattr(out, "numpy")
+                                                 else [out])])
+        return results[0], results[1]
+
+    return run
+
+
 def kernels_and_output(mod: Any, args: list[np.ndarray]) -> tuple[int, np.ndarray]:
     """`mod` legalized, fused and built for llvm: how many kernels it has, and its output on
     `args` (for the legalization-time rewrites: one kernel fewer, the same output)."""

@@ -37,7 +37,8 @@ PROFILE = f"cl_validate-{os.environ.get('CL_VALIDATE_FUZZ', 'quick')}"
 @settings(settings.get_profile(PROFILE))
 @given(func=relax_functions())
 def test_cleanup_is_exact_and_never_adds_a_transform(
-        func: relax.Function, run_llvm: Callable[..., list[np.ndarray]]) -> None:
+        func: relax.Function, run_llvm_pair: Callable[..., tuple[list[np.ndarray], ...]]
+) -> None:
     converted = relax.transform.ConvertLayout(NHWC)(NormalizeAxes()(tvm.IRModule({"main": func})))
     cleaned = tvm.transform.Sequential(cleanup_passes())(converted)
     assert relax.analysis.well_formed(cleaned) is not False  # 0.27 returns None when it holds
@@ -45,7 +46,7 @@ def test_cleanup_is_exact_and_never_adds_a_transform(
     shape = known_shape(func.params[0])
     assert shape is not None
     x = np.random.default_rng(0).uniform(-1, 1, size=shape).astype("float32")
-    for want, got in zip(run_llvm(converted, x), run_llvm(cleaned, x), strict=True):
+    for want, got in zip(*run_llvm_pair(converted, cleaned, x), strict=True):
         np.testing.assert_array_equal(got, want)
 
 

@@ -181,7 +181,8 @@ def _shared_sources(draw: st.DrawFn) -> relax.Function:
           derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(func=_shared_sources())
-def test_sharing_is_exact_and_never_adds_a_transform(func: relax.Function, run_llvm) -> None:
+def test_sharing_is_exact_and_never_adds_a_transform(func: relax.Function,
+                                                     run_llvm_pair) -> None:
     """Random shared sources and splits (QDQ pairs among the steps); 24 examples by default,
     300 with ``CL_VALIDATE_FUZZ=long``."""
     before = tvm.IRModule({"main": func})
@@ -190,7 +191,7 @@ def test_sharing_is_exact_and_never_adds_a_transform(func: relax.Function, run_l
     assert count_permutes(after) <= count_permutes(before)
     x = np.random.default_rng(0).uniform(-1, 1, size=known_shape(func.params[0])).astype(
         "float32")
-    for want, got in zip(run_llvm(before, x), run_llvm(after, x), strict=True):
+    for want, got in zip(*run_llvm_pair(before, after, x), strict=True):
         np.testing.assert_array_equal(got, want)
 
 
