@@ -64,6 +64,9 @@ class _Block(nn.Module):
             a = a.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))
         if spelling == "triu":
             a = a.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
+        if spelling == "bare_softmax":
+            e = a.exp()
+            return (e / e.sum(-1, keepdim=True)) @ v
         if spelling == "finite_fill":
             a = a.masked_fill(torch.ones(N, N).tril() == 0, -1e9)
         return a.softmax(-1) @ v
@@ -160,3 +163,13 @@ def test_a_softmax_written_out_is_one_softmax_and_without_its_maximum_is_left_al
     np.testing.assert_allclose(run[1], run[0], rtol=1e-6, atol=1e-7)
     for f in (bare, other_axes):
         assert spelled_softmax(f).same_as(f)
+
+
+def test_a_softmax_without_its_maximum_between_products_says_why(tmp_path):
+    """``exp(s) / exp(s).sum(-1)`` between the products is attention-like but not the op's
+    computation (it overflows where the op would not): left as matmuls, and the note says
+    so (before, nothing was said: no softmax op, no note)."""
+    compiled, kernels = _compiled("bare_softmax", tmp_path)
+    assert not any("attention" in k.name for k in kernels)
+    (line,) = compiled.attention_left
+    assert "left as matmuls: a softmax written without subtracting its maximum" in line, line

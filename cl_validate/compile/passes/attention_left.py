@@ -26,7 +26,8 @@ class Left:
 
 def unmatched_softmaxes(values: dict[relax.Var, relax.Expr], taken: set[relax.Var],
                         reported: set[str], weights: set[relax.Var] | None = None,
-                        reasons: dict[str, str] | None = None) -> list[Left]:
+                        reasons: dict[str, str] | None = None,
+                        spelled: set[relax.Var] | None = None) -> list[Left]:
     """Softmaxes between two matmuls (within a few ops) that no match took, each with where
     the match of its scores stopped (`reasons`, by softmax; said only here, where the softmax
     is between two products: a softmax over a convolution's map is no attention), else with
@@ -34,8 +35,9 @@ def unmatched_softmaxes(values: dict[relax.Var, relax.Expr], taken: set[relax.Va
     (EfficientFormerV2's talking heads: a conv on the heads), a Linear on the scores (CaiT's
     talking heads: the matmul next to the softmax multiplies by a weight), or, when neither,
     that the chain does not read as attention. Computations on weights alone (SwinV2's
-    ``logit_scale.exp()``) are not named: they are the model's constants, not in between."""
-    weights = weights or set()
+    ``logit_scale.exp()``) are not named: they are the model's constants, not in between.
+    `spelled`: softmaxes written out that were left as written (said with their reason)."""
+    weights, spelled, reasons = weights or set(), spelled or set(), reasons or {}
     users: dict[relax.Var, list[relax.Var]] = {}
     for var, value in values.items():
         for arg in getattr(value, "args", []):
@@ -67,16 +69,18 @@ def unmatched_softmaxes(values: dict[relax.Var, relax.Expr], taken: set[relax.Va
 
     out = []
     for var, value in values.items():
-        if op_name(value) != _SOFTMAX or var in taken or var.name in reported:
+        if (op_name(value) != _SOFTMAX and var not in spelled) or var in taken or \
+                var.name in reported:
             continue
         before, after = path(var, up), path(var, lambda v: users.get(v, []))
         if before is None or after is None:
             continue  # not between two matmuls of run-time values: not attention
         ops = sorted({o.removeprefix("relax.") for o in before + after})
+        if reasons.get(var.name):
+            out.append(Left(var.name, reasons[var.name]))
+            continue
         rank, axis = len(known_shape(value.args[0]) or ()), int(value.attrs.axis)  # type: ignore[union-attr]
-        if (reasons or {}).get(var.name):
-            out.append(Left(var.name, (reasons or {})[var.name]))
-        elif ops:
+        if ops:
             out.append(Left(var.name, f"{', '.join(ops)} between the matmuls and the softmax "
                                       "(not attention's computation)"))
         elif rank and axis % rank != rank - 1:

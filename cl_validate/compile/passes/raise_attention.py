@@ -46,11 +46,15 @@ from cl_validate.compile.passes.attention_left import (
     unmatched_softmaxes,
 )
 from cl_validate.compile.passes.attention_op import Match, raised
+from cl_validate.compile.passes.attention_terms import no_scale, per_head, scalar, where_mask
 from cl_validate.compile.passes.product_views import fold_product_views
-from cl_validate.compile.passes.spelled_softmax import spelled_softmax
+from cl_validate.compile.passes.spelled_softmax import (
+    NO_MAXIMUM,
+    bare_softmaxes,
+    spelled_softmax,
+)
 from cl_validate.ir import (
     bindings,
-    is_tensor_constant,
     known_shape,
     op_name,
     tensor_type,
@@ -95,14 +99,6 @@ def _peel(g: _Graph, e: relax.Expr, rank: int | None = None) -> relax.Expr:
         if op_name(value) == "relax.broadcast_to" and a != b:
             return e
         e = src
-
-
-def _scalar(e: relax.Expr) -> float | None:
-    if is_tensor_constant(e):
-        arr = e.value.numpy()  # type: ignore[attr-defined]
-        if arr.size == 1 and (arr.dtype.kind == "f" or arr.dtype.name == "bfloat16"):
-            return float(arr.reshape(()).astype(np.float32))  # bfloat16: ml_dtypes, kind V
-    return None
 
 
 def _swapped_last(value: relax.Expr | None) -> relax.Expr | None:
@@ -181,21 +177,6 @@ _Scores = tuple[relax.Expr, relax.Expr, float, "relax.Expr | None",
                 "tuple[relax.Expr, bool] | None"]
 
 
-def _per_head(c: relax.Expr, scores: tuple[int, ...] | None) -> bool:
-    """`c` scales the scores by head (or batch) alone: its last two axes are one and it
-    broadcasts into the scores without growing them."""
-    cs = known_shape(c)
-    if cs is None or scores is None or len(cs) < 2 or cs[-2:] != (1, 1):
-        return False
-    ty = tensor_type(c)
-    if ty is None or not str(ty.dtype).startswith(("float", "bfloat")):
-        return False
-    try:
-        return tuple(np.broadcast_shapes(cs, scores)) == tuple(scores)
-    except ValueError:
-        return False
-
-
 def _scores(g: _Graph, s: relax.Expr, rank: int | None = None) -> _Scores | str:
     """``(A, B, scale, bias, q_factor)`` with ``s = matmul(A, B) · scale · q_factor + bias``
     (through views); A's own scalar factor (``(q * scale) @ kᵀ``) taken out into the scale,
@@ -216,7 +197,9 @@ def _scores(g: _Graph, s: relax.Expr, rank: int | None = None) -> _Scores | str:
         s = _through_casts(g, s)
         value = g.value(s)
         if op_name(value) == "relax.where":
-            masked = _where_mask(g, value, known_shape(s))  # type: ignore[arg-type]
+            masked = where_mask(value, known_shape(s),  # type: ignore[arg-type]
+                                lambda x: _only_reader(g, x) and _leads_to_scores(g, x),
+                                g.value)
             if isinstance(masked, str):
                 return masked
             s, term = masked
@@ -239,16 +222,16 @@ def _scores(g: _Graph, s: relax.Expr, rank: int | None = None) -> _Scores | str:
     if op_name(value) in _SCALING:
         x, c = value.args  # type: ignore[union-attr]
         divides = op_name(value) == "relax.divide"
-        if _scalar(c) is None and not divides and (
-                _scalar(x) is not None or _per_head(x, known_shape(s))):
+        if scalar(c) is None and not divides and (
+                scalar(x) is not None or per_head(x, known_shape(s))):
             x, c = c, x
-        factor = _scalar(c)
+        factor = scalar(c)
         if not _only_reader(g, x):
             return "the scores before their scale are also read elsewhere"
-        if factor is None and _per_head(c, known_shape(s)):
+        if factor is None and per_head(c, known_shape(s)):
             q_factor = (c, divides)
         elif factor is None or factor == 0.0:
-            return _no_scale(c, factor)
+            return no_scale(c, factor)
         else:
             scale = 1.0 / factor if divides else factor
         s = _through_casts(g, x)
@@ -260,28 +243,17 @@ def _scores(g: _Graph, s: relax.Expr, rank: int | None = None) -> _Scores | str:
     av = g.value(a)
     if op_name(av) == "relax.multiply" and g.single_use(a):
         x, c = av.args  # type: ignore[union-attr]
-        if _scalar(c) is None:
+        if scalar(c) is None:
             x, c = c, x
-        factor = _scalar(c)
+        factor = scalar(c)
         if factor is not None:
             scale *= factor
             a = _peel(g, x, rank)
     if any(isinstance(x, relax.Var) and known_shape(x) is None for x in terms):
         return "a bias or mask of unknown shape on the scores"
-    if q_factor is not None and not _per_head(q_factor[0], known_shape(a)):
+    if q_factor is not None and not per_head(q_factor[0], known_shape(a)):
         return "a per-head scale that q cannot carry (q broadcast by the product)"
     return a, b, scale, bias, q_factor
-
-
-def _no_scale(c: relax.Expr, factor: float | None) -> str:
-    """Why a factor of the scores is not attention's scale."""
-    shape = known_shape(c)
-    if factor is not None:
-        return "a scale of zero on the scores"
-    if shape is not None and all(d == 1 for d in shape):
-        return "a scale computed at run time on the scores (not a constant)"
-    text = "unknown" if shape is None else f"({', '.join(map(str, shape))})"
-    return f"a scale of shape {text} on the scores (not one number or one per head)"
 
 
 def _leads_to_scores(g: _Graph, e: relax.Expr) -> bool:
@@ -293,41 +265,6 @@ def _leads_to_scores(g: _Graph, e: relax.Expr) -> bool:
     if name in ("relax.add", "relax.where"):
         return any(_leads_to_scores(g, x) for x in g.value(e).args)  # type: ignore[union-attr]
     return name in (_MATMUL, *_SCALING)
-
-
-def _where_mask(g: _Graph, value: relax.Call, scores: tuple[int, ...] | None
-                ) -> tuple[relax.Expr, relax.Expr] | str:
-    """``(s, bias)`` for ``where(mask, -inf, s)`` or ``where(mask, s, -inf)`` (``masked_fill``
-    with ``-inf``, a causal ``triu`` or ``~tril`` mask): ``s + where(mask, -inf, 0)``, the same
-    sums (an additive ``-inf`` is the fill itself). A finite fill is not an additive mask: a
-    row masked whole is the fill's uniform average, where an add keeps the scores' order."""
-    cond, x, y = value.args
-    if _only_reader(g, y) and _leads_to_scores(g, y):
-        s, fill, keeps_fill_where_true = y, x, True
-    elif _only_reader(g, x) and _leads_to_scores(g, x):
-        s, fill, keeps_fill_where_true = x, y, False
-    else:
-        return "the scores are selected by a where whose branches are not the scores and " \
-               "a fill (another product, or the scores read twice)"
-    value_of_fill = _scalar(g.value(fill) or fill)  # a constant the import bound to a var
-    if value_of_fill is None:
-        return "the scores are masked by a where with a fill computed at run time"
-    if value_of_fill != float("-inf"):
-        return f"the scores are masked with {value_of_fill:g}, not -inf (masked_fill with a " \
-               "finite value): only -inf adds as a bias exactly, a row masked whole would " \
-               "differ"
-    shape = known_shape(cond)
-    if shape is None or scores is None:
-        return "a bias or mask of unknown shape on the scores"
-    try:
-        if tuple(np.broadcast_shapes(shape, scores)) != tuple(scores):
-            return "a mask that broadcasts the scores to a larger shape"
-    except ValueError:
-        return "a mask that does not broadcast against the scores"
-    zero = relax.const(0.0, str(tensor_type(fill).dtype))  # type: ignore[union-attr]
-    bias = relax.op.where(cond, fill, zero) if keeps_fill_where_true else \
-        relax.op.where(cond, zero, fill)
-    return s, bias
 
 
 def _lift_batch_split_add(g: _Graph, add: relax.Expr | None, out: tuple[int, ...] | None
@@ -474,8 +411,10 @@ def _find(func: relax.Function) -> tuple[dict[relax.Var, Match], list[Left]]:
             if found is not None:
                 matches[var] = found
     taken = {s for m in matches.values() for s in m.consumed}
+    bare = bare_softmaxes(func)
+    g.reasons.update({v.name: NO_MAXIMUM for v in bare})
     g.left += unmatched_softmaxes(g.values, taken, {left.source for left in g.left},
-                                  weight_derived(func), g.reasons)
+                                  weight_derived(func), g.reasons, bare)
     return matches, list(dict.fromkeys(g.left))  # a softmax read by k products: said once
 
 

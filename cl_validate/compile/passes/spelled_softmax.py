@@ -60,6 +60,31 @@ def _written_out(values: dict[relax.Var, relax.Expr],
     return x, axis
 
 
+#: Why a softmax written without its maximum stays as it is (said where it is between two
+#: products: attention's)
+NO_MAXIMUM = ("a softmax written without subtracting its maximum (exp(s) / sum(exp(s))): it "
+              "overflows where the attention op would not, so the two are not the same program")
+
+
+def bare_softmaxes(func: relax.Function) -> set[relax.Var]:
+    """The quotients ``exp(x) / sum(exp(x), axis)`` (one axis, ``keepdims``; the exponentials
+    read by the two alone): softmaxes written without their maximum, left as written."""
+    values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
+    uses = use_sites(func)
+    found = set()
+    for var, value in values.items():
+        if op_name(value) != "relax.divide":
+            continue
+        e, total = value.args  # type: ignore[attr-defined]
+        summed = values.get(total) if isinstance(total, relax.Var) else None
+        exp = values.get(e) if isinstance(e, relax.Var) else None
+        if op_name(summed) == "relax.sum" and op_name(exp) == "relax.exp" and \
+                _axis(summed) is not None and len(uses.get(e, [])) == 2 and \
+                summed.args[0].same_as(e):  # type: ignore[union-attr]
+            found.add(var)
+    return found
+
+
 @mutator
 class _Rewrite(PyExprMutator):  # type: ignore[misc]
     def __init__(self, found: dict[relax.Var, tuple[relax.Expr, int]]) -> None:
@@ -89,4 +114,4 @@ def spelled_softmax(func: relax.Function) -> relax.Function:
 
 SpelledSoftmax = relax_function_pass("SpelledSoftmax")(spelled_softmax)
 
-__all__ = ["SpelledSoftmax", "spelled_softmax"]
+__all__ = ["NO_MAXIMUM", "SpelledSoftmax", "bare_softmaxes", "spelled_softmax"]
