@@ -5,7 +5,8 @@ raised exactly left as matmuls, saying why.
 Each spelling is a real case (torch.export, import, the ``nhwc`` pipeline for llvm, built and
 run): ``einsum`` with the heads ahead of or behind the tokens, ``baddbmm``/``bmm`` on batch
 and heads folded into one axis, a max-subtracted softmax written out, causal masks as
-``masked_fill`` with ``-inf`` (``~tril``, ``triu``), and K/V heads repeated by
+``masked_fill`` with ``-inf`` (``~tril``, ``triu``) or ``where`` with a ``-inf`` made by
+``full`` (GPT-2's), and K/V heads repeated by
 ``repeat_interleave`` (grouped-query attention as Llama's ``repeat_kv`` writes it).
 """
 
@@ -67,6 +68,9 @@ class _Block(nn.Module):
         if spelling == "bare_softmax":
             e = a.exp()
             return (e / e.sum(-1, keepdim=True)) @ v
+        if spelling == "where_full":  # GPT-2's: the fill a tensor made by `full`
+            causal = torch.ones(N, N, dtype=torch.bool).tril()
+            a = torch.where(causal, a, torch.full([], float("-inf"), dtype=a.dtype))
         if spelling == "finite_fill":
             a = a.masked_fill(torch.ones(N, N).tril() == 0, -1e9)
         return a.softmax(-1) @ v
@@ -94,7 +98,7 @@ def _compiled(spelling: str, tmp_path):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("spelling", ["plain", "einsum", "einsum_bshd", "baddbmm",
-                                      "stable_softmax", "not_tril", "triu",
+                                      "stable_softmax", "not_tril", "triu", "where_full",
                                       "repeat_interleave"])
 def test_every_spelling_of_attention_is_raised_at_the_floor(spelling, tmp_path):
     compiled, kernels = _compiled(spelling, tmp_path)

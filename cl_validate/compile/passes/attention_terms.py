@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 from tvm import relax
 
-from cl_validate.ir import is_tensor_constant, known_shape, tensor_type
+from cl_validate.ir import is_tensor_constant, known_shape, op_name, tensor_type
 
 
 def scalar(e: relax.Expr) -> float | None:
@@ -64,7 +64,11 @@ def where_mask(value: relax.Call, scores: tuple[int, ...] | None,
     else:
         return "the scores are selected by a where whose branches are not the scores and " \
                "a fill (another product, or the scores read twice)"
-    value_of_fill = scalar(value_of(fill) or fill)  # a constant the import bound to a var
+    bound = value_of(fill)  # a constant the import bound to a var, or made by `full`
+    filled = known_shape(bound) if op_name(bound) == "relax.full" else None
+    if filled is not None and all(d == 1 for d in filled):
+        bound = bound.args[1]  # type: ignore[union-attr]
+    value_of_fill = scalar(fill if bound is None else bound)
     if value_of_fill is None:
         return "the scores are masked by a where with a fill computed at run time"
     if value_of_fill != float("-inf"):

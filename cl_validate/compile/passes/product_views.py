@@ -7,10 +7,12 @@ probabilities reach the second product the same way): the unit axes are the eins
 bookkeeping. Read as views (``expand_dims`` and ``squeeze`` are reshapes of static shape),
 such a chain is one reshape of ``(B, H, L, E)``, or one transpose when the subscripts put the
 heads elsewhere (``"bqhd,bkhd->bhqk"``). Folded: chains that read a matmul's result or end
-in a matmul's operand, from their first view that only inserts or drops unit axes on (the
-einsum's part; a head split or merge the model wrote with ``view`` and ``transpose`` stays
-as written, as RaiseAttention reads it), whose intermediates nothing else reads, and only
-when the fold moves no more data than the chain. The cleanup folds every chain later anyway.
+in a matmul's operand and hold the einsum's bookkeeping (an ``expand_dims``, a ``squeeze``,
+a permute of size-1 axes: a Linear's own reshapes around a head split are not), from their
+first view that only inserts or drops unit axes on (a head split or merge the model wrote
+with ``view`` and ``transpose`` stays as written, as RaiseAttention reads it), whose
+intermediates nothing else reads, and only when the fold moves no more data than the chain.
+The cleanup folds every chain later anyway.
 """
 
 from __future__ import annotations
@@ -18,15 +20,15 @@ from __future__ import annotations
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from cl_validate.compile.passes._util import relax_function_pass
+from cl_validate.compile.passes._util import moves_only_unit_axes, relax_function_pass
 from cl_validate.compile.passes.movement_chains import MovementChains, folded_movement
-from cl_validate.ir import op_name, static_shape
+from cl_validate.ir import op_name, permute_axes, static_shape
 
 _UNIT_VIEWS = ("relax.expand_dims", "relax.squeeze")
 
 
 def _unit_view(value: relax.Expr | None) -> bool:
-    """An op that only inserts or drops size-1 axes: einsum's bookkeeping."""
+    """An op that only inserts or drops size-1 axes (a reshape among them)."""
     if op_name(value) in _UNIT_VIEWS:
         return True
     if op_name(value) != "relax.reshape":
@@ -34,6 +36,17 @@ def _unit_view(value: relax.Expr | None) -> bool:
     src, out = static_shape(value.args[0]), static_shape(value)  # type: ignore[union-attr]
     return src is not None and out is not None and src != out and \
         [d for d in src if d != 1] == [d for d in out if d != 1]
+
+
+def _bookkeeping(value: relax.Expr | None) -> bool:
+    """An ``expand_dims``, a ``squeeze``, or a permute that moves only size-1 axes: what an
+    einsum adds around its product, and no model's own head split or merge does."""
+    axes = permute_axes(value)
+    if axes is not None:
+        shape = static_shape(value.args[0])  # type: ignore[union-attr]
+        return shape is not None and None not in shape and \
+            moves_only_unit_axes(shape, axes)  # type: ignore[arg-type]
+    return op_name(value) in _UNIT_VIEWS
 
 
 class _Views(MovementChains):
@@ -63,9 +76,11 @@ class _Folder(PyExprMutator):  # type: ignore[misc]
         chain = self.chains.chain(var)
         if chain is None:
             return None
-        units = [v for v in (var, *chain.internal) if _unit_view(self.chains.values[v])]
-        if not units:
+        views = [self.chains.values[v] for v in (var, *chain.internal)]
+        if not any(_bookkeeping(v) for v in views):
             return None  # a head split or merge as the model wrote it: RaiseAttention reads it
+        units = [v for v in (var, *chain.internal)
+                 if _unit_view(self.chains.values[v]) or _bookkeeping(self.chains.values[v])]
         first = self.chains.values[units[-1]].args[0]  # type: ignore[attr-defined]
         chain = self.chains.chain(var, stop=lambda src: src.same_as(first))
         root_value = self.chains.values.get(chain.root) if chain is not None else None
