@@ -360,6 +360,39 @@ def _select(node: Any, importer: Any) -> Any:
     return bb.emit(relax.op.take(x, relax.const(index + dims[axis], "int64"), axis))
 
 
+def _full(node: Any, importer: Any) -> Any:
+    """``torch.full(size, v)`` with ``v`` infinite or NaN (a causal mask's ``-inf``, GPT-2's
+    masked value): TVM 0.27 legalizes ``R.full`` through ``topi.full``, which tests its dtype
+    as a string and fails on the Relax dtype ("argument of type 'PrimType' is not iterable";
+    docs/upstream/full-infinite.md). Here the same tensor, the constant broadcast to the
+    size. A finite value, or one computed at run time, is TVM's."""
+    args = importer.retrieve_args(node)
+    value = args[1] if len(args) > 1 else node.kwargs.get("fill_value")
+    if not isinstance(value, float) or math.isfinite(value):
+        return importer._full(node)
+    import torch
+
+    dtype = importer._convert_data_type(node.kwargs.get("dtype", torch.get_default_dtype()),
+                                        importer.env)
+    size = args[0] if isinstance(args[0], list | tuple) else (args[0],)
+    return importer.block_builder.emit(relax.op.broadcast_to(relax.const(value, dtype),
+                                                             relax.ShapeExpr(size)))
+
+
+def _full_like(node: Any, importer: Any) -> Any:
+    """``torch.full_like(x, v)`` with ``v`` infinite or NaN: as `_full`, the constant added to
+    zeros of ``x``'s shape (``0 + v`` is ``v`` for every such ``v``)."""
+    x, value = importer.env[node.args[0]], node.args[1]
+    if not isinstance(value, float) or math.isfinite(value):
+        return importer._full_like(node)
+    dtype = node.kwargs.get("dtype")
+    dtype = str(x.ty.dtype) if dtype is None else \
+        importer._convert_data_type(dtype, importer.env)
+    bb = importer.block_builder
+    return bb.emit(relax.op.add(bb.emit(relax.op.zeros_like(x, dtype)),
+                                relax.const(value, dtype)))
+
+
 def _clamp(node: Any, importer: Any) -> Any:
     """``x.clamp(min, max)`` on an integer tensor with one bound missing: TVM's converter puts
     ``-inf`` / ``inf`` in ``R.clip`` and the legalization then fails ("Cannot convert
@@ -466,6 +499,8 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
         "scaled_dot_product_attention.default": convert_sdpa,
         "grid_sampler_2d.default": _grid_sample,
         "clamp.default": _clamp,
+        "full.default": _full,
+        "full_like.default": _full_like,
         "cumsum.default": _cumulative(relax.op.cumsum),
         "var_mean.correction": _var_mean,
         "cumprod.default": _cumulative(relax.op.cumprod),
