@@ -50,9 +50,11 @@ class _Block(nn.Module):
         if spelling == "einsum":
             a = torch.einsum("bhid,bhjd->bhij", q, k) * s
             return torch.einsum("bhij,bhjd->bhid", a.softmax(-1), v)
-        if spelling == "baddbmm":  # batch and heads folded, as older diffusers processors do
+        if spelling.startswith("baddbmm"):  # batch and heads folded (older diffusers)
             q, k, v = (t.reshape(B * H, N, D) for t in (q, k, v))
             a = torch.baddbmm(torch.zeros(B * H, N, N), q, k.transpose(1, 2), beta=0, alpha=s)
+            if spelling == "baddbmm_causal":  # a mask the folded scores broadcast
+                a = a.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))
             return torch.bmm(a.softmax(-1), v).view(B, H, N, D)
         if spelling == "repeat_interleave":
             k, v = (t.repeat_interleave(H // self.kvh, dim=1) for t in (k, v))
@@ -98,6 +100,7 @@ def _compiled(spelling: str, tmp_path):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("spelling", ["plain", "einsum", "einsum_bshd", "baddbmm",
+                                      "baddbmm_causal",
                                       "stable_softmax", "not_tril", "triu", "where_full",
                                       "repeat_interleave"])
 def test_every_spelling_of_attention_is_raised_at_the_floor(spelling, tmp_path):

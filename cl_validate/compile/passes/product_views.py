@@ -60,6 +60,7 @@ class _Folder(PyExprMutator):  # type: ignore[misc]
     def __init__(self, chains: _Views, read_by_product: set[relax.Var]) -> None:
         super().__init__()
         self.chains, self.read_by_product = chains, read_by_product
+        self.folded = 0
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         folded = self._fold(binding.var) if op_name(binding.value) in _Views.MOVES and \
@@ -67,6 +68,7 @@ class _Folder(PyExprMutator):  # type: ignore[misc]
         if folded is None:
             super().visit_var_binding_(binding)
             return
+        self.folded += 1
         self.builder_.emit_normalized(relax.VarBinding(binding.var,
                                                        self.builder_.normalize(folded)))
 
@@ -102,8 +104,11 @@ def fold_product_views(func: relax.Function) -> relax.Function:
     read_by_product = {a for value in chains.values.values()
                        if op_name(value) == "relax.matmul"
                        for a in value.args if isinstance(a, relax.Var)}  # type: ignore[attr-defined]
-    new = _Folder(chains, read_by_product).visit_expr(func)
-    return func if new.same_as(func) else relax.analysis.remove_all_unused(new)
+    folder = _Folder(chains, read_by_product)
+    new = folder.visit_expr(func)
+    # nothing folded: the function as it was (dead bindings included: later passes see the
+    # import's own program)
+    return relax.analysis.remove_all_unused(new) if folder.folded else func
 
 
 FoldProductViews = relax_function_pass("FoldProductViews")(fold_product_views)

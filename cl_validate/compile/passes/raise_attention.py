@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from tvm import relax
+from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.passes._util import relax_function_pass
@@ -348,10 +348,29 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> Match | None:
                   (softmax,) if isinstance(softmax, relax.Var) else (), q_factor, split, folds)
 
 
+def _shape(e: relax.Expr) -> tuple[int, ...] | None:
+    """`e`'s static shape, also for a bias this pass built and has not bound yet (a mask's
+    ``where``, a sum of terms, a view of a mask)."""
+    shape = known_shape(e)
+    if shape is not None or not isinstance(e, relax.Call):
+        return shape
+    if op_name(e) in ("relax.reshape", "relax.broadcast_to"):
+        dims = getattr(e.args[1], "values", None)
+        return None if dims is None or not all(isinstance(d, tirx.IntImm) for d in dims) \
+            else tuple(int(d) for d in dims)
+    parts = [_shape(a) for a in e.args]
+    if any(p is None for p in parts):
+        return None
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*parts))  # type: ignore[arg-type]
+    except ValueError:
+        return None
+
+
 def _splits(bias: relax.Expr, batch: int) -> bool:
     """A bias of 3-D scores ``(N, L, S)`` that reads as ``(B, H, L, S)``: of rank 2, or 3
     with N or 1 first."""
-    shape = known_shape(bias)
+    shape = _shape(bias)
     return shape is not None and (len(shape) == 2 or (len(shape) == 3 and shape[0] in (1, batch)))
 
 
