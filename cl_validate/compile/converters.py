@@ -370,7 +370,7 @@ def _full(node: Any, importer: Any) -> Any:
     value = args[1] if len(args) > 1 else node.kwargs.get("fill_value")
     if not isinstance(value, float) or math.isfinite(value):
         return importer._full(node)
-    import torch
+    import torch  # lazy: converters load with TVM, torch only when a model is imported
 
     dtype = importer._convert_data_type(node.kwargs.get("dtype", torch.get_default_dtype()),
                                         importer.env)
