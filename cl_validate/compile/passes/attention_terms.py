@@ -47,6 +47,14 @@ def no_scale(c: relax.Expr, factor: float | None) -> str:
     return f"a scale of shape {text} on the scores (not one number or one per head)"
 
 
+def _fits(shape: tuple[int, ...], scores: tuple[int, ...]) -> bool:
+    """`shape` broadcasts into `scores` without growing them."""
+    try:
+        return tuple(np.broadcast_shapes(shape, scores)) == tuple(scores)
+    except ValueError:
+        return False
+
+
 def where_mask(value: relax.Call, scores: tuple[int, ...] | None,
                reads_scores: Callable[[relax.Expr], bool],
                value_of: Callable[[relax.Expr], relax.Expr | None]
@@ -64,10 +72,12 @@ def where_mask(value: relax.Call, scores: tuple[int, ...] | None,
     else:
         return "the scores are selected by a where whose branches are not the scores and " \
                "a fill (another product, or the scores read twice)"
-    bound = value_of(fill)  # a constant the import bound to a var, or made by `full`
-    filled = known_shape(bound) if op_name(bound) == "relax.full" else None
-    if filled is not None and all(d == 1 for d in filled):
-        bound = bound.args[1]  # type: ignore[union-attr]
+    bound = value_of(fill)  # a constant the import bound to a var, made by `full` or
+    # broadcast (`torch.full`'s -inf, GPT-2's masked value), that does not grow the scores
+    filled = known_shape(bound)
+    if op_name(bound) in ("relax.full", "relax.broadcast_to") and filled is not None and \
+            scores is not None and _fits(filled, scores):
+        bound = bound.args[1 if op_name(bound) == "relax.full" else 0]  # type: ignore[union-attr]
     value_of_fill = scalar(fill if bound is None else bound)
     if value_of_fill is None:
         return "the scores are masked by a where with a fill computed at run time"
