@@ -180,7 +180,7 @@ _Scores = tuple[relax.Expr, relax.Expr, float, "relax.Expr | None",
 def _scores(g: _Graph, s: relax.Expr, rank: int | None = None) -> _Scores | str:
     """``(A, B, scale, bias, q_factor)`` with ``s = matmul(A, B) · scale · q_factor + bias``
     (through views); A's own scalar factor (``(q * scale) @ kᵀ``) taken out into the scale,
-    a per-head factor of the scores (`_per_head`) kept to be folded into q. Else what stands
+    a per-head factor of the scores (`per_head`) kept to be folded into q. Else what stands
     in the way, as the note says it."""
     scale = 1.0
     q_factor: tuple[relax.Expr, bool] | None = None
