@@ -30,10 +30,7 @@ def per_head(c: relax.Expr, scores: tuple[int, ...] | None) -> bool:
     ty = tensor_type(c)
     if ty is None or not str(ty.dtype).startswith(("float", "bfloat")):
         return False
-    try:
-        return tuple(np.broadcast_shapes(cs, scores)) == tuple(scores)
-    except ValueError:
-        return False
+    return _fits(cs, scores)
 
 
 def no_scale(c: relax.Expr, factor: float | None) -> str:

@@ -430,7 +430,7 @@ def _find(func: relax.Function) -> tuple[dict[relax.Var, Match], list[Left]]:
             if found is not None:
                 matches[var] = found
     taken = {s for m in matches.values() for s in m.consumed}
-    bare = bare_softmaxes(func)
+    bare = bare_softmaxes(g.values, g.uses)
     g.reasons.update({v.name: NO_MAXIMUM for v in bare})
     g.left += unmatched_softmaxes(g.values, taken, {left.source for left in g.left},
                                   weight_derived(func), g.reasons, bare)

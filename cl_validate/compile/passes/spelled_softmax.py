@@ -30,22 +30,34 @@ def _axis(call: relax.Expr | None) -> int | None:
     return int(attrs.axis[0]) % rank
 
 
-def _written_out(values: dict[relax.Var, relax.Expr],
-                 uses: dict[relax.Var, list[relax.Var | None]],
-                 value: relax.Expr) -> tuple[relax.Expr, int] | None:
-    """``(x, axis)`` when `value` is ``exp(x - max(x, axis)) / sum(that exp, axis)``."""
+_Values = dict[relax.Var, relax.Expr]
+_Uses = dict[relax.Var, list[relax.Var | None]]
+
+
+def _quotient(values: _Values, uses: _Uses, value: relax.Expr
+              ) -> tuple[relax.Call, relax.Call] | None:
+    """``(exp, sum)`` when `value` is ``exp(·) / sum(exp(·), axis)`` over one axis with
+    ``keepdims``, the exponentials read by the two alone."""
     if op_name(value) != "relax.divide":
         return None
     e, total = value.args  # type: ignore[attr-defined]
-    if not isinstance(e, relax.Var) or not isinstance(total, relax.Var):
-        return None
-    summed, exp = values.get(total), values.get(e)
+    summed = values.get(total) if isinstance(total, relax.Var) else None
+    exp = values.get(e) if isinstance(e, relax.Var) else None
     if op_name(summed) != "relax.sum" or op_name(exp) != "relax.exp" or \
-            len(uses.get(e, [])) != 2 or len(uses.get(total, [])) != 1:
+            _axis(summed) is None or len(uses.get(e, [])) != 2 or \
+            not summed.args[0].same_as(e):  # type: ignore[union-attr]
         return None
-    if not summed.args[0].same_as(e):  # type: ignore[union-attr]
+    return exp, summed  # type: ignore[return-value]
+
+
+def _written_out(values: _Values, uses: _Uses,
+                 value: relax.Expr) -> tuple[relax.Expr, int] | None:
+    """``(x, axis)`` when `value` is ``exp(x - max(x, axis)) / sum(that exp, axis)``."""
+    found = _quotient(values, uses, value)
+    if found is None or len(uses.get(value.args[1], [])) != 1:  # type: ignore[attr-defined]
         return None
-    diff = exp.args[0]  # type: ignore[union-attr]
+    exp, summed = found
+    diff = exp.args[0]
     sub = values.get(diff) if isinstance(diff, relax.Var) else None
     if op_name(sub) != "relax.subtract" or len(uses.get(diff, [])) != 1:
         return None
@@ -66,23 +78,11 @@ NO_MAXIMUM = ("a softmax written without subtracting its maximum (exp(s) / sum(e
               "overflows where the attention op would not, so the two are not the same program")
 
 
-def bare_softmaxes(func: relax.Function) -> set[relax.Var]:
+def bare_softmaxes(values: _Values, uses: _Uses) -> set[relax.Var]:
     """The quotients ``exp(x) / sum(exp(x), axis)`` (one axis, ``keepdims``; the exponentials
-    read by the two alone): softmaxes written without their maximum, left as written."""
-    values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
-    uses = use_sites(func)
-    found = set()
-    for var, value in values.items():
-        if op_name(value) != "relax.divide":
-            continue
-        e, total = value.args  # type: ignore[attr-defined]
-        summed = values.get(total) if isinstance(total, relax.Var) else None
-        exp = values.get(e) if isinstance(e, relax.Var) else None
-        if op_name(summed) == "relax.sum" and op_name(exp) == "relax.exp" and \
-                _axis(summed) is not None and len(uses.get(e, [])) == 2 and \
-                summed.args[0].same_as(e):  # type: ignore[union-attr]
-            found.add(var)
-    return found
+    read by the two alone) among a function's bindings `values` (read as `uses` says):
+    softmaxes written without their maximum, left as written."""
+    return {var for var, value in values.items() if _quotient(values, uses, value) is not None}
 
 
 @mutator
