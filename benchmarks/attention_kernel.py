@@ -1,12 +1,17 @@
 """cl_validate's attention against the decomposed form it replaced and TVM's own lowering, on
 llvm (ViT-S/16's size: 197 tokens, 6 heads of 64) or on a GPU (``--target cuda``: 197, 1024
-and 4096 tokens, 6, 8 and 16 heads of 64), with PyTorch's SDPA on the same GPU.
+and 4096 tokens, 6, 8 and 16 heads of 64; 2048 tokens, 8 heads of 128), with PyTorch's SDPA on
+the same GPU.
 
 Per shape, the programs of one attention, BSHD in and out, timed with TVM's time evaluator
 (median of repeats) in one process, so their ratios are comparable on a noisy machine:
 
 - ``ours``: Relax's ``nn.attention`` lowered by cl_validate (`cl_validate.compile.attention`:
-  one kernel on a CPU; on a GPU the two products and the softmax, scheduled by dlight);
+  one kernel on a CPU; on a GPU one tiled kernel, K and V in shared memory, an online softmax);
+- ``parts``: (cuda only) the GPU's other lowering, the two products and the softmax between
+  them, scheduled by dlight (what ``ours`` was before the tiled kernel);
+- ``tiled RxKxT``: (cuda only) the tiled kernel cut other ways (R query rows and K keys per
+  tile, T threads per block), where it fits;
 - ``tvm``: the same op lowered by TVM 0.27's own legalization (transposes inside the kernel);
 - ``decomposed``: what a model's SDPA became before (torch.export's decomposition): a
   transpose of q, k and v to BHSD, matmul, scale, softmax, matmul, a transpose back;
@@ -30,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SHAPE = (1, 197, 6, 64)  # ViT-S/16 at 224: the class token and 14 x 14 patches
-GPU_SHAPES = (SHAPE, (1, 1024, 8, 64), (1, 4096, 16, 64))
+GPU_SHAPES = (SHAPE, (1, 1024, 8, 64), (1, 4096, 16, 64), (1, 2048, 8, 128))
 
 
 def _op_module(shape: tuple[int, ...], decomposed: bool) -> object:
@@ -78,13 +83,15 @@ def op_times(shape: tuple[int, ...], target_kind: str, repeat: int
     args = [tvm.runtime.tensor(x, dev) for x in host]
     out: dict[str, tuple[float, float]] = {}
     results: dict[str, np.ndarray] = {}
-    for name, decomposed, ours in (("decomposed", True, False), ("ours", False, True),
-                                   ("tvm", False, False)):
+    forms = [("decomposed", True, None), ("ours", False, True)]
+    if target_kind == "cuda":
+        forms.append(("parts", False, False))
+    for name, decomposed, tiled in (*forms, ("tvm", False, None)):
         mod = _op_module(shape, decomposed)
-        if ours:
+        if tiled is not None:
             with target:
                 mod = relax.transform.LegalizeOps(
-                    customize_legalize_map=attention_legalizations())(mod)
+                    customize_legalize_map=attention_legalizations(tiled))(mod)
         try:
             vm = relax.VirtualMachine(tvm.compile(mod, target=target), dev)
         except Exception as exc:  # TVM's own lowering does not build everywhere
@@ -94,7 +101,38 @@ def op_times(shape: tuple[int, ...], target_kind: str, repeat: int
         diff = float(np.abs(results[name] - results["decomposed"]).max())
         out[name] = (_time(vm, args, repeat, dev), diff)
     if target_kind == "cuda":
+        out.update(_tile_sizes(shape, target, dev, args, results["decomposed"], repeat))
         out["torch"] = _torch_sdpa(host, repeat, results["decomposed"])
+    return out
+
+
+#: Other cuts of the tiled kernel (query rows, keys, threads), timed beside the default one.
+TILE_SIZES = ((32, 32, 128), (64, 32, 64), (32, 32, 64), (32, 16, 128))
+
+
+def _tile_sizes(shape: tuple[int, ...], target: object, dev: object, args: list[object],
+                want: object, repeat: int) -> dict[str, tuple[float, float]]:
+    """The tiled kernel alone, cut each way of `TILE_SIZES` that fits."""
+    import numpy as np
+    import tvm
+
+    from cl_validate.compile.attention_tiles import Operands, tiled_attention, tiles_for
+
+    ops = Operands(shape, shape, shape, None, "float32", "float32", (False, False, False),
+                   None, None)
+    out = {}
+    for size in TILE_SIZES:
+        tiles = tiles_for(shape[3], shape[3], (size,))
+        if tiles is None or tiles == tiles_for(shape[3], shape[3]):
+            continue
+        func = tiled_attention(ops, tiles).with_attr("global_symbol", "main")
+        lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
+        result = tvm.runtime.tensor(np.zeros(shape, "float32"), dev)
+        lib["main"](*args, result)
+        diff = float(np.abs(result.numpy() - want).max())
+        timer = lib.time_evaluator("main", dev, number=3, repeat=repeat)
+        out["tiled " + "x".join(map(str, size))] = (
+            float(timer(*args, result).median) * 1e3, diff)
     return out
 
 
@@ -182,7 +220,7 @@ def main() -> None:
         print(f"one attention {shape} (BSHD), {args.target}, median of {args.repeat} x 3 runs:")
         for name, (ms, diff) in ops.items():
             torch = f"   {ms / ops['torch'][0]:.2f}x PyTorch" if "torch" in ops else ""
-            print(f"  {name:<11} {ms:8.3f} ms   {ms / base:.2f}x the decomposed form{torch}"
+            print(f"  {name:<15} {ms:8.3f} ms   {ms / base:.2f}x the decomposed form{torch}"
                   f"   max abs diff {diff:.1e}", flush=True)
     if args.target == "llvm":
         blocks = block_times(args.repeat)

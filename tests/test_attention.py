@@ -399,12 +399,18 @@ def test_the_attention_kernel_computes_attention(case):
         assert not res.numpy()[1, 2, 0].any()
 
 
-def test_on_a_cpu_one_kernel_on_a_gpu_two_products_and_a_softmax_that_dlight_schedules():
-    """llvm: one PrimFunc (tagged), no transpose kernel. cuda: the two products and the softmax
-    between them, each scheduled by dlight's own rules (Matmul, GeneralReduction, Matmul: K
-    and V read in tiles every query row of a block shares), reading BSHD in place, and it
-    builds; the same at a length whose rows no block's shared memory holds."""
-    for shape in ((1, 197, 6, 64), (1, 8192, 1, 16)):
+def test_on_a_cpu_one_kernel_on_a_gpu_one_tiled_kernel_or_parts_dlight_schedules():
+    """llvm: one PrimFunc (tagged), no transpose kernel. cuda: one kernel with K and V in
+    shared-memory tiles and an online softmax (written scheduled, named `Attention` in the
+    kernel list), at any length; where a head dimension leaves its output phase no even cut
+    among the threads (3 here), the two products and the softmax between them, each scheduled
+    by dlight's own rules (Matmul, GeneralReduction, Matmul). Both read BSHD in place and
+    build."""
+    for shape, want in (((1, 197, 6, 64), {"attention_tiled": "Attention"}),
+                        ((1, 8192, 1, 16), {"attention_tiled": "Attention"}),
+                        ((1, 197, 6, 3), {"attention_scores": "Matmul",
+                                          "attention_softmax": "GeneralReduction",
+                                          "attention_output": "Matmul"})):
         mod = _attention_module(shape, shape, shape)
         with tvm.target.Target({"kind": "llvm"}):
             legal = relax.transform.LegalizeOps(
@@ -421,50 +427,46 @@ def test_on_a_cpu_one_kernel_on_a_gpu_two_products_and_a_softmax_that_dlight_sch
         fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(legal))
         parts = {gv.name_hint: f for gv, f in fused.functions_items()
                  if isinstance(f, tvm.tirx.PrimFunc)}
-        assert sorted(parts) == ["attention_output", "attention_scores", "attention_softmax"]
+        assert sorted(parts) == sorted(want)
         scheduled = schedule_gpu(fused, target)
         rules = {name: str(scheduled[name].attrs[SCHEDULE_ATTR]) for name in parts}
-        assert rules == {"attention_scores": "Matmul", "attention_softmax": "GeneralReduction",
-                         "attention_output": "Matmul"}
-        if shape[1] < 1000:
-            tvm.compile(scheduled, target=target)
+        assert rules == want
+        tvm.compile(scheduled, target=target)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_half_precision_gpu_parts_sum_in_float32_and_dlight_schedules_them(dtype):
-    """Half Q, K, V on a GPU: the scores and the softmax are float32 between the kernels, the
-    output is rounded to the inputs' dtype in the last one; dlight's rules schedule all three
-    as for float32, and it builds (static: no GPU here)."""
-    mod = _attention_module((1, 197, 6, 64), (1, 197, 6, 64), (1, 197, 6, 64), dtype=dtype)
+@pytest.mark.parametrize("depth", [64, 3], ids=["tiled", "parts"])
+def test_half_precision_on_a_gpu_sums_in_float32_and_builds(dtype, depth):
+    """Half Q, K, V on a GPU: the tiled kernel reads them as they are and writes the inputs'
+    dtype; the three parts keep the scores and the softmax in float32 between the kernels and
+    round the output in the last one. Both build (static: no GPU here)."""
+    shape = (1, 197, 6, depth)
+    mod = _attention_module(shape, shape, shape, dtype=dtype)
     target = make_target(BUILTIN["cuda"])
     with target:
         legal = relax.transform.LegalizeOps(customize_legalize_map=attention_legalizations())(
             mod)
     fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(legal))
-    parts = {gv.name_hint: f for gv, f in fused.functions_items()
-             if isinstance(f, tvm.tirx.PrimFunc)}
     out_dtypes = {b.value.args[0].name_hint: str(b.var.ty.dtype)
                   for b in bindings(fused["main"]) if op_name(b.value) == "relax.call_tir"}
-    assert out_dtypes == {"attention_scores": "float32", "attention_softmax": "float32",
-                          "attention_output": dtype}
-    scheduled = schedule_gpu(fused, target)
-    rules = {name: str(scheduled[name].attrs[SCHEDULE_ATTR]) for name in parts}
-    assert rules == {"attention_scores": "Matmul", "attention_softmax": "GeneralReduction",
-                     "attention_output": "Matmul"}
-    tvm.compile(scheduled, target=target)
+    assert out_dtypes == ({"attention_tiled": dtype} if depth == 64 else {
+        "attention_scores": "float32", "attention_softmax": "float32",
+        "attention_output": dtype})
+    tvm.compile(schedule_gpu(fused, target), target=target)
 
 
 @pytest.mark.parametrize("heads", [(4, 4), (4, 1)], ids=["multi-head", "multi-query"])
 @pytest.mark.parametrize("causal", [None, "TopLeft", "BottomRight"])
 @pytest.mark.parametrize("bias_shape", [None, (1, 1, 5, 7), (2, 4, 5, 7), (2, 1, 1, 7)])
 def test_the_gpu_parts_compute_what_the_cpu_kernel_does(heads, causal, bias_shape):
-    """The GPU's three kernels, built unscheduled for llvm, against the float64 reference, for
-    one K/V head shared by every query head (multi-query) as well as one per head."""
+    """The GPU's three kernels (a head dimension of 3 for V: no tiles), built unscheduled for
+    llvm, against the float64 reference, for one K/V head shared by every query head
+    (multi-query) as well as one per head."""
     rng = np.random.default_rng(2)
     hq, hkv = heads
     q = rng.standard_normal((2, 5, hq, 8)).astype("float32")
     k = rng.standard_normal((2, 7, hkv, 8)).astype("float32")
-    v = rng.standard_normal((2, 7, hkv, 6)).astype("float32")
+    v = rng.standard_normal((2, 7, hkv, 3)).astype("float32")
     bias = None if bias_shape is None else rng.standard_normal(bias_shape).astype("float32")
     mod = _attention_module(q.shape, k.shape, v.shape, bias=bias_shape, scale=0.4,
                             causal=causal)

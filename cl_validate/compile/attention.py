@@ -45,12 +45,22 @@ from typing import Any
 import tvm
 from tvm import relax, te, tirx
 
-from cl_validate.ir import AXES_ATTR
+from cl_validate.compile.attention_tiles import (
+    TILES_ATTR,
+    Operands,
+    describe,
+    tiled_attention,
+    tiles_for,
+)
+from cl_validate.ir import AXES_ATTR, SCHEDULE_ATTR
 
 #: PrimFunc attribute marking an attention kernel: which part it is (`KERNEL` on a CPU; on a
-#: GPU `SCORES`, `SOFTMAX`, `OUTPUT`).
+#: GPU `TILED`, or where the tiles do not fit, `SCORES`, `SOFTMAX`, `OUTPUT`).
 ATTENTION_ATTR = "cl_validate.attention"
-KERNEL, SCORES, SOFTMAX, OUTPUT = "kernel", "scores", "softmax", "output"
+KERNEL, TILED, SCORES, SOFTMAX, OUTPUT = "kernel", "tiled", "scores", "softmax", "output"
+#: The schedule the tiled kernel is written with, as the kernel list names it.
+TILED_RULE = "Attention"
+_TILED_DTYPES = ("float32", "float16", "bfloat16")
 #: TVM's op pattern kind for an op FuseOps fuses with nothing (``relay.op.OpPattern.OPAQUE``).
 _OPAQUE = 8
 
@@ -172,7 +182,7 @@ def _in_place(bb: relax.BlockBuilder, arg: relax.Expr) -> tuple[relax.Expr, bool
     return value.args[1].fields[0], True
 
 
-def _legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+def _legalize(bb: relax.BlockBuilder, call: relax.Call, tiled: bool = True) -> relax.Expr:
     scale = call.attrs.scale
     args = list(call.args[:3])
     bias = call.args[3] if len(call.args) > 3 else None
@@ -203,6 +213,19 @@ def _legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     if not gpu:
         return emit(lambda q, k, v, *b: attention_te(q, k, v, b[0] if b else None, factor,
                                                       causal, first), KERNEL, *args, *extra)
+    q_shape, k_shape, v_shape = (tuple(int(d) for d in a.ty.shape) for a in args)
+    ops = Operands(q_shape, k_shape, v_shape,
+                   None if bias is None else tuple(int(d) for d in bias.ty.shape), dtype,
+                   dtype if bias is None else str(bias.ty.dtype), first, factor, causal)
+    tiles = tiles_for(ops.bshd(0)[3], ops.bshd(2)[3]) \
+        if tiled and dtype in _TILED_DTYPES else None
+    if tiles is not None:
+        gvar = bb.add_func(tiled_attention(ops, tiles).with_attrs(
+            {ATTENTION_ATTR: TILED, "op_pattern": _OPAQUE, "tirx.is_scheduled": True,
+             SCHEDULE_ATTR: TILED_RULE, TILES_ATTR: describe(ops, tiles)}), "attention_tiled")
+        b, length, h, _ = ops.bshd(0)
+        out = relax.TensorType((b, length, h, ops.bshd(2)[3]), dtype)
+        return relax.call_tir(gvar, relax.Tuple([*args, *extra]), out)
     scores = bb.emit(emit(lambda q, k, *b: _scores(q, k, b[0] if b else None, factor, causal,
                                                    first[:2]), SCORES, args[0], args[1],
                           *extra))
@@ -210,14 +233,16 @@ def _legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     return emit(lambda p, v: _weighted(p, v, dtype, first[2]), OUTPUT, prob, args[2])
 
 
-def attention_legalizations() -> dict[str, Any]:
+def attention_legalizations(tiled: bool = True) -> dict[str, Any]:
     """``customize_legalize_map`` entries for ``nn.attention`` (and its bias form); an op
-    they cannot take (symbolic shapes) goes to TVM's own lowering."""
+    they cannot take (symbolic shapes) goes to TVM's own lowering. On a GPU, ``tiled=False``
+    lowers to the two products and the softmax even where tiles fit (the benchmark compares
+    the two)."""
     def with_fallback(op: str) -> Any:
         default = tvm.ir.Op.get(op).get_attr("FLegalize")
 
         def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-            out = _legalize(bb, call)
+            out = _legalize(bb, call, tiled)
             return default(bb, call) if out is call else out
 
         return legalize

@@ -25,6 +25,7 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
+from cl_validate.compile.attention_tiles import cpu_form
 from cl_validate.compile.program import Compiled
 from cl_validate.ir import SCHEDULE_ATTR
 from cl_validate.session.device_host import host_for, hosted
@@ -68,7 +69,9 @@ def wrong_kernels(compiled: Compiled, device: str, *, deadline: float | None = N
         if buffers is None:
             continue  # symbolic shapes: no one size to try
         got = _run(func, compiled.target, device, buffers)
-        want = _run(plain[gv.name_hint], tvm.target.Target({"kind": "llvm"}), "cpu", buffers)
+        reference = plain[gv.name_hint]  # a kernel written with its threads: their CPU form
+        want = _run(cpu_form(reference) or reference, tvm.target.Target({"kind": "llvm"}),
+                    "cpu", buffers)
         error = max((_relative(g, w) for g, w in zip(got, want, strict=True)), default=0.0)
         if error > RELATIVE_LIMIT:
             wrong.append(WrongKernel(gv.name_hint, str(func.attrs[SCHEDULE_ATTR]), error))
