@@ -27,11 +27,16 @@ goes: the kernels index either layout.
 - On a CPU: one PrimFunc (`attention_te`), the weighted sum over keys outside the output
   channels (`_cpu_loop_order`): no schedule is applied there, and one pass over a row's keys
   per query row is the fastest loop nest (BENCHMARKS.md).
-- On a GPU: three PrimFuncs, the two products and the softmax between them (`attention_parts`),
-  each a kernel dlight's own rules schedule (Matmul, GeneralReduction, Matmul): K and V are
-  read in tiles that every query row of a block shares. One kernel per query row, as before,
-  re-read all of K and V for every row: 15x slower than the decomposed form at 1024 tokens on
-  an H200 (BENCHMARKS.md). The products read BSHD in place, so no transpose is added.
+- On a GPU: one kernel (`cl_validate.compile.attention_tiles`): K and V in shared-memory
+  tiles every query row of a block shares, the softmax computed online, so the scores never
+  reach global memory; on an H200 0.63-0.76x the decomposed form's time at 197-4096 tokens
+  and 1.0-1.4x PyTorch's SDPA (BENCHMARKS.md). Where its tiles do not fit the head
+  dimensions (above 112, or an odd dimension of V), three PrimFuncs:
+  the two products and the softmax between them, each a kernel dlight's own rules schedule
+  (Matmul, GeneralReduction, Matmul), which write the scores to memory and read them back
+  (at 4096 tokens 1.06x the decomposed form). One kernel per query row, before either, re-read
+  all of K and V for every row: 15x slower than the decomposed form at 1024 tokens. Both
+  read BSHD in place, so no transpose is added.
 
 Every attention PrimFunc carries `ATTENTION_ATTR` (which part it is), and none is fused with
 a neighbour (opaque to FuseOps): fused, it would be a new PrimFunc no rule recognizes.
@@ -48,9 +53,9 @@ from tvm import relax, te, tirx
 from cl_validate.compile.attention_tiles import (
     TILES_ATTR,
     Operands,
+    choose_tiles,
     describe,
     tiled_attention,
-    tiles_for,
 )
 from cl_validate.ir import AXES_ATTR, SCHEDULE_ATTR
 
@@ -217,8 +222,7 @@ def _legalize(bb: relax.BlockBuilder, call: relax.Call, tiled: bool = True) -> r
     ops = Operands(q_shape, k_shape, v_shape,
                    None if bias is None else tuple(int(d) for d in bias.ty.shape), dtype,
                    dtype if bias is None else str(bias.ty.dtype), first, factor, causal)
-    tiles = tiles_for(ops.bshd(0)[3], ops.bshd(2)[3]) \
-        if tiled and dtype in _TILED_DTYPES else None
+    tiles = choose_tiles(ops) if tiled and dtype in _TILED_DTYPES else None
     if tiles is not None:
         gvar = bb.add_func(tiled_attention(ops, tiles).with_attrs(
             {ATTENTION_ATTR: TILED, "op_pattern": _OPAQUE, "tirx.is_scheduled": True,

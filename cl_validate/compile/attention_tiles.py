@@ -80,27 +80,6 @@ def shared_bytes(rows: int, keys: int, depth: int, depth_v: int) -> int:
                 + rows * (keys + 1) + 3 * rows)
 
 
-def tiles_for(depth: int, depth_v: int, sizes: tuple[tuple[int, int, int], ...] = (
-        (64, 32, THREADS), (32, 32, THREADS), (32, 16, THREADS))) -> Tiles | None:
-    """The first of `sizes` (query rows, keys, threads) whose shared memory fits
-    `SHARED_BYTES` and whose phases divide among the threads, or None (the attention is then
-    lowered as two products and a softmax)."""
-    for rows, keys, threads in sizes:
-        if shared_bytes(rows, keys, depth, depth_v) > SHARED_BYTES or \
-                threads % (keys // 4) or rows % (threads // (keys // 4)):
-            continue
-        score_rows = rows * (keys // 4) // threads
-        for col_groups in (8, 4, 2):
-            if depth_v % col_groups or threads // col_groups > rows or \
-                    rows % (threads // col_groups):
-                continue
-            out_rows = rows * col_groups // threads
-            out_cols = depth_v // col_groups
-            if out_rows * out_cols <= _OUTPUT_REGISTERS:
-                return Tiles(rows, keys, score_rows, out_rows, out_cols, threads)
-    return None
-
-
 @dataclass(frozen=True)
 class Operands:
     """The shapes and storage of one attention: Q, K and V each BSHD or, read in place of a
@@ -120,6 +99,45 @@ class Operands:
     def bshd(self, which: int) -> tuple[int, int, int, int]:
         b, x, y, d = ((self.q, self.k, self.v)[which])
         return (b, y, x, d) if self.heads_first[which] else (b, x, y, d)
+
+
+#: Blocks of 64 query rows below which a grid leaves SMs idle and 32-row blocks are faster:
+#: about one block per SM of an H100 or H200 (132). On an H200 (BENCHMARKS.md), 197 tokens of
+#: 6 heads (24 blocks of 64 rows) took 0.035 ms in 64-row blocks and 0.025 ms in 32-row ones;
+#: 4096 tokens of 16 heads (1024 blocks) 2.89 ms and 3.78 ms.
+FULL_GRID = 128
+
+
+def tiles_for(depth: int, depth_v: int, sizes: tuple[tuple[int, int, int], ...] = (
+        (64, 32, THREADS), (32, 32, THREADS))) -> Tiles | None:
+    """The first of `sizes` (query rows, keys, threads) whose shared memory fits
+    `SHARED_BYTES` and whose phases divide among the threads, or None (the attention is then
+    lowered as two products and a softmax). Tiles of 16 keys are not among the default sizes:
+    with one score row per thread they were slower on an H200 than the two products and the
+    softmax (2048 tokens, 8 heads of 128: 1.21 ms against 1.14 ms)."""
+    for rows, keys, threads in sizes:
+        if shared_bytes(rows, keys, depth, depth_v) > SHARED_BYTES or \
+                threads % (keys // 4) or rows % (threads // (keys // 4)):
+            continue
+        score_rows = rows * (keys // 4) // threads
+        for col_groups in (8, 4, 2):
+            if depth_v % col_groups or threads // col_groups > rows or \
+                    rows % (threads // col_groups):
+                continue
+            out_rows = rows * col_groups // threads
+            out_cols = depth_v // col_groups
+            if out_rows * out_cols <= _OUTPUT_REGISTERS:
+                return Tiles(rows, keys, score_rows, out_rows, out_cols, threads)
+    return None
+
+
+def choose_tiles(ops: Operands) -> Tiles | None:
+    """The tiles for `ops`: 64 query rows per block where that still gives `FULL_GRID`
+    blocks, else 32 (more blocks for a short sequence)."""
+    batch, length, heads, depth = ops.bshd(0)
+    full = batch * heads * -(-length // 64) >= FULL_GRID
+    sizes = ((64, 32, THREADS), (32, 32, THREADS))
+    return tiles_for(depth, ops.bshd(2)[3], sizes if full else sizes[::-1])
 
 
 class _Rows:

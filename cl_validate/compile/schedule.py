@@ -31,8 +31,9 @@ NO_RULE = "none"
 
 def default_gpu_rules() -> list[Any]:
     """The rules, in the order TVM 0.27's cuda backend applies them
-    (``tvm.relax.backend.cuda.pipeline.legalize_passes``). The attention kernels are theirs
-    too (`cl_validate.compile.attention`: two products and a softmax)."""
+    (``tvm.relax.backend.cuda.pipeline.legalize_passes``). The attention's two products and
+    softmax are theirs too, where the tiled kernel (written scheduled,
+    `cl_validate.compile.attention_tiles`) does not fit."""
     return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
             dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
 
