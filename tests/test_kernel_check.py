@@ -11,6 +11,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from cl_validate.compile.attention import attention_legalizations
+from cl_validate.compile.attention_tiles import cpu_form
 from cl_validate.compile.program import Compiled, StageIR
 from cl_validate.ir import SCHEDULE_ATTR
 from cl_validate.measurements.bisection import Bisection, StageResult
@@ -70,3 +72,38 @@ def test_the_bisection_names_the_kernel_when_every_stage_held():
     assert "every stage's IR is within tolerance" in summary and "fused_pool" in summary
     assert "fused_pool" in Bisection("llvm", "", (ok,), kernels=(line,)).render()
     assert "fusion, scheduling or code generation" in Bisection("llvm", "", (ok,)).summary()
+
+
+def _attention(scale: float) -> tvm.IRModule:
+    """One attention, legalized for a GPU (the tiled kernel, written with its threads) and
+    fused."""
+    bb = relax.BlockBuilder()
+    q, k, v = (relax.Var(n, relax.TensorType((1, 9, 2, 8), "float32")) for n in "qkv")
+    with bb.function("main", [q, k, v]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.nn.attention(q, k, v, scale=scale)))
+        bb.emit_func_output(out)
+    with tvm.target.Target({"kind": "cuda", "arch": "sm_90"}):
+        mod = relax.transform.LegalizeOps(
+            customize_legalize_map=attention_legalizations())(bb.get())
+    return relax.transform.FuseOps()(mod)
+
+
+def test_a_kernel_written_with_its_threads_is_checked_against_its_cpu_form():
+    """The tiled attention kernel has no unscheduled self to run on the CPU: its CPU form
+    (the same computation, threads as serial loops) is the reference. Here the "GPU's"
+    program is that CPU form too, run on llvm: right, nothing is named; built for another
+    scale, the kernel is named."""
+    def compiled(scale: float) -> Compiled:
+        fused = _attention(0.5)
+        funcs = {}
+        for gv, f in relax.transform.FuseTIR()(_attention(scale)).functions_items():
+            serial = cpu_form(f) if isinstance(f, tvm.tirx.PrimFunc) else None
+            funcs[gv] = f if serial is None else serial.with_attrs(dict(f.attrs))
+        return Compiled("llvm", [StageIR("fuse", fused, 0.0),
+                                 StageIR("fuse_tir", tvm.IRModule(funcs), 0.0)],
+                        target=tvm.target.Target(LLVM))
+
+    assert wrong_kernels(compiled(0.5), "cpu") == []
+    (wrong,) = wrong_kernels(compiled(0.9), "cpu")
+    assert wrong.name == "attention_tiled" and wrong.rule == "Attention"
