@@ -23,6 +23,7 @@ from cl_validate.compile.attention_tiles import (
     tiled_attention,
     tiles_for,
 )
+from tests.test_attention import _attention_module
 
 
 def _sdpa(q, k, v, bias, scale, causal) -> np.ndarray:
@@ -52,18 +53,10 @@ def _run_cpu_form(func: tvm.tirx.PrimFunc, inputs: list[np.ndarray], out_shape, 
 
 
 def _legalized_for_a_gpu(q, k, v, bias, scale, causal, dtype) -> tvm.tirx.PrimFunc:
-    bb = relax.BlockBuilder()
-    params = [relax.Var(n, relax.TensorType(s, dtype)) for n, s in
-              (("q", q), ("k", k), ("v", v), *((("bias", bias),) if bias else ()))]
-    with bb.function("main", params):
-        with bb.dataflow():
-            out = bb.emit_output(bb.emit(relax.op.nn.attention(
-                *params[:3], bias=params[3] if bias else None, scale=scale,
-                causal_mask=causal)))
-        bb.emit_func_output(out)
+    mod = _attention_module(q, k, v, bias=bias, scale=scale, causal=causal, dtype=dtype)
     with tvm.target.Target({"kind": "cuda", "arch": "sm_90"}):
         legal = relax.transform.LegalizeOps(customize_legalize_map=attention_legalizations())(
-            bb.get())
+            mod)
     funcs = [f for _, f in legal.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     assert len(funcs) == 1 and funcs[0].attrs[ATTENTION_ATTR] == "tiled"
     return funcs[0]

@@ -19,6 +19,7 @@ from cl_validate.measurements.bisection import Bisection, StageResult
 from cl_validate.measurements.error_stats import compare
 from cl_validate.session.kernel_check import wrong_kernels
 from cl_validate.spec import Tolerance
+from tests.test_attention import _attention_module
 
 LLVM = {"kind": "llvm"}
 
@@ -77,15 +78,10 @@ def test_the_bisection_names_the_kernel_when_every_stage_held():
 def _attention(scale: float) -> tvm.IRModule:
     """One attention, legalized for a GPU (the tiled kernel, written with its threads) and
     fused."""
-    bb = relax.BlockBuilder()
-    q, k, v = (relax.Var(n, relax.TensorType((1, 9, 2, 8), "float32")) for n in "qkv")
-    with bb.function("main", [q, k, v]):
-        with bb.dataflow():
-            out = bb.emit_output(bb.emit(relax.op.nn.attention(q, k, v, scale=scale)))
-        bb.emit_func_output(out)
+    shape = (1, 9, 2, 8)
     with tvm.target.Target({"kind": "cuda", "arch": "sm_90"}):
-        mod = relax.transform.LegalizeOps(
-            customize_legalize_map=attention_legalizations())(bb.get())
+        mod = relax.transform.LegalizeOps(customize_legalize_map=attention_legalizations())(
+            _attention_module(shape, shape, shape, scale=scale))
     return relax.transform.FuseOps()(mod)
 
 

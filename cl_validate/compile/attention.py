@@ -53,6 +53,7 @@ from tvm import relax, te, tirx
 from cl_validate.compile.attention_tiles import (
     TILES_ATTR,
     Operands,
+    accumulation,
     choose_tiles,
     describe,
     tiled_attention,
@@ -96,11 +97,6 @@ def broadcastable(q: Any, k: Any, v: Any) -> bool:
     meaning in Relax: TVM's own lowering refuses them, and so do these kernels.)"""
     return all(int(t[axis]) in (1, int(q[axis])) for t in (k, v) for axis in (0, 2)) and \
         int(k[1]) == int(v[1])
-
-
-def accumulation(dtype: str) -> str:
-    """The dtype attention sums in for inputs of `dtype`: float32 for the half types."""
-    return "float32" if dtype in ("float16", "bfloat16") else dtype
 
 
 def _scores(q: te.Tensor, k: te.Tensor, bias: te.Tensor | None, scale: float | None,

@@ -152,11 +152,12 @@ class _Rows:
         return [row * self.stride + col]
 
     def __getitem__(self, index: tuple[Any, Any]) -> Any:
-        return self.buf[row_major(index, self.stride)]
+        return self.buf[self.at(*index)[0]]
 
 
-def row_major(index: tuple[Any, Any], stride: int) -> Any:
-    return index[0] * stride + index[1]
+def accumulation(dtype: str) -> str:
+    """The dtype attention sums in for inputs of `dtype`: float32 for the half types."""
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
 
 
 def _at(buf: Any, heads_first: bool, shape: tuple[int, int, int, int], b: Any, s: Any,
@@ -176,7 +177,7 @@ def tiled_attention(ops: Operands, tiles: Tiles, threads: bool = True) -> tirx.P
     computation with its threads and blocks as serial loops, for a CPU."""
     batch, length, heads, depth = ops.bshd(0)
     keys_len, depth_v = ops.bshd(1)[1], ops.bshd(2)[3]
-    acc = "float32" if ops.dtype in ("float16", "bfloat16", "float32") else ops.dtype
+    acc = accumulation(ops.dtype)
     factor = ops.scale if ops.scale is not None else 1.0 / math.sqrt(depth)
     offset = abs(length - keys_len) if ops.causal == "BottomRight" else 0
     rows, keys, threads_n = tiles.rows, tiles.keys, tiles.threads
@@ -203,6 +204,8 @@ def tiled_attention(ops: Operands, tiles: Tiles, threads: bool = True) -> tirx.P
                 h = (bx // blocks_q) % heads
                 b = bx // (blocks_q * heads)
                 alloc = T.alloc_shared if threads else T.alloc_buffer
+                # per-thread scratch: registers on a GPU, a plain buffer on a CPU
+                local = T.alloc_local if threads else T.alloc_buffer
                 q_s = _Rows(alloc((rows * (depth + 1),), acc), depth + 1)
                 k_s = _Rows(alloc((keys * (depth + 1),), acc), depth + 1)
                 v_s = _Rows(alloc((keys * depth_v,), acc), depth_v)
@@ -227,19 +230,24 @@ def tiled_attention(ops: Operands, tiles: Tiles, threads: bool = True) -> tirx.P
                             with T.If(e < n), T.Then():
                                 body(e)
 
-                def init(tx: Any, out_acc: Any) -> None:
-                    def load_q(e: Any) -> None:
-                        r, d = e // depth, e % depth
-                        T.buffer_store(q_s.buf, tirx.if_then_else(
-                            q0 + r < length,
-                            _at(q, ops.heads_first[0], ops.bshd(0), b, q0 + r, h, d).astype(acc),
-                            zero), q_s.at(r, d))
+                def load(dst: _Rows, src: Any, which: int, start: Any, limit: int,
+                         width: int) -> Callable[[Any], None]:
+                    """Element e of a tile: row `start` + e // width of Q, K or V (`which`),
+                    zeros past `limit`."""
+                    def body(e: Any) -> None:
+                        row, col = e // width, e % width
+                        T.buffer_store(dst.buf, tirx.if_then_else(
+                            start + row < limit,
+                            _at(src, ops.heads_first[which], ops.bshd(which), b, start + row, h,
+                                col).astype(acc), zero), dst.at(row, col))
+                    return body
 
+                def init(tx: Any, out_acc: Any) -> None:
                     def state(r: Any) -> None:
                         T.buffer_store(m_s, minus_inf, [r])
                         T.buffer_store(l_s, zero, [r])
 
-                    each(rows * depth, load_q, tx)
+                    each(rows * depth, load(q_s, q, 0, q0, length, depth), tx)
                     each(rows, state, tx)
                     with T.serial(n_out) as n:
                         T.buffer_store(out_acc, zero, acc_index(tx, n))
@@ -248,27 +256,12 @@ def tiled_attention(ops: Operands, tiles: Tiles, threads: bool = True) -> tirx.P
                     return [n] if threads else [tx, n]
 
                 def load_kv(tx: Any, k0: Any) -> None:
-                    def load_k(e: Any) -> None:
-                        j, d = e // depth, e % depth
-                        T.buffer_store(k_s.buf, tirx.if_then_else(
-                            k0 + j < keys_len,
-                            _at(k, ops.heads_first[1], ops.bshd(1), b, k0 + j, h, d).astype(acc),
-                            zero), k_s.at(j, d))
-
-                    def load_v(e: Any) -> None:
-                        j, c = e // depth_v, e % depth_v
-                        T.buffer_store(v_s.buf, tirx.if_then_else(
-                            k0 + j < keys_len,
-                            _at(v, ops.heads_first[2], ops.bshd(2), b, k0 + j, h, c).astype(acc),
-                            zero), v_s.at(j, c))
-
-                    each(keys * depth, load_k, tx)
-                    each(keys * depth_v, load_v, tx)
+                    each(keys * depth, load(k_s, k, 1, k0, keys_len, depth), tx)
+                    each(keys * depth_v, load(v_s, v, 2, k0, keys_len, depth_v), tx)
 
                 def scores(tx: Any, k0: Any) -> None:
                     tr, tk = tx // tiles.key_groups, tx % tiles.key_groups
-                    part = T.alloc_local((tiles.score_rows * 4,), acc) if threads else \
-                        T.alloc_buffer((tiles.score_rows * 4,), acc)
+                    part = local((tiles.score_rows * 4,), acc)
                     with T.unroll(tiles.score_rows * 4) as n:
                         T.buffer_store(part, zero, [n])
                     with T.serial(depth) as d:
@@ -296,7 +289,7 @@ def tiled_attention(ops: Operands, tiles: Tiles, threads: bool = True) -> tirx.P
                     # reads the scores only: each is exponentiated where it is used (the
                     # output phase), so no phase writes what it reads at another index
                     def row(r: Any) -> None:
-                        top = T.alloc_local((2,), acc) if threads else T.alloc_buffer((2,), acc)
+                        top = local((2,), acc)
                         T.buffer_store(top, m_s[r], [0])
                         with T.serial(keys) as j:
                             T.buffer_store(top, tirx.max(top[0], s_s[r, j]), [0])
@@ -312,17 +305,20 @@ def tiled_attention(ops: Operands, tiles: Tiles, threads: bool = True) -> tirx.P
 
                     each(rows, row, tx)
 
-                def output(tx: Any, out_acc: Any) -> None:
+                def placed(tx: Any) -> tuple[Any, Any, int, int]:
+                    """A thread's row and column group in the output phase, and the groups'
+                    strides (row groups, column groups)."""
                     groups = tiles.col_groups
-                    tr, tc = tx // groups, tx % groups
-                    row_groups = threads_n // groups
+                    return tx // groups, tx % groups, threads_n // groups, groups
+
+                def output(tx: Any, out_acc: Any) -> None:
+                    tr, tc, row_groups, groups = placed(tx)
                     with T.unroll(tiles.out_rows) as u:
                         with T.unroll(tiles.out_cols) as w:
                             n = u * tiles.out_cols + w
                             T.buffer_store(out_acc, out_acc[tuple(acc_index(tx, n))]
                                            * a_s[tr + u * row_groups], acc_index(tx, n))
-                    prob = T.alloc_local((tiles.out_rows,), acc) if threads else \
-                        T.alloc_buffer((tiles.out_rows,), acc)
+                    prob = local((tiles.out_rows,), acc)
                     with T.serial(keys) as j:
                         with T.unroll(tiles.out_rows) as u:
                             r = tr + u * row_groups
@@ -336,9 +332,7 @@ def tiled_attention(ops: Operands, tiles: Tiles, threads: bool = True) -> tirx.P
                                                acc_index(tx, n))
 
                 def store(tx: Any, out_acc: Any) -> None:
-                    groups = tiles.col_groups
-                    tr, tc = tx // groups, tx % groups
-                    row_groups = threads_n // groups
+                    tr, tc, row_groups, groups = placed(tx)
                     with T.unroll(tiles.out_rows) as u:
                         r = tr + u * row_groups
                         with T.If(q0 + r < length), T.Then():
