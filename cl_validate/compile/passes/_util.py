@@ -190,3 +190,21 @@ def rebind(func: relax.Function, plans: dict[relax.Var, Any],
     if not plans:
         return func
     return relax.analysis.remove_all_unused(_Rebinder(plans, rebuild).visit_expr(func))
+
+
+def alias_var(builder: relax.BlockBuilder, mut: PyExprMutator, var: relax.Var,
+              value: relax.Expr) -> None:
+    """Make ``var`` stand for ``value``: a remap for dataflow vars, a binding for outputs."""
+    if isinstance(var, relax.DataflowVar):
+        if not isinstance(value, relax.Var):
+            value = builder.emit(value, name_hint=var.name)
+        mut.set_var_remap(var, value)
+    else:
+        builder.emit_normalized(relax.VarBinding(var, builder.normalize(value)))
+
+
+def canonicalize(func: relax.Function) -> relax.Function:
+    """Resolve ``t = (a, b); c = t[0]`` to ``a`` and drop dead bindings first: a use through a
+    tuple nobody reads (as torch's max_pool2d leaves behind) would count as a real use."""
+    mod = relax.transform.CanonicalizeBindings()(tvm.IRModule({"f": func}))
+    return relax.analysis.remove_all_unused(mod["f"])

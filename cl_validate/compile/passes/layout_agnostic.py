@@ -27,7 +27,9 @@ How it decides (per function, then again until nothing improves):
   nothing, and only if that lowers the region's cost (``_util.Cost``). A seed still read
   elsewhere stays and is counted; a candidate read outside the region is materialized with a
   permute, and counted. So the pass never adds a transpose, and the graph's boundary permutes
-  stay where they are.
+  stay where they are. A seed a pointwise convolution writes through (StridedProducts,
+  later; `product_writes`) costs nothing where it is: moved away it would be a transpose
+  (YOLOv5's detect head).
 
 Only the placement of data changes, never an arithmetic operation, so results are exact.
 """
@@ -36,7 +38,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -49,6 +50,8 @@ from cl_validate.compile.passes._util import (
     Shape,
     UnionFind,
     add_costs,
+    alias_var,
+    canonicalize,
     compose,
     cost_text,
     inverse,
@@ -59,11 +62,8 @@ from cl_validate.compile.passes._util import (
 )
 from cl_validate.compile.passes.cancel_permutes import fold_permutes
 from cl_validate.compile.passes.flatten_linear import matmul_readers
-from cl_validate.compile.passes.movement_chains import (
-    RESHAPE_OP,
-    MovementChains,
-    folded_movement,
-)
+from cl_validate.compile.passes.movement_chains import RESHAPE_OP, MovementChains, folded_movement
+from cl_validate.compile.passes.product_writes import written_seeds
 from cl_validate.compile.passes.split_permutes import hoist, is_shared
 from cl_validate.ir import (
     is_identity,
@@ -143,6 +143,10 @@ class _Analysis:
                         self._visit(b.var, b.value)
                         self.visible.add(b.var)
         self.visible = self.block_vars = None
+        # The seeds a pointwise convolution writes through (StridedProducts, a later stage):
+        # free where they stand, so a region gains nothing by moving one of them away.
+        self.written = written_seeds(func, {s: src for s, (src, _) in self.seeds.items()},
+                                     self.chains.values, self.chains.uses)
         self._select(self.chains.uses)
 
     def _in_block(self, var: relax.Var) -> bool:
@@ -326,7 +330,7 @@ class _Analysis:
         for v in region:
             if v in self.seeds:
                 src, p = self.seeds[v]
-                cost = permute_cost(static_shape(src), p)
+                cost = FREE if v in self.written else permute_cost(static_shape(src), p)
                 before.append(cost)
                 if any(u not in inside for u in uses.get(v, [])):
                     after.append(cost)  # still read in the old layout: it stays
@@ -349,17 +353,6 @@ class _Analysis:
                     shape = _unpermuted_shape(static_shape(v), plan.out_perm)
                     after.append(permute_cost(shape, plan.out_perm))  # materialized
         return add_costs(after) < add_costs(before)
-
-
-def _alias(builder: relax.BlockBuilder, mut: PyExprMutator, var: relax.Var,
-           value: relax.Expr) -> None:
-    """Make ``var`` stand for ``value``: a remap for dataflow vars, a binding for outputs."""
-    if isinstance(var, relax.DataflowVar):
-        if not isinstance(value, relax.Var):
-            value = builder.emit(value, name_hint=var.name)
-        mut.set_var_remap(var, value)
-    else:
-        builder.emit_normalized(relax.VarBinding(var, builder.normalize(value)))
 
 
 @mutator
@@ -409,7 +402,7 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
         var = binding.var
         self.seen.add(var)
         if var in self.early:  # emitted already, for a reader that came first
-            _alias(self.builder_, self, var, self.early[var])
+            alias_var(self.builder_, self, var, self.early[var])
         elif var in self.a.plans:
             plan = self.a.plans[var]
             call = plan.rebuild([self._operand(op) for op in plan.operands])
@@ -417,24 +410,17 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
             self.new[var] = w
             perm = plan.out_perm
             if not plan.is_tuple:  # unused materializations are dropped afterwards
-                _alias(self.builder_, self, var, w if is_identity(perm) else mark_origin(
+                alias_var(self.builder_, self, var, w if is_identity(perm) else mark_origin(
                     relax.op.permute_dims(w, list(perm)), self.a.origin_of.get(var)))
         elif var in self.a.absorbed:
             src, q = self.a.absorbed[var]
             perm = compose(self.a.plans[src].out_perm, q)
             w = self.new[src]
             origin = origin_tag(binding.value)  # what is left of a permute keeps its origin
-            _alias(self.builder_, self, var, w if is_identity(perm) else mark_origin(
+            alias_var(self.builder_, self, var, w if is_identity(perm) else mark_origin(
                 relax.op.permute_dims(w, list(perm)), origin))
         else:
             super().visit_var_binding_(binding)
-
-
-def _canonicalize(func: relax.Function) -> relax.Function:
-    """Resolve ``t = (a, b); c = t[0]`` to ``a`` and drop dead bindings first: a use through a
-    tuple nobody reads (as torch's max_pool2d leaves behind) would count as a real use."""
-    mod = relax.transform.CanonicalizeBindings()(tvm.IRModule({"f": func}))
-    return relax.analysis.remove_all_unused(mod["f"])
 
 
 def sink_permutes_once(func: relax.Function, copies: bool = False) -> relax.Function:
@@ -453,7 +439,7 @@ def sink_permutes(func: relax.Function) -> relax.Function:
     not lower the function's run-time transform cost is discarded, and a function where no
     round helps is returned untouched. At most `MAX_ROUNDS` rounds: when one more would still
     lower the cost, the pass says so (`note`) and returns what the rounds reached."""
-    start = current = fold_permutes(_canonicalize(func))
+    start = current = fold_permutes(canonicalize(func))
     for _ in range(MAX_ROUNDS):
         new = _improved(current) or _improved(current, copies=True) or _hoisted(current)
         if new is None:

@@ -275,10 +275,10 @@ def _moves(steps: Sequence[_Step]) -> bool:
     return any(s.kind == "permute" and not is_identity(s.axes) for s in steps)
 
 
-def find(func: relax.Function, accept: Callable[[_Product], bool] = lambda _p: True
-         ) -> list[_Product]:
+def find(func: relax.Function, accept: Callable[[_Product], bool] = lambda _p: True,
+         only: set[relax.Var] | None = None) -> list[_Product]:
     """The matmuls worth reading and writing through their chains (each variant also as
-    `accept` says: on a GPU, `gpu_schedules`).
+    `accept` says: on a GPU, `gpu_schedules`; of the matmuls bound to `only`'s vars if given).
 
     A chain is absorbed from its first permute (reading) or up to its last (writing): the
     views outside those stay reshapes, which cost nothing, and the product's loops stay
@@ -364,7 +364,7 @@ def find(func: relax.Function, accept: Callable[[_Product], bool] = lambda _p: T
     found = []
     for var, call in producers.items():
         operands = _as_matmul(call, derived)
-        if operands is None:
+        if operands is None or (only is not None and var not in only):
             continue
         (a, b), b_steps = operands
         shapes = [known_shape(a), known_shape(b) if not b_steps else b_steps[-1].dst]
