@@ -26,7 +26,7 @@ from cl_validate.checks.verdict import Status
 from cl_validate.compile.attribution import annotate_transforms, has_layout_rule
 from cl_validate.compile.context import Stage
 from cl_validate.compile.passes import SinkPermutes
-from cl_validate.compile.passes._util import PassNoteWarning, collect_notes
+from cl_validate.compile.passes._util import PassNoteWarning, canonicalize, collect_notes
 from cl_validate.compile.program import Compiled, _run_stages
 from cl_validate.ir import bindings, op_name
 from cl_validate.measurements.attribution import Attribution, Reason
@@ -66,7 +66,7 @@ def _transposes(mod: tvm.IRModule) -> int:
 def test_the_graph_needs_two_rounds():
     """The premise: each round of SinkPermutes removes one transpose here (4 -> 3 -> 2), so a
     cap of one round stops with a transpose left that the pass would remove."""
-    start = sink.fold_permutes(sink._canonicalize(TwoRounds["main"]))
+    start = sink.fold_permutes(canonicalize(TwoRounds["main"]))
     one = sink.sink_permutes_once(start)
     two = sink.sink_permutes_once(one)
     assert [sink.runtime_cost(f)[0] for f in (start, one, two)] == [4, 3, 2]
