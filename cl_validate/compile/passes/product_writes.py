@@ -23,12 +23,10 @@ from typing import Any
 
 from tvm import relax
 
-from cl_validate.compile.passes.strided_products import find
+from cl_validate.compile.passes.strided_products import READS, find
 from cl_validate.ir import op_name
 
 _PRODUCTS = ("relax.nn.conv2d",)
-_VIEWS = ("relax.reshape", "relax.permute_dims", "relax.broadcast_to", "relax.expand_dims",
-          "relax.squeeze")
 #: ops between a product and the transpose after it: a bias or a scale and a view
 _HOPS = 3
 
@@ -40,7 +38,7 @@ def written_seeds(func: relax.Function, sources: Mapping[relax.Var, relax.Expr],
 
     def dequantized(expr: Any) -> bool:
         value: Any = values.get(expr)
-        while op_name(value) in _VIEWS:
+        while op_name(value) in READS:  # views, permutes, broadcasts
             value = values.get(value.args[0])
         return op_name(value) == "relax.dequantize"
 

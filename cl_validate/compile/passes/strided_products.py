@@ -58,7 +58,7 @@ PRODUCT_ATTR = "cl_validate.strided_product"
 _OUT_ELEMWISE_FUSABLE = 4
 
 _VIEWS = ("relax.reshape", "relax.expand_dims", "relax.squeeze")
-_READS = (*_VIEWS, "relax.permute_dims", "relax.broadcast_to")
+READS = (*_VIEWS, "relax.permute_dims", "relax.broadcast_to")
 _WRITES = (*_VIEWS, "relax.permute_dims")
 
 
@@ -296,7 +296,7 @@ def find(func: relax.Function, accept: Callable[[_Product], bool] = lambda _p: T
         """(source, steps from it to `operand`, the vars those steps bind)."""
         links: list[tuple[relax.Var, _Step]] = []  # operand first
         cur = operand
-        while isinstance(cur, relax.Var) and op_name(producers.get(cur)) in _READS and \
+        while isinstance(cur, relax.Var) and op_name(producers.get(cur)) in READS and \
                 only_reader(cur):
             step = _step(producers[cur])
             if step is None:
