@@ -20,7 +20,7 @@ from tvm.relax import op as R
 from tvm.script import ir as I
 from tvm.script import relax as RS
 
-import cl_validate.compile.passes.layout_agnostic as sink
+import cl_validate.compile.passes.sink_rounds as sink
 from cl_validate.checks.judge import judge
 from cl_validate.checks.verdict import Status
 from cl_validate.compile.attribution import annotate_transforms, has_layout_rule

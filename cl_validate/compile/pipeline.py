@@ -190,7 +190,7 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
     ConvertLayout carried into a layout TVM cannot lower rewritten as convolutions there; a
     quantized network's convolutions and matmuls computed in integers (unless the case says
     ``integer_compute = false``)."""
-    cleanup = Stage("cleanup", tvm.transform.Sequential(list(cleanup_passes())))
+    cleanup = Stage("cleanup", tvm.transform.Sequential(list(cleanup_passes(ctx.target))))
     convert = _convert_layout(ctx)
     return standard_stages(ctx, layout=[
         # the import's spelling, made readable for ConvertLayout: axes, batch-folded norms,

@@ -85,7 +85,7 @@ from cl_validate.compile.passes.grouped_maps import UnmergeGroupedMaps
 from cl_validate.compile.passes.hoist_permutes import HoistPermutes, InterleaveConcats
 from cl_validate.compile.passes.instance_norm import PerSampleInstanceNorm
 from cl_validate.compile.passes.integer_compute import IntegerCompute
-from cl_validate.compile.passes.layout_agnostic import LAYOUT_AGNOSTIC_OPS, SinkPermutes
+from cl_validate.compile.passes.layout_agnostic import LAYOUT_AGNOSTIC_OPS
 from cl_validate.compile.passes.layout_rules import RULELESS_UNARY_OPS, extra_layout_rules
 from cl_validate.compile.passes.movement_chains import FoldMovementChains
 from cl_validate.compile.passes.normalize_axes import NormalizeAxes
@@ -94,14 +94,16 @@ from cl_validate.compile.passes.product_views import FoldProductViews
 from cl_validate.compile.passes.quantize_pairs import SinkQuantizePairs
 from cl_validate.compile.passes.raise_attention import RaiseAttention
 from cl_validate.compile.passes.shared_chains import ShareChainLayouts
+from cl_validate.compile.passes.sink_rounds import SinkPermutes
 from cl_validate.compile.passes.slice_views import ReadSlicesAtSource
 from cl_validate.compile.passes.spelled_softmax import SpelledSoftmax
 from cl_validate.compile.passes.strided_products import StridedProducts
 from cl_validate.compile.passes.weight_columns import FoldPermuteIntoColumns
 
 
-def cleanup_passes() -> list[tvm.transform.Pass]:
-    """The passes to run after ConvertLayout, in order.
+def cleanup_passes(target: tvm.target.Target | None = None) -> list[tvm.transform.Pass]:
+    """The passes to run after ConvertLayout, in order (for `target`: SinkPermutes counts the
+    transposes StridedProducts takes there as free; without one, every transpose counts).
 
     Quantize-dequantize pairs first, out of the movement chains; broadcasts next, so the
     permutes ConvertLayout put on them move onto the small tensor; cancel next so
@@ -122,7 +124,7 @@ def cleanup_passes() -> list[tvm.transform.Pass]:
         SinkQuantizePairs(),
         ElideBroadcasts(),
         CancelPermutes(),
-        SinkPermutes(),
+        SinkPermutes(target),
         NarrowMovements(),
         DropRoundTrips(),
         HoistPermutes(),

@@ -28,8 +28,12 @@ How it decides (per function, then again until nothing improves):
   elsewhere stays and is counted; a candidate read outside the region is materialized with a
   permute, and counted. So the pass never adds a transpose, and the graph's boundary permutes
   stay where they are. A seed a pointwise convolution writes through (StridedProducts,
-  later; `product_writes`) costs nothing where it is: moved away it would be a transpose
-  (YOLOv5's detect head).
+  later; `product_chains`) costs nothing where it is: moved away it would be a transpose
+  (YOLOv5's detect head). A value materialized for a matmul that reads it through the
+  permute costs nothing either: the permute is the matmul's read (EfficientViT's q, k, v).
+  A round is kept only if it lowers the cost left after StridedProducts, for the target
+  (`cost_after_products`); a round that relied on the matmuls' reads and does not is
+  tried again without them.
 
 Only the placement of data changes, never an arithmetic operation, so results are exact.
 """
@@ -51,20 +55,20 @@ from cl_validate.compile.passes._util import (
     UnionFind,
     add_costs,
     alias_var,
-    canonicalize,
     compose,
-    cost_text,
     inverse,
-    note,
     permute_cost,
-    relax_function_pass,
-    runtime_cost,
 )
 from cl_validate.compile.passes.cancel_permutes import fold_permutes
 from cl_validate.compile.passes.flatten_linear import matmul_readers
 from cl_validate.compile.passes.movement_chains import RESHAPE_OP, MovementChains, folded_movement
-from cl_validate.compile.passes.product_writes import written_seeds
-from cl_validate.compile.passes.split_permutes import hoist, is_shared
+from cl_validate.compile.passes.product_chains import (
+    Accept,
+    accept_for,
+    read_by_product,
+    written_seeds,
+)
+from cl_validate.compile.passes.split_permutes import is_shared
 from cl_validate.ir import (
     is_identity,
     is_weight_derived,
@@ -79,12 +83,6 @@ from cl_validate.ir import (
     weight_derived,
 )
 
-#: Rounds `sink_permutes` runs at most. Each kept round lowers the run-time transform cost,
-#: a pair of counts, so the rounds end on their own; the cap bounds the compile time of a
-#: graph that would need many (a second round is rare: every graph in tests/passes needs one).
-#: Stopping at it is reported (`note`): the program is right, but may keep transforms another
-#: round would remove.
-MAX_ROUNDS = 8
 Uses = dict[relax.Var, list[relax.Var | None]]
 
 #: 4-D layouts a regrouping chain may come out in (the permute to each from the other)
@@ -107,7 +105,12 @@ class _Analysis:
     """Finds seeds, candidates and absorbed permutes, groups them, and keeps the regions that
     get cheaper. ``plans``/``absorbed``/``seeds`` end up holding only the converted ones."""
 
-    def __init__(self, func: relax.Function, copies: bool = False) -> None:
+    def __init__(self, func: relax.Function, copies: bool = False,
+                 reads: Accept | None = None, accept: Accept | None = None) -> None:
+        # With `reads` (the products StridedProducts takes on the target): a value
+        # materialized for a matmul that reads it through the permute costs nothing.
+        self.reads = reads
+        self.reads_free = self.relied_on_reads = False  # a region (a kept one) counted one
         self.weights = weight_derived(func)
         self.chains = MovementChains(func)
         self.seeds: dict[relax.Var, tuple[relax.Expr, Perm]] = {}
@@ -146,7 +149,8 @@ class _Analysis:
         # The seeds a pointwise convolution writes through (StridedProducts, a later stage):
         # free where they stand, so a region gains nothing by moving one of them away.
         self.written = written_seeds(func, {s: src for s, (src, _) in self.seeds.items()},
-                                     self.chains.values, self.chains.uses)
+                                     self.chains.values, self.chains.uses,
+                                     accept or accept_for(None))
         self._select(self.chains.uses)
 
     def _in_block(self, var: relax.Var) -> bool:
@@ -311,8 +315,10 @@ class _Analysis:
             members.setdefault(self.groups.find(v), []).append(v)
         keep: set[relax.Var] = set()
         for region in members.values():
+            self.reads_free = False
             if self._worth_it(region, uses):
                 keep.update(region)
+                self.relied_on_reads |= self.reads_free
         self.seeds = {v: s for v, s in self.seeds.items() if v in keep}
         self.plans = {v: p for v, p in self.plans.items() if v in keep}
         self.absorbed = {v: a for v, a in self.absorbed.items() if v in keep}
@@ -338,7 +344,8 @@ class _Analysis:
                 src, q = self.absorbed[v]
                 before.append(permute_cost(static_shape(src), q))
                 p = self.plans[src].out_perm
-                if any(u not in inside and u not in absorbed for u in uses.get(v, [])):
+                if any(u not in inside and u not in absorbed for u in uses.get(v, [])) and \
+                        not self._read_by_product(v):
                     # read as it is somewhere: materialized (candidates read ``w`` instead)
                     after.append(permute_cost(_unpermuted_shape(static_shape(src), p),
                                               compose(p, q)))
@@ -351,8 +358,17 @@ class _Analysis:
                     if plan.is_tuple:
                         return False  # a tuple is not put back into the old layout
                     shape = _unpermuted_shape(static_shape(v), plan.out_perm)
-                    after.append(permute_cost(shape, plan.out_perm))  # materialized
+                    if not self._read_by_product(v):
+                        after.append(permute_cost(shape, plan.out_perm))  # materialized
         return add_costs(after) < add_costs(before)
+
+    def _read_by_product(self, var: relax.Var) -> bool:
+        """`var`'s materialization is a matmul's read (counted so only with `reads`)."""
+        if self.reads is None or not read_by_product(var, self.chains.values,
+                                                      self.chains.uses):
+            return False
+        self.reads_free = True
+        return True
 
 
 @mutator
@@ -423,60 +439,18 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
             super().visit_var_binding_(binding)
 
 
-def sink_permutes_once(func: relax.Function, copies: bool = False) -> relax.Function:
+def convert_regions(func: relax.Function, copies: bool = False, reads: Accept | None = None,
+                    accept: Accept | None = None) -> tuple[relax.Function, bool]:
     """One round: convert every region that gets cheaper, then fold the permutes that met
-    (`copies`: values are read through their transposed copies too)."""
-    analysis = _Analysis(func, copies)
+    (`copies`: values are read through their transposed copies too; `reads`: the products
+    StridedProducts takes, whose reads of a materialized value cost nothing; `accept`: those
+    it takes, for the seeds it writes through). Also whether a converted region counted a
+    matmul's read free."""
+    analysis = _Analysis(func, copies, reads, accept)
     if not analysis.plans:
-        return func
+        return func, False
     new = _Sinker(analysis).visit_expr(func)
-    return fold_permutes(relax.analysis.remove_all_unused(new))
+    return fold_permutes(relax.analysis.remove_all_unused(new)), analysis.relied_on_reads
 
 
-def sink_permutes(func: relax.Function) -> relax.Function:
-    """Rounds until nothing improves; a region converted in one round can expose the next
-    (e.g. an absorbed permute of a model's own transpose becomes a seed). A round that does
-    not lower the function's run-time transform cost is discarded, and a function where no
-    round helps is returned untouched. At most `MAX_ROUNDS` rounds: when one more would still
-    lower the cost, the pass says so (`note`) and returns what the rounds reached."""
-    start = current = fold_permutes(canonicalize(func))
-    for _ in range(MAX_ROUNDS):
-        new = _improved(current) or _improved(current, copies=True) or _hoisted(current)
-        if new is None:
-            break
-        current = new
-    else:
-        if (more := _improved(current) or _improved(current, copies=True)) is not None:
-            note(f"SinkPermutes stopped at its cap of {MAX_ROUNDS} rounds with run-time "
-                 f"transforms still going down ({cost_text(runtime_cost(current))} -> "
-                 f"{cost_text(runtime_cost(more))} in the next round): more transforms "
-                 f"may remain than the pass would leave")
-    return func if current is start else current
-
-
-def _improved(func: relax.Function, copies: bool = False) -> relax.Function | None:
-    """One more round, if it lowers the run-time transform cost; None otherwise."""
-    new = sink_permutes_once(func, copies)
-    if new.same_as(func) or not runtime_cost(new) < runtime_cost(func):
-        return None
-    return new
-
-
-def _hoisted(func: relax.Function) -> relax.Function | None:
-    """A transpose shared before a split (`split_permutes`), then rounds until nothing
-    improves; kept only if the run-time transform cost went down."""
-    shared = hoist(func)
-    if shared is None:
-        return None
-    current = shared
-    for _ in range(MAX_ROUNDS):
-        new = _improved(current) or _improved(current, copies=True)
-        if new is None:
-            break
-        current = new
-    return current if runtime_cost(current) < runtime_cost(func) else None
-
-
-SinkPermutes = relax_function_pass("SinkPermutes")(sink_permutes)
-
-__all__ = ["LAYOUT_AGNOSTIC_OPS", "SinkPermutes", "sink_permutes", "sink_permutes_once"]
+__all__ = ["LAYOUT_AGNOSTIC_OPS", "convert_regions"]

@@ -11,6 +11,8 @@ where it stands, so moving it is no gain."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
@@ -58,7 +60,7 @@ def _seeds_after_conv(quantized: bool, second_reader: bool) -> set[str]:
     from tvm import relax
 
     from cl_validate.compile.passes.movement_chains import MovementChains
-    from cl_validate.compile.passes.product_writes import written_seeds
+    from cl_validate.compile.passes.product_chains import written_seeds
     from cl_validate.ir import bindings, permute_axes
 
     rng = np.random.default_rng(0)
@@ -91,3 +93,87 @@ def test_a_float_convolutions_transpose_is_written_through_a_quantized_ones_is_n
     assert _seeds_after_conv(quantized=True, second_reader=False) == set()
     # read before the transpose too: the product's result must exist as it is
     assert _seeds_after_conv(quantized=False, second_reader=True) == set()
+
+
+class LinearAttention(nn.Module):
+    """EfficientViT's ReLU linear attention on a conv map: a 1x1 projection and its
+    multi-scale aggregate (a depthwise 3x3) concatenated, transposed to (groups, tokens,
+    3 * dim), q, k and v split from it, a ReLU on q and k and a pad on v between them and
+    their matmuls, the heads merged back for a 1x1 projection; pooled (no output boundary)."""
+
+    def __init__(self, dim: int = 4, heads: int = 2) -> None:
+        super().__init__()
+        self.dim = dim
+        self.stem = nn.Conv2d(3, heads * dim, 3, 2, 1)
+        self.qkv = nn.Conv2d(heads * dim, 3 * heads * dim, 1, bias=False)
+        self.aggreg = nn.Conv2d(3 * heads * dim, 3 * heads * dim, 3, padding=1,
+                                groups=3 * heads * dim, bias=False)
+        self.proj = nn.Conv2d(2 * heads * dim, heads * dim, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.stem(x)
+        b, _, h, w = t.shape
+        qkv = self.qkv(t)
+        qkv = torch.cat([qkv, self.aggreg(qkv)], dim=1)
+        qkv = qkv.reshape(b, -1, 3 * self.dim, h * w).transpose(-1, -2)
+        q, k, v = qkv.split(self.dim, dim=-1)
+        q, k = torch.relu(q), torch.relu(k)
+        v = torch.nn.functional.pad(v, (0, 1), mode="constant", value=1.0)
+        out = q @ (k.transpose(-1, -2) @ v)
+        out = out[..., :-1] / (out[..., -1:] + 1e-15)
+        return (t + self.proj(out.transpose(-1, -2).reshape(b, -1, h, w))).mean((2, 3))
+
+
+def test_q_k_and_v_carried_to_their_matmuls_are_read_there(tmp_path) -> None:
+    """The transpose after the projection, carried past the ReLUs and the pad, is the three
+    matmuls' reads: only the heads' way back (after the slices of the output) is left."""
+    kernels = compile_nhwc_case(tmp_path, LinearAttention, (1, 3, 16, 16), rtol=1e-4,
+                                atol=1e-5)
+    assert len(kernels.runtime_transforms) == 1, kernels.render()
+    (left,) = kernels.runtime_transforms
+    assert left.axes == (1, 0, 2), kernels.render()  # the heads' way back
+
+
+def _q_k_v_function() -> Any:
+    """LinearAttention's q, k, v in Relax as the cleanup stage sees them (NHWC map)."""
+    from tvm import relax
+
+    x = relax.Var("x", relax.TensorType((1, 8, 8, 24), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            heads = bb.emit(relax.op.reshape(x, (64, 2, 12)))
+            t = bb.emit(relax.op.permute_dims(heads, [1, 0, 2]))
+            q, k, v = (bb.emit(relax.op.strided_slice(t, [2], [b], [b + 4]))
+                       for b in (0, 4, 8))
+            q, k = bb.emit(relax.op.nn.relu(q)), bb.emit(relax.op.nn.relu(k))
+            v = bb.emit(relax.op.nn.pad(v, [0, 0, 0, 0, 0, 1], pad_value=1.0))
+            kt = bb.emit(relax.op.permute_dims(k, [0, 2, 1]))
+            vk = bb.emit(relax.op.matmul(kt, v))
+            out = bb.emit_output(bb.emit(relax.op.matmul(q, vk)))
+        bb.emit_func_output(out)
+    return bb.get()["main"]
+
+
+def test_reads_count_only_where_the_products_take_them() -> None:
+    """Counted free, the matmuls' reads pay for carrying the transpose past the ReLUs and
+    the pad; where StridedProducts takes no product (a GPU rule refusing them) the round
+    that relied on them is tried again without them: never more transposes than before."""
+    from cl_validate.compile.passes._util import runtime_cost
+    from cl_validate.compile.passes.product_chains import cost_after_products
+    from cl_validate.compile.passes.sink_rounds import sink_permutes
+
+    func = _q_k_v_function()
+
+    def every(_p: Any) -> bool:
+        return True
+
+    def none(_p: Any) -> bool:
+        return False
+
+    assert cost_after_products(func, every)[0] == 1  # the projection's transpose
+    assert cost_after_products(sink_permutes(func, every), every)[0] == 0
+    # refused, k's transpose counts too; carried down, q, k and v would be three
+    assert cost_after_products(func, none)[0] == 2
+    assert cost_after_products(sink_permutes(func, none), none)[0] == 2
+    assert runtime_cost(sink_permutes(func, none)) == runtime_cost(sink_permutes(func))

@@ -1,0 +1,109 @@
+"""SinkPermutes' rounds: `convert_regions` (`layout_agnostic`) again until the run-time
+transform cost stops going down.
+
+A round converts every region that gets cheaper by its own estimate; the round is kept only
+if the function's cost went down. With a target, that cost is what StridedProducts (a later
+stage) leaves: the transposes a product reads or writes through are free
+(`product_chains.cost_after_products`). A round whose regions counted a matmul's read free
+(`product_chains.read_by_product`, an estimate) and that does not pay is tried again without
+those reads, so the estimate never costs a round that would have paid. Then a transpose
+shared before a split (`split_permutes`), kept only where the rounds after it lower the cost.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from cl_validate.compile.passes._util import (
+    Cost,
+    canonicalize,
+    cost_text,
+    note,
+    relax_function_pass,
+    runtime_cost,
+)
+from cl_validate.compile.passes.cancel_permutes import fold_permutes
+from cl_validate.compile.passes.layout_agnostic import convert_regions
+from cl_validate.compile.passes.product_chains import Accept, accept_for, cost_after_products
+from cl_validate.compile.passes.split_permutes import hoist
+
+#: Rounds `sink_permutes` runs at most. Each kept round lowers the run-time transform cost,
+#: a pair of counts, so the rounds end on their own; the cap bounds the compile time of a
+#: graph that would need many (a second round is rare: every graph in tests/passes needs one).
+#: Stopping at it is reported (`note`): the program is right, but may keep transforms another
+#: round would remove.
+MAX_ROUNDS = 8
+
+
+def sink_permutes_once(func: relax.Function, copies: bool = False,
+                       accept: Accept | None = None, reads: bool = True) -> relax.Function:
+    """One round (`convert_regions`): `accept` the products StridedProducts takes, whose
+    reads cost nothing unless `reads` is off."""
+    return convert_regions(func, copies, accept if reads else None, accept)[0]
+
+
+def _cost(func: relax.Function, accept: Accept | None) -> Cost:
+    """The run-time transform cost, after StridedProducts when the target is known."""
+    return runtime_cost(func) if accept is None else cost_after_products(func, accept)
+
+
+def sink_permutes(func: relax.Function, accept: Accept | None = None) -> relax.Function:
+    """Rounds until nothing improves; a region converted in one round can expose the next
+    (e.g. an absorbed permute of a model's own transpose becomes a seed). A round that does
+    not lower the function's run-time transform cost (with `accept`, the products
+    StridedProducts takes on the target: what it leaves) is discarded, and a function where
+    no round helps is returned untouched. At most `MAX_ROUNDS` rounds: when one more would
+    still lower the cost, the pass says so (`note`) and returns what the rounds reached."""
+    start = current = fold_permutes(canonicalize(func))
+    for _ in range(MAX_ROUNDS):
+        new = _improved(current, False, accept) or _improved(current, True, accept) or \
+            _hoisted(current, accept)
+        if new is None:
+            break
+        current = new
+    else:
+        more = _improved(current, False, accept) or _improved(current, True, accept)
+        if more is not None:
+            note(f"SinkPermutes stopped at its cap of {MAX_ROUNDS} rounds with run-time "
+                 f"transforms still going down ({cost_text(_cost(current, accept))} -> "
+                 f"{cost_text(_cost(more, accept))} in the next round): more transforms "
+                 f"may remain than the pass would leave")
+    return func if current is start else current
+
+
+def _improved(func: relax.Function, copies: bool = False,
+              accept: Accept | None = None) -> relax.Function | None:
+    """One more round, if it lowers the run-time transform cost; None otherwise. A round that
+    counted matmuls' reads free and does not pay is tried again without them."""
+    for reads in (accept, None):
+        new, relied = convert_regions(func, copies, reads, accept)
+        if not new.same_as(func) and _cost(new, accept) < _cost(func, accept):
+            return new
+        if not relied:
+            return None
+    return None
+
+
+def _hoisted(func: relax.Function, accept: Accept | None) -> relax.Function | None:
+    """A transpose shared before a split (`split_permutes`), then rounds until nothing
+    improves; kept only if the run-time transform cost went down."""
+    shared = hoist(func)
+    if shared is None:
+        return None
+    current = shared
+    for _ in range(MAX_ROUNDS):
+        new = _improved(current, False, accept) or _improved(current, True, accept)
+        if new is None:
+            break
+        current = new
+    return current if _cost(current, accept) < _cost(func, accept) else None
+
+
+def SinkPermutes(target: tvm.target.Target | None = None) -> tvm.transform.Pass:
+    """The pass (`sink_permutes`), its costs taken after StridedProducts on `target`."""
+    accept = None if target is None else accept_for(target)
+    return relax_function_pass("SinkPermutes")(lambda f: sink_permutes(f, accept))()
+
+
+__all__ = ["MAX_ROUNDS", "SinkPermutes", "sink_permutes", "sink_permutes_once"]
