@@ -263,7 +263,8 @@ class _Analysis:
         # it are.
         outs = [p] if rank == len(p) else [tuple(range(rank))]
         if rank == len(p) == 4:
-            outs = [_TO_NCHW, *(q for q in (p, _TO_NHWC, inverse(p)) if q != _TO_NCHW)]
+            outs = [_TO_NCHW, *(q for q in (p, _TO_NHWC, inverse(p), (0, 1, 2, 3))
+                                if q != _TO_NCHW)]
         best = None
         for out in outs:
             out_shape = _unpermuted_shape(static_shape(var), out)

@@ -34,15 +34,32 @@ from typing import Any
 import tvm
 from tvm import relax
 
-from cl_validate.compile.passes._util import Cost, add_costs, permute_cost
+from cl_validate.compile.passes._layout_ops import LAYOUT_AGNOSTIC_OPS
+from cl_validate.compile.passes._util import Cost, Perm, add_costs, inverse, permute_cost, rebind
 from cl_validate.compile.passes.strided_products import READS, find, gpu_schedules
-from cl_validate.ir import is_weight_derived, op_name, permute_axes, static_shape, weight_derived
+from cl_validate.ir import (
+    bindings,
+    is_identity,
+    is_weight_derived,
+    mark_origin,
+    ndim,
+    op_name,
+    origin_tag,
+    permute_axes,
+    static_shape,
+    tensor_type,
+    use_sites,
+    weight_derived,
+)
 
 _PRODUCTS = ("relax.nn.conv2d",)
 #: ops between a product and the transpose after it: a bias or a scale and a view
 _HOPS = 3
 #: views between a transpose and the matmul that reads it (a broadcast, a batch reshape)
 _READ_HOPS = 4
+#: layout-agnostic ops between a matmul and a transpose it could write through
+_WRITE_HOPS = 6
+_VIEW_OPS = ("relax.reshape", "relax.expand_dims", "relax.squeeze")
 
 Accept = Callable[[Any], bool]
 
@@ -119,4 +136,80 @@ def cost_after_products(func: relax.Function, accept: Accept) -> Cost:
     return add_costs(costs)
 
 
-__all__ = ["accept_for", "cost_after_products", "read_by_product", "written_seeds"]
+def write_sites(func: relax.Function, accept: Accept) -> list[tuple[relax.Var, Perm, str | None]]:
+    """Where a float matmul could write its result through a transpose that SinkPermutes
+    would then carry down to a transpose of the model's, still a kernel (StridedProducts
+    takes no product's chain through it), a few layout-agnostic ops below: EfficientViT's
+    ``out[..., :-1] / out[..., -1:]`` between its matmul and ``transpose(-1, -2)``. Each:
+    the matmul's result (or its one view), a layout to try, the transpose's origin mark."""
+    values = {b.var: b.value for b in bindings(func)}
+    uses = use_sites(func)
+    taken: set[relax.Var] = set()
+    for product in find(func, accept):
+        taken |= {*product.absorbed, product.final}
+    weights = weight_derived(func)
+    sites: list[tuple[relax.Var, Perm, str | None]] = []
+    for var, value in values.items():
+        if op_name(value) != "relax.matmul" or any(_dequantized(a, values) for a in value.args) \
+                or not str(getattr(tensor_type(var), "dtype", "")).startswith("float"):
+            continue
+        out, readers = var, uses.get(var, [])
+        if len(readers) == 1 and readers[0] is not None and \
+                op_name(values.get(readers[0])) in _VIEW_OPS:
+            out = readers[0]
+        below = _transpose_below(out, values, uses, taken, weights)
+        rank = ndim(out)
+        if below is None or rank is None or static_shape(out) is None:
+            continue
+        axes, origin = below
+        tries = [axes] if len(axes) == rank else [
+            tuple(j if a == i else i if a == j else a for a in range(rank))
+            for i in range(rank) for j in range(i + 1, rank)]
+        sites.extend((out, r, origin) for r in tries)
+    return sites
+
+
+def _transpose_below(var: relax.Var, values: Mapping[Any, Any], uses: Mapping[Any, list[Any]],
+                     taken: set[relax.Var], weights: set[relax.Var]
+                     ) -> tuple[Perm, str | None] | None:
+    """The first transpose, still a kernel, that `var` reaches through layout-agnostic ops
+    (at most `_WRITE_HOPS` of them): its axes and origin mark."""
+    frontier, seen = [var], {var}
+    for _ in range(_WRITE_HOPS):
+        nxt = []
+        for cur in frontier:
+            for user in uses.get(cur, []):
+                if user is None or user in seen:
+                    continue
+                seen.add(user)
+                value: Any = values.get(user)
+                axes = permute_axes(value)
+                if axes is not None:
+                    if user not in taken and not is_identity(axes) and \
+                            not is_weight_derived(value.args[0], weights):
+                        return tuple(axes), origin_tag(value)
+                elif isinstance(value, relax.TupleGetItem) or \
+                        op_name(value) in LAYOUT_AGNOSTIC_OPS:
+                    nxt.append(user)
+        frontier = nxt
+    return None
+
+
+def with_write_pair(func: relax.Function, var: relax.Var, perm: Perm,
+                    origin: str | None) -> relax.Function:
+    """`func` with `var` read through ``permute_dims(permute_dims(var, perm), perm⁻¹)``: the
+    same values; the inner transpose is the product's write, the outer one a seed for
+    SinkPermutes to carry down (both marked with the transpose's origin, which they stand
+    for)."""
+    value = next(b.value for b in bindings(func) if b.var.same_as(var))
+
+    def rebuild(mut: Any, p: Perm, _var: relax.Var) -> relax.Expr:
+        inner = mut.builder_.emit(mut.visit_expr(value))
+        written = mut.builder_.emit(mark_origin(relax.op.permute_dims(inner, list(p)), origin))
+        return mark_origin(relax.op.permute_dims(written, list(inverse(p))), origin)
+
+    return rebind(func, {var: perm}, rebuild)
+
+
+__all__ = ["accept_for", "cost_after_products", "read_by_product", "with_write_pair",
+           "write_sites", "written_seeds"]

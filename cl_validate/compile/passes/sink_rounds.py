@@ -8,6 +8,11 @@ stage) leaves: the transposes a product reads or writes through are free
 (`product_chains.read_by_product`, an estimate) and that does not pay is tried again without
 those reads, so the estimate never costs a round that would have paid. Then a transpose
 shared before a split (`split_permutes`), kept only where the rounds after it lower the cost.
+Last, a transpose a few layout-agnostic ops below a matmul (EfficientViT's output divided by
+its last column, then its heads moved back): the matmul's result read through a transpose
+and its inverse (`with_write_pair`), the one written by the matmul, the other carried down by
+the rounds to cancel the model's; kept only where the rounds lower the cost (StridedProducts
+taking the write is part of it).
 """
 
 from __future__ import annotations
@@ -25,7 +30,13 @@ from cl_validate.compile.passes._util import (
 )
 from cl_validate.compile.passes.cancel_permutes import fold_permutes
 from cl_validate.compile.passes.layout_agnostic import convert_regions
-from cl_validate.compile.passes.product_chains import Accept, accept_for, cost_after_products
+from cl_validate.compile.passes.product_chains import (
+    Accept,
+    accept_for,
+    cost_after_products,
+    with_write_pair,
+    write_sites,
+)
 from cl_validate.compile.passes.split_permutes import hoist
 
 #: Rounds `sink_permutes` runs at most. Each kept round lowers the run-time transform cost,
@@ -58,7 +69,7 @@ def sink_permutes(func: relax.Function, accept: Accept | None = None) -> relax.F
     start = current = fold_permutes(canonicalize(func))
     for _ in range(MAX_ROUNDS):
         new = _improved(current, False, accept) or _improved(current, True, accept) or \
-            _hoisted(current, accept)
+            _hoisted(current, accept) or _written_through(current, accept)
         if new is None:
             break
         current = new
@@ -89,9 +100,27 @@ def _hoisted(func: relax.Function, accept: Accept | None) -> relax.Function | No
     """A transpose shared before a split (`split_permutes`), then rounds until nothing
     improves; kept only if the run-time transform cost went down."""
     shared = hoist(func)
-    if shared is None:
+    return None if shared is None else _settled(shared, func, accept)
+
+
+def _written_through(func: relax.Function, accept: Accept | None) -> relax.Function | None:
+    """A matmul's result read through a transpose and its inverse (`with_write_pair`), for
+    each `write_sites` in turn, then rounds: the first that lowers the cost is kept (the
+    matmul writes through the one, the other is carried down to the model's transpose)."""
+    if accept is None:
         return None
-    current = shared
+    for var, perm, origin in write_sites(func, accept):
+        kept = _settled(with_write_pair(func, var, perm, origin), func, accept)
+        if kept is not None:
+            return kept
+    return None
+
+
+def _settled(start: relax.Function, func: relax.Function,
+             accept: Accept | None) -> relax.Function | None:
+    """Rounds from `start` until nothing improves; what they reach if it costs less than
+    `func`, else None."""
+    current = start
     for _ in range(MAX_ROUNDS):
         new = _improved(current, False, accept) or _improved(current, True, accept)
         if new is None:
