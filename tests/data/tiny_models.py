@@ -280,7 +280,9 @@ class FloorDivPositions(nn.Module):
 class RadixSoftmax(nn.Module):
     """Split attention's radix softmax (ResNeSt): per-channel gates viewed as
     (B, groups, radix, C'), transposed to put the radix first, softmaxed over it and viewed
-    back as channels; the transpose is the model's, left after the views around it fold."""
+    back as channels; the transpose is the model's, left after the views around it fold.
+    (A sigmoid after the gates' Linear: straight after it, the Linear writes through the
+    transpose and none is left.)"""
 
     def __init__(self) -> None:
         super().__init__()
@@ -289,7 +291,7 @@ class RadixSoftmax(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.conv(x)
-        gates = self.fc(y.mean((2, 3), keepdim=True))
+        gates = torch.sigmoid(self.fc(y.mean((2, 3), keepdim=True)))
         gates = torch.softmax(gates.view(x.shape[0], 2, 2, -1).transpose(1, 2), dim=1)
         return y * gates.reshape(x.shape[0], -1).view(x.shape[0], -1, 1, 1)
 
@@ -300,9 +302,10 @@ def radix_softmax() -> nn.Module:
 
 class ChannelsFirstConv1d(nn.Module):
     """Tokens projected channels-first (``W @ x.t()``, as Mamba's in_proj is written), viewed
-    as (B, D, L), chunked into x and z, x read by a causal depthwise Conv1d, gated by z: the
-    transpose into the NWC conv is there because the model computes (B, D, L), not because
-    of the conv."""
+    as (B, D, L), reversed along L (``flip``, which has no layout rule), chunked into x and z,
+    x read by a causal depthwise Conv1d, gated by z: the transpose into the NWC conv is there
+    because the model computes (B, D, L), not because of the conv. (Without the flip, the
+    projection writes (B, L, D) and no transpose is left.)"""
 
     def __init__(self) -> None:
         super().__init__()
@@ -314,6 +317,7 @@ class ChannelsFirstConv1d(nn.Module):
         tokens = self.stem(x).flatten(2).transpose(1, 2)  # (B, L, C)
         b, n, c = tokens.shape
         xz = (self.proj @ tokens.reshape(-1, c).t()).view(-1, b, n).permute(1, 0, 2)
+        xz = xz.flip(-1)  # the sequence reversed, channels-first (no layout rule)
         x, z = xz.chunk(2, dim=1)
         y = F.silu(self.conv1d(x)[..., :n]) * F.silu(z)
         return y.transpose(1, 2)
