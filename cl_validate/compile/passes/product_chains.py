@@ -36,7 +36,8 @@ from tvm import relax
 
 from cl_validate.compile.passes._layout_ops import LAYOUT_AGNOSTIC_OPS
 from cl_validate.compile.passes._util import Cost, Perm, add_costs, inverse, permute_cost, rebind
-from cl_validate.compile.passes.strided_products import READS, find, gpu_schedules
+from cl_validate.compile.passes.gpu_products import gpu_schedules
+from cl_validate.compile.passes.strided_products import READS, find
 from cl_validate.ir import (
     bindings,
     is_identity,

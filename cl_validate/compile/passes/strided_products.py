@@ -40,6 +40,7 @@ from tvm import relax, te, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.sym import Analyzer
 
+from cl_validate.compile.passes.gpu_products import gpu_schedules
 from cl_validate.ir import (
     bindings,
     is_identity,
@@ -464,19 +465,6 @@ class _Rewriter(PyExprMutator):  # type: ignore[misc]
         self.builder_.update_func(gvar, prim)
         value = self.builder_.normalize(value)
         self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
-
-
-def gpu_schedules(target: tvm.target.Target) -> Callable[[_Product], bool]:
-    """Whether dlight's Matmul rule schedules a product for `target` (True on a CPU)."""
-    if "gpu" not in target.keys:
-        return lambda _p: True
-    from tvm.s_tir import dlight as dl  # lazy: dlight only for GPU targets
-
-    def accept(p: _Product) -> bool:
-        with target:
-            return dl.gpu.Matmul().apply(p.prim_func(), target, False) is not None
-
-    return accept
 
 
 def strided_products(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
