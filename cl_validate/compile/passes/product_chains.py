@@ -150,6 +150,7 @@ def write_sites(func: relax.Function, accept: Accept) -> list[tuple[relax.Var, P
         taken |= {*product.absorbed, product.final}
     weights = weight_derived(func)
     sites: list[tuple[relax.Var, Perm, str | None]] = []
+    swaps: list[tuple[relax.Var, Perm, str | None]] = []
     for var, value in values.items():
         if op_name(value) != "relax.matmul" or any(_dequantized(a, values) for a in value.args) \
                 or not str(getattr(tensor_type(var), "dtype", "")).startswith("float"):
@@ -163,11 +164,13 @@ def write_sites(func: relax.Function, accept: Accept) -> list[tuple[relax.Var, P
         if below is None or rank is None or static_shape(out) is None:
             continue
         axes, origin = below
-        tries = [axes] if len(axes) == rank else [
-            tuple(j if a == i else i if a == j else a for a in range(rank))
-            for i in range(rank) for j in range(i + 1, rank)]
-        sites.extend((out, r, origin) for r in tries)
-    return sites
+        shape, lead = static_shape(out) or (), rank - len(axes)
+        if lead >= 0 and all(d == 1 for d in shape[:lead]):  # the same, or under unit axes
+            sites.append((out, (*range(lead), *(lead + a for a in axes)), origin))
+        else:  # a view between regroups them: each swap of two axes, after every exact one
+            swaps.extend((out, tuple(j if a == i else i if a == j else a for a in range(rank)),
+                          origin) for i in range(rank) for j in range(i + 1, rank))
+    return sites + swaps
 
 
 def _transpose_below(var: relax.Var, values: Mapping[Any, Any], uses: Mapping[Any, list[Any]],

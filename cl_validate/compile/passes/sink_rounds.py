@@ -45,6 +45,9 @@ from cl_validate.compile.passes.split_permutes import hoist
 #: Stopping at it is reported (`note`): the program is right, but may keep transforms another
 #: round would remove.
 MAX_ROUNDS = 8
+#: Write pairs `_written_through` tries at most per call (each is rounds of the whole
+#: function): bounds the compile time of a graph with many matmuls and transposes near them.
+MAX_WRITE_TRIALS = 8
 
 
 def sink_permutes_once(func: relax.Function, copies: bool = False,
@@ -54,9 +57,20 @@ def sink_permutes_once(func: relax.Function, copies: bool = False,
     return convert_regions(func, copies, accept if reads else None, accept)[0]
 
 
+_COSTS: dict[tuple[int, int], tuple[relax.Function, Cost]] = {}
+
+
 def _cost(func: relax.Function, accept: Accept | None) -> Cost:
-    """The run-time transform cost, after StridedProducts when the target is known."""
-    return runtime_cost(func) if accept is None else cost_after_products(func, accept)
+    """The run-time transform cost, after StridedProducts when the target is known (kept
+    for the last functions asked about: a round compares against the same one often)."""
+    if accept is None:
+        return runtime_cost(func)
+    key = (hash(func), id(accept))
+    if key not in _COSTS or not _COSTS[key][0].same_as(func):
+        if len(_COSTS) > 256:
+            _COSTS.clear()
+        _COSTS[key] = (func, cost_after_products(func, accept))
+    return _COSTS[key][1]
 
 
 def sink_permutes(func: relax.Function, accept: Accept | None = None) -> relax.Function:
@@ -109,8 +123,10 @@ def _written_through(func: relax.Function, accept: Accept | None) -> relax.Funct
     matmul writes through the one, the other is carried down to the model's transpose)."""
     if accept is None:
         return None
-    for var, perm, origin in write_sites(func, accept):
-        kept = _settled(with_write_pair(func, var, perm, origin), func, accept)
+    for var, perm, origin in write_sites(func, accept)[:MAX_WRITE_TRIALS]:
+        paired = with_write_pair(func, var, perm, origin)
+        first = _improved(paired, False, accept)  # the pair's own region, or nothing
+        kept = None if first is None else _settled(first, func, accept)
         if kept is not None:
             return kept
     return None

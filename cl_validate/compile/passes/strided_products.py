@@ -264,6 +264,20 @@ def walks_one_axis(p: _Product) -> bool:
     return False
 
 
+_WALKS: dict[Any, bool] = {}  # SinkPermutes asks `find` about the same products again
+
+
+def _walks_one_axis(p: _Product) -> bool:
+    """`walks_one_axis`, kept per product (its chains and shapes decide it)."""
+    key = (p.name, p.out_shape, p.reads, p.writes, p.shapes,
+           tuple(known_shape(s) for s in p.sources))
+    if key not in _WALKS:
+        if len(_WALKS) > 4096:
+            _WALKS.clear()
+        _WALKS[key] = walks_one_axis(p)
+    return _WALKS[key]
+
+
 def _flat(index: Sequence[Any], shape: Sequence[int]) -> Any:
     """The offset of `index` in a row-major tensor of `shape`."""
     flat: Any = tirx.const(0, "int64")
@@ -395,7 +409,7 @@ def find(func: relax.Function, accept: Callable[[_Product], bool] = lambda _p: T
                          (shapes[0], shapes[1]),  # type: ignore[arg-type]
                          str(tensor_type(var).dtype),  # type: ignore[union-attr]
                          "conv2d" if b_steps else "matmul")
-            if walks_one_axis(p) and accept(p):
+            if _walks_one_axis(p) and accept(p):
                 variants.append(p)
         if variants:
             found.append(variants)
