@@ -71,14 +71,16 @@ def add_costs(costs: Iterable[Cost]) -> Cost:
     return total
 
 
-def runtime_cost(func: relax.Function) -> Cost:
-    """What every run-time permute of `func` costs (permutes of weights fold away)."""
-    weights = weight_derived(func)
+def runtime_cost(func: relax.Function, taken: Iterable[relax.Var] = ()) -> Cost:
+    """What every run-time permute of `func` costs (permutes of weights fold away; those bound
+    to a var of `taken`, which a later stage absorbs, cost nothing)."""
+    weights, skip = weight_derived(func), set(taken)
     costs = []
     for block in func.body.blocks:
         for b in block.bindings:
             axes = permute_axes(b.value)
-            if axes is not None and not is_weight_derived(b.value.args[0], weights):
+            if axes is not None and b.var not in skip and \
+                    not is_weight_derived(b.value.args[0], weights):
                 costs.append(permute_cost(static_shape(b.value.args[0]), axes))
     return add_costs(costs)
 

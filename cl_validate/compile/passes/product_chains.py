@@ -35,9 +35,9 @@ import tvm
 from tvm import relax
 
 from cl_validate.compile.passes._layout_ops import LAYOUT_AGNOSTIC_OPS
-from cl_validate.compile.passes._util import Cost, Perm, add_costs, inverse, permute_cost, rebind
+from cl_validate.compile.passes._util import Cost, Perm, inverse, rebind, runtime_cost
 from cl_validate.compile.passes.gpu_products import gpu_schedules
-from cl_validate.compile.passes.strided_products import READS, find
+from cl_validate.compile.passes.strided_products import READS, VIEWS, find
 from cl_validate.ir import (
     bindings,
     is_identity,
@@ -60,7 +60,6 @@ _HOPS = 3
 _READ_HOPS = 4
 #: layout-agnostic ops between a matmul and a transpose it could write through
 _WRITE_HOPS = 6
-_VIEW_OPS = ("relax.reshape", "relax.expand_dims", "relax.squeeze")
 
 Accept = Callable[[Any], bool]
 
@@ -123,18 +122,15 @@ def read_by_product(var: Any, values: Mapping[Any, Any], uses: Mapping[Any, list
 def cost_after_products(func: relax.Function, accept: Accept) -> Cost:
     """What `func`'s run-time permutes cost once StridedProducts has taken those it reads or
     writes through (permutes of weights fold away)."""
+    return runtime_cost(func, _taken(func, accept))
+
+
+def _taken(func: relax.Function, accept: Accept) -> set[relax.Var]:
+    """The bindings StridedProducts replaces in `func` (its products' chains)."""
     taken: set[relax.Var] = set()
     for product in find(func, accept):
         taken |= {*product.absorbed, product.final}
-    weights = weight_derived(func)
-    costs = []
-    for block in func.body.blocks:
-        for b in block.bindings:
-            axes = permute_axes(b.value)
-            if axes is not None and b.var not in taken and \
-                    not is_weight_derived(b.value.args[0], weights):
-                costs.append(permute_cost(static_shape(b.value.args[0]), axes))
-    return add_costs(costs)
+    return taken
 
 
 def write_sites(func: relax.Function, accept: Accept) -> list[tuple[relax.Var, Perm, str | None]]:
@@ -145,10 +141,7 @@ def write_sites(func: relax.Function, accept: Accept) -> list[tuple[relax.Var, P
     the matmul's result (or its one view), a layout to try, the transpose's origin mark."""
     values = {b.var: b.value for b in bindings(func)}
     uses = use_sites(func)
-    taken: set[relax.Var] = set()
-    for product in find(func, accept):
-        taken |= {*product.absorbed, product.final}
-    weights = weight_derived(func)
+    taken, weights = _taken(func, accept), weight_derived(func)
     sites: list[tuple[relax.Var, Perm, str | None]] = []
     swaps: list[tuple[relax.Var, Perm, str | None]] = []
     for var, value in values.items():
@@ -157,7 +150,7 @@ def write_sites(func: relax.Function, accept: Accept) -> list[tuple[relax.Var, P
             continue
         out, readers = var, uses.get(var, [])
         if len(readers) == 1 and readers[0] is not None and \
-                op_name(values.get(readers[0])) in _VIEW_OPS:
+                op_name(values.get(readers[0])) in VIEWS:
             out = readers[0]
         below = _transpose_below(out, values, uses, taken, weights)
         rank = ndim(out)

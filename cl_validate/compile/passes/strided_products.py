@@ -58,9 +58,9 @@ PRODUCT_ATTR = "cl_validate.strided_product"
 #: TVM's op pattern kind of a matmul (``kOutEWiseFusable``): its elementwise epilogue fuses.
 _OUT_ELEMWISE_FUSABLE = 4
 
-_VIEWS = ("relax.reshape", "relax.expand_dims", "relax.squeeze")
-READS = (*_VIEWS, "relax.permute_dims", "relax.broadcast_to")
-_WRITES = (*_VIEWS, "relax.permute_dims")
+VIEWS = ("relax.reshape", "relax.expand_dims", "relax.squeeze")
+READS = (*VIEWS, "relax.permute_dims", "relax.broadcast_to")
+_WRITES = (*VIEWS, "relax.permute_dims")
 
 
 @dataclass(frozen=True)
