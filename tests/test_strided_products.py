@@ -20,6 +20,7 @@ from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
 
+from cl_validate.compile.passes.product_index import STRIDED_DEPTH
 from cl_validate.compile.passes.strided_products import PRODUCT_ATTR, find, strided_products
 from cl_validate.ir import count_permutes
 from tests.data.tiny_models import TalkingHeads
@@ -193,6 +194,38 @@ def test_a_depth_of_axes_next_to_each_other_in_memory_is_read_in_place():
     assert count_permutes(after) == 0, after
     for g, r in zip(_run_all(after, [x, p, w]), _run_all(Before, [x, p, w]), strict=True):
         np.testing.assert_array_equal(g, r)
+
+
+def _q_times_k(tokens: int) -> tvm.IRModule:
+    """Restormer's ``q @ kᵀ`` summed over channels-last tokens, as
+    benchmarks/strided_depth.py times it: q (heads, depth, tokens) and kᵀ (heads, tokens,
+    depth), both permuted from (tokens, heads, depth) computed at run time."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "strided_depth.py"
+    spec = importlib.util.spec_from_file_location("strided_depth", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench.q_times_k(tokens)
+
+
+@pytest.mark.parametrize("tokens", [STRIDED_DEPTH, 8 * STRIDED_DEPTH])
+def test_a_long_sum_strided_through_both_operands_keeps_one_transpose(tokens):
+    """Read in place, both operands step a whole token (heads x depth floats) per term of the
+    sum: two new cache lines a term, where the matmul reads its rows' operand contiguously.
+    A short sum's lines stay in cache from one column to the next and both are read in
+    place; a long one (Restormer's 16384 tokens: 20.4 ms against 13.2 + 0.65 ms) keeps q's
+    transpose, and k is read in place."""
+    mod = _q_times_k(tokens)
+    (product,) = find(mod["main"])
+    long = tokens > STRIDED_DEPTH
+    assert bool(product.reads[0]) is not long and product.reads[1], product
+    after = strided_products(mod, LLVM)
+    assert count_permutes(after) == int(long), after
+    a = np.random.default_rng(0).standard_normal((1, tokens, 16)).astype("float32")
+    np.testing.assert_array_equal(_run(after, [a]), _run(mod, [a]))
 
 
 def test_a_result_written_down_its_rows_when_their_operand_is_the_smaller():
