@@ -15,6 +15,11 @@ from tvm import relax
 HALF = ("float16", "bfloat16")
 
 
+def dtype_name(dtype: Any) -> str:
+    """A torch dtype's name as TVM spells it (``torch.int8`` → ``int8``)."""
+    return str(dtype).replace("torch.", "")
+
+
 def default_converter(importer: Any, name: str) -> Callable[[Any], Any]:
     """The importer's converter for `name` (it takes the FX node alone)."""
     defaults = getattr(importer, "_cl_validate_defaults", None)
@@ -67,4 +72,4 @@ def read_as(importer: Any, args: Iterable[Any], dtype: str,
         importer.env.update(saved)
 
 
-__all__ = ["HALF", "default_converter", "node_arg", "read_in_float32"]
+__all__ = ["HALF", "default_converter", "dtype_name", "node_arg", "read_in_float32"]

@@ -1,9 +1,6 @@
 """Converters for PyTorch ops the TVM 0.27 torch frontend lacks or gets wrong, via
-``custom_convert_map``.
-
-Quantize/dequantize (``torch.ops.quantized_decomposed.*``, what PT2E quantization and QDQ
-models export) become Relax's own ``R.quantize`` / ``R.dequantize``, so the IR holds real int8
-tensors and ConvertLayout sees the convolutions between them.
+``custom_convert_map`` (quantization's in `cl_validate.compile.quant_converters`, other
+families in the ``*_converters`` modules next to this one).
 
 Division with a rounding mode (``torch.floor_divide``, ``torch.div(..., rounding_mode=...)``,
 ``//`` on tensors: all export as ``aten.div.Tensor_mode``) by a Python number: TVM's converter
@@ -59,7 +56,7 @@ from typing import Any
 from tvm import relax, tirx
 
 from cl_validate.compile.activation_converters import activation_converters
-from cl_validate.compile.converter_support import HALF, in_float32
+from cl_validate.compile.converter_support import HALF, dtype_name, in_float32
 from cl_validate.compile.math_converters import math_converters
 from cl_validate.compile.norm_converters import norm_converters
 from cl_validate.compile.pool_converters import pool_converters
@@ -67,90 +64,11 @@ from cl_validate.compile.precision_converters import (
     accumulate_in_float32,
     precision_converters,
 )
+from cl_validate.compile.quant_converters import quant_converters
 from cl_validate.compile.reduction_converters import reduction_converters
 from cl_validate.compile.resample_converters import resample_converters
 from cl_validate.compile.sdpa_converter import convert_sdpa, static_dims
 from cl_validate.compile.window_converters import window_converters
-
-_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
-           "int32": (-2**31, 2**31 - 1)}
-
-
-def _dtype_name(dtype: Any) -> str:
-    return str(dtype).replace("torch.", "")
-
-
-def _qparam(value: Any, dtype: str) -> Any:
-    """A scale or zero point: a Python number becomes a constant, an expression stays."""
-    if isinstance(value, (int, float)):
-        return relax.const(value, dtype)
-    have = getattr(getattr(value, "ty", None), "dtype", None)
-    if have is not None and str(have) not in (dtype, "float32") and str(have).startswith("int"):
-        # torch keeps per-channel zero points as int64, which R.quantize refuses
-        return relax.op.astype(value, "int32")
-    return value
-
-
-def _quantize(node: Any, importer: Any, per_channel: bool) -> Any:
-    args = importer.retrieve_args(node)
-    if per_channel:
-        x, scale, zp, axis, qmin, qmax, dtype = args[:7]
-    else:
-        x, scale, zp, qmin, qmax, dtype = args[:6]
-        axis = -1
-    out_dtype = _dtype_name(dtype)
-    bb = importer.block_builder
-    q = bb.emit(relax.op.quantize(x, _qparam(scale, "float32"), _qparam(zp, out_dtype),
-                                  axis=int(axis), out_dtype=out_dtype))
-    if (int(qmin), int(qmax)) != _RANGES.get(out_dtype):  # a narrower range than the dtype's
-        q = bb.emit(relax.op.clip(q, int(qmin), int(qmax)))
-    return q
-
-
-def _dequantize(node: Any, importer: Any, per_channel: bool) -> Any:
-    args = importer.retrieve_args(node)
-    if per_channel:
-        x, scale, zp, axis = args[:4]
-        in_dtype = _dtype_name(args[6]) if len(args) > 6 else "int8"
-    else:
-        x, scale, zp = args[:3]
-        axis = -1
-        in_dtype = _dtype_name(args[5]) if len(args) > 5 else "int8"
-    out_dtype = _dtype_name(node.kwargs.get("out_dtype") or "float32")
-    return importer.block_builder.emit(relax.op.dequantize(
-        x, _qparam(scale, "float32"), _qparam(zp, in_dtype), axis=int(axis),
-        out_dtype=out_dtype))
-
-
-def _choose_qparams(node: Any, importer: Any) -> Any:
-    """``choose_qparams.tensor(x, qmin, qmax, eps, dtype)``: dynamic quantization's per-tensor
-    affine scale and zero point of `x`, computed at run time as PyTorch does
-    (``determine_qparams``): the range widened to hold 0, ``scale = max((hi - lo) / (qmax -
-    qmin), eps)``, ``zero_point = clamp(qmin - round(lo / scale), qmin, qmax)``, each of shape
-    (1,), the scale in float32."""
-    args = importer.retrieve_args(node)
-    x, qmin, qmax, eps = args[0], int(args[1]), int(args[2]), float(args[3])
-    bb = importer.block_builder
-    f32 = "float32"
-    zero = relax.const(0.0, f32)
-    lo = bb.emit(relax.op.minimum(relax.op.min(x), zero))
-    hi = bb.emit(relax.op.maximum(relax.op.max(x), zero))
-    scale = bb.emit(relax.op.maximum(
-        relax.op.divide(relax.op.subtract(hi, lo), relax.const(float(qmax - qmin), f32)),
-        relax.const(eps, f32)))
-    # round half to even, as torch.round: TVM's round goes half away from zero
-    ratio = bb.emit(relax.op.divide(lo, scale))
-    nearest = bb.emit(relax.op.round(ratio))
-    tie = bb.emit(relax.op.equal(relax.op.abs(relax.op.subtract(ratio, relax.op.trunc(ratio))),
-                                 relax.const(0.5, f32)))
-    odd = bb.emit(relax.op.not_equal(relax.op.floor_mod(nearest, relax.const(2.0, f32)),
-                                     zero))
-    even = bb.emit(relax.op.where(relax.op.logical_and(tie, odd), relax.op.subtract(
-        nearest, relax.op.sign(ratio)), nearest))
-    zp = bb.emit(relax.op.clip(relax.op.subtract(relax.const(float(qmin), f32), even),
-                               qmin, qmax))
-    return bb.emit(relax.Tuple([relax.op.reshape(scale, [1]),
-                                relax.op.reshape(relax.op.astype(zp, "int32"), [1])]))
 
 
 def _scalar_operands(lhs: Any, rhs: Any) -> tuple[Any, Any]:
@@ -216,7 +134,7 @@ def _cumulative(op: Callable[..., Any]) -> Callable[[Any, Any], Any]:
     def convert(node: Any, importer: Any) -> Any:
         args = importer.retrieve_args(node)
         dim = args[1] if len(args) > 1 else node.kwargs["dim"]
-        out = _dtype_name(node.meta["val"].dtype)
+        out = dtype_name(node.meta["val"].dtype)
         return importer.block_builder.emit(op(args[0], axis=int(dim), dtype=out))
 
     return convert
@@ -477,14 +395,7 @@ def custom_convert_map() -> dict[str, Callable[[Any, Any], Any]]:
     """The converters, keyed as the importer looks them up (``node.target.__name__``); a
     half-precision model's products and reductions accumulate in float32."""
     return accumulate_in_float32({
-        "quantize_per_tensor.default": lambda n, imp: _quantize(n, imp, False),
-        "dequantize_per_tensor.default": lambda n, imp: _dequantize(n, imp, False),
-        "quantize_per_channel.default": lambda n, imp: _quantize(n, imp, True),
-        "dequantize_per_channel.default": lambda n, imp: _dequantize(n, imp, True),
-        # dynamic quantization: the scale and zero point are tensors computed at run time
-        "choose_qparams.tensor": _choose_qparams,
-        "quantize_per_tensor.tensor": lambda n, imp: _quantize(n, imp, False),
-        "dequantize_per_tensor.tensor": lambda n, imp: _dequantize(n, imp, False),
+        **quant_converters(),
         "div.Tensor_mode": _divide_rounded,
         "amax.default": lambda n, imp: _reduce_extreme(n, imp, relax.op.max),
         "amin.default": lambda n, imp: _reduce_extreme(n, imp, relax.op.min),
