@@ -203,6 +203,19 @@ def case_error(checks: dict[str, Any]) -> Any:
     return error
 
 
+def benchmark_module(name: str) -> Any:
+    """benchmarks/`name`.py loaded as a module (the benchmarks are scripts, not a package),
+    for a test that pins what a benchmark measures."""
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def git(repo: Path, *args: str) -> None:
     """``git ARGS`` in `repo`, with an author for commits; a failure raises."""
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,

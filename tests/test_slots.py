@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cl_validate.suite.pool import share_slots
+from tests.conftest import benchmark_module
 
 
 def test_a_run_starts_by_preparing_a_case_in_every_slot():
@@ -43,14 +44,7 @@ def test_no_slot_idles_while_there_is_work_and_none_is_given_twice(free, jobs, r
 
 
 def test_the_replay_in_benchmarks_runs_the_pools_policy_and_never_beats_the_bound():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parents[1] / "benchmarks" / "slots.py"
-    spec = importlib.util.spec_from_file_location("slots_replay", path)
-    assert spec is not None and spec.loader is not None
-    replay = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(replay)
+    replay = benchmark_module("slots")
     one = [(3.0, 10.0, 4.0)]  # one case: its export, then both targets side by side
     assert replay.replay(one, 2, ahead=True) == replay.replay(one, 2, ahead=False) == 13.0
     two = [(3.0, 10.0, 4.0), (2.0, 6.0, 5.0)]

@@ -23,6 +23,7 @@ from tvm.script import relax as R
 from cl_validate.compile.passes.product_index import STRIDED_DEPTH
 from cl_validate.compile.passes.strided_products import PRODUCT_ATTR, find, strided_products
 from cl_validate.ir import count_permutes
+from tests.conftest import benchmark_module
 from tests.data.tiny_models import TalkingHeads
 
 LLVM = tvm.target.Target({"kind": "llvm"})
@@ -200,15 +201,7 @@ def _q_times_k(tokens: int) -> tvm.IRModule:
     """Restormer's ``q @ kᵀ`` summed over channels-last tokens, as
     benchmarks/strided_depth.py times it: q (heads, depth, tokens) and kᵀ (heads, tokens,
     depth), both permuted from (tokens, heads, depth) computed at run time."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parents[1] / "benchmarks" / "strided_depth.py"
-    spec = importlib.util.spec_from_file_location("strided_depth", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench.q_times_k(tokens)
+    return benchmark_module("strided_depth").q_times_k(tokens)
 
 
 @pytest.mark.parametrize("tokens", [STRIDED_DEPTH, 8 * STRIDED_DEPTH])

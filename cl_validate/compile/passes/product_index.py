@@ -237,7 +237,7 @@ def walks_one_axis(p: Product) -> bool:
       an NCHW output down its columns (its input larger than its weight) took 2.2x the time
       of the convolution and its transpose (BENCHMARKS.md).
     """
-    key = (p.name, p.out_shape, p.reads, p.writes, p.shapes,
+    key = (STRIDED_DEPTH, p.name, p.out_shape, p.reads, p.writes, p.shapes,
            tuple(known_shape(s) for s in p.sources))  # all it depends on
     if key not in _WALKS:
         if len(_WALKS) > 4096:
