@@ -138,7 +138,8 @@ def write_sites(func: relax.Function, accept: Accept) -> list[tuple[relax.Var, P
     would then carry down to a transpose of the model's, still a kernel (StridedProducts
     takes no product's chain through it), a few layout-agnostic ops below: EfficientViT's
     ``out[..., :-1] / out[..., -1:]`` between its matmul and ``transpose(-1, -2)``. Each:
-    the matmul's result (or its one view), a layout to try, the transpose's origin mark."""
+    the matmul's result (or its one view and rounding, `_written_value`), a layout to try,
+    the transpose's origin mark."""
     values = {b.var: b.value for b in bindings(func)}
     uses = use_sites(func)
     taken, weights = _taken(func, accept), weight_derived(func)
@@ -148,10 +149,7 @@ def write_sites(func: relax.Function, accept: Accept) -> list[tuple[relax.Var, P
         if op_name(value) != "relax.matmul" or any(_dequantized(a, values) for a in value.args) \
                 or not str(getattr(tensor_type(var), "dtype", "")).startswith("float"):
             continue
-        out, readers = var, uses.get(var, [])
-        if len(readers) == 1 and readers[0] is not None and \
-                op_name(values.get(readers[0])) in VIEWS:
-            out = readers[0]
+        out = _written_value(var, values, uses)
         below = _transpose_below(out, values, uses, taken, weights)
         rank = ndim(out)
         if below is None or rank is None or static_shape(out) is None:
@@ -164,6 +162,30 @@ def write_sites(func: relax.Function, accept: Accept) -> list[tuple[relax.Var, P
             swaps.extend((out, tuple(j if a == i else i if a == j else a for a in range(rank)),
                           origin) for i in range(rank) for j in range(i + 1, rank))
     return sites + swaps
+
+
+def _written_value(var: relax.Var, values: Mapping[Any, Any],
+                   uses: Mapping[Any, list[Any]]) -> relax.Var:
+    """What a matmul's result `var` is written as: through its one view, and in a half model
+    through its one rounding to the model's dtype too (StridedProducts takes both into the
+    product: the rounding in its epilogue), in either order; `var` if neither follows."""
+    out, seen = var, set()
+    while True:
+        readers = uses.get(out, [])
+        if len(readers) != 1 or readers[0] is None:
+            return out
+        value = values.get(readers[0])
+        kind = "view" if op_name(value) in VIEWS else \
+            "cast" if op_name(value) == "relax.astype" and _float(out) and _float(readers[0]) \
+            else None
+        if kind is None or kind in seen:
+            return out
+        seen.add(kind)
+        out = readers[0]
+
+
+def _float(var: Any) -> bool:
+    return str(getattr(tensor_type(var), "dtype", "")).startswith(("float", "bfloat"))
 
 
 def _transpose_below(var: relax.Var, values: Mapping[Any, Any], uses: Mapping[Any, list[Any]],
