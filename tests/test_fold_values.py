@@ -230,3 +230,20 @@ def test_abs_flip_and_tile_are_tvms():
                lambda v: relax.op.tile(v, [2, 3]), lambda v: relax.op.tile(v, [2, 1, 1])):
         mine, tvms = _both(op, [x])
         assert mine is not None and identical(mine[0], tvms)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("dtype", ("int64", "int32", "uint8"))
+def test_integer_division_is_tvms(dtype):
+    """A position table's row and column (``i // w``, ``i % w``) on signs of every kind; a zero
+    divisor (undefined) and floats are left to TVM."""
+    a = _hard(dtype, (64,), 15)
+    b = _hard(dtype, (64,), 16)
+    b[b == 0] = 3
+    for op in (relax.op.floor_divide, relax.op.floor_mod, relax.op.mod):
+        mine, tvms = _both(op, [a, b])
+        assert mine is not None and identical(mine[0], tvms), op
+    b[0] = 0
+    assert evaluate(_transform(relax.op.floor_divide, [a, b])[NAME], [a, b]) is None
+    x = _hard("float32", (8,), 17)
+    assert evaluate(_transform(relax.op.floor_divide, [x, x])[NAME], [x, x]) is None

@@ -3,11 +3,13 @@
 `fold_params` lifts what ``main`` computes from weights alone into one function and runs it
 once. Built with TVM, that function costs more than anything else in a small model's
 compile: every op becomes a kernel that TVM legalizes and LLVM compiles (MobileNetV2's 52
-BatchNorms are 364 of them, about 6 s of a 9 s compile on a 2-core machine). What such a
+BatchNorms are 364 of them: 1.5 s of its 4.3 s llvm compile, `benchmarks/fold_params.py`,
+and more in a fresh process, whose first LLVM build pays its set-up). What such a
 function holds is mostly data movement (a weight permuted to OHWI, a view, a broadcast) and
-BatchNorm's scale arithmetic (``gamma / sqrt(var + eps)``), and numpy computes each of those
-bit for bit as TVM's kernel does: a movement copies values, and IEEE 754 rounds ``+ - * /``
-and ``sqrt`` correctly in every implementation (float16 through float32 included, whose
+BatchNorm's scale arithmetic (``gamma / sqrt(var + eps)``), masks and index tables computed
+from constants, and numpy computes each of those bit for bit as TVM's kernel does: a movement
+copies values, comparisons, logic and integer division are exact, and IEEE 754 rounds
+``+ - * /`` and ``sqrt`` correctly in every implementation (float16 through float32 included, whose
 24 bits hold the exact result of any of them on two 11-bit operands before the one rounding
 that matters). So `evaluate` runs a function whose every binding is such an op; a function
 with anything else — an exponential or a power (each library rounds them its own way), a
@@ -35,6 +37,10 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "relax.divide": np.divide,
 }
 _FLOAT_ONLY = frozenset({"relax.divide", "relax.sqrt"})
+#: integer division (a position table's row and column of an index)
+_INTEGER_DIVISION: dict[str, Callable[[Any, Any], Any]] = {
+    "relax.floor_divide": np.floor_divide, "relax.floor_mod": np.mod, "relax.mod": np.fmod,
+}
 #: comparisons and logic (a mask computed from weights and constants: a causal mask)
 _LOGIC: dict[str, Callable[..., Any]] = {
     # TVM's `!=` is ordered, false on a NaN as every comparison (numpy's is true)
@@ -75,6 +81,11 @@ def _op(call: relax.Call, args: list[Any]) -> Any:
         if a.dtype != b.dtype or (name in _FLOAT_ONLY and a.dtype.kind != "f"):
             return None
         return _BINARY[name](a, b)
+    if name in _INTEGER_DIVISION:
+        a, b = args
+        if a.dtype != b.dtype or a.dtype.kind not in "iu" or not np.all(b):
+            return None  # floats round their own way here; a zero divisor is undefined
+        return _INTEGER_DIVISION[name](a, b)
     if name in _LOGIC:
         if name != "relax.where" and len({a.dtype for a in args}) != 1:
             return None
