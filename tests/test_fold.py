@@ -63,3 +63,45 @@ def test_a_buffer_only_read_at_run_time_is_left_to_its_kernel() -> None:
     ones = torch.ones(1, 64, 64, 8)
     out = vm["main"](tvm.runtime.tensor(ones.numpy())).numpy()
     assert (out == 1.5).all()
+
+
+def test_fold_constant_runs_only_where_it_has_something_to_fold(tmp_path, monkeypatch) -> None:
+    """FoldConstant legalizes every op to look for constant operands; after the weights'
+    transform a convolution network has none left, so it is skipped there, and the stage's
+    IR is the same as with it, structurally."""
+    import tvm_ffi
+
+    from cl_validate.compile import fold
+    from cl_validate.compile.frontend import export_and_import
+    from cl_validate.compile.program import compile_case
+    from cl_validate.spec import load_case
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.bn = nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(F.relu(self.bn(self.conv(x))).mean((2, 3)))
+
+    path = tmp_path / "c.toml"
+    path.write_text('model = "x:y"\n[[inputs]]\nname = "x"\nshape = [1, 3, 8, 8]\n'
+                    '[layout]\n"relax.nn.conv2d" = ["NHWC", "OHWI"]\n')
+    case = load_case(path)
+    front = export_and_import(Net().eval(), case, (torch.randn(1, 3, 8, 8),))
+    seen: list[bool] = []
+    real = fold._foldable
+    monkeypatch.setattr(fold, "_foldable", lambda v: seen.append(real(v)) or seen[-1])
+    guarded = compile_case(front, case, "llvm", build=False).stage("fold_params").mod
+    assert seen and not any(seen)
+    monkeypatch.setattr(fold, "_foldable", lambda v: True)
+    always = compile_case(front, case, "llvm", build=False).stage("fold_params").mod
+    assert tvm_ffi.structural_equal(guarded, always)
+    from tvm import relax
+
+    x = relax.Var("x", relax.TensorType((2,), "float32"))
+    one = relax.const(1.0, "float32")
+    assert real(relax.op.add(one, one))  # computed: FoldConstant runs
+    assert real(one)  # a bound constant, propagated into its uses
+    assert not real(relax.op.add(x, one))

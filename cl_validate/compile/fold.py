@@ -4,11 +4,13 @@ Relax's FoldConstant folds one call at a time and builds a tiny module for each:
 after ConvertLayout and BatchNorm decomposition that is hundreds of builds and most of the
 compile time. Here every weight/constant-only computation (the weight permutes ConvertLayout
 inserted, BatchNorm scale/shift arithmetic, …) is lifted into one function with TVM's
-LiftTransformParams, run once, and its outputs are bound into ``main`` as constants. What is
-left for FoldConstant afterwards is trivial. The function runs in numpy where every op in it
-is one numpy computes bit for bit as TVM (`fold_values`: movements, ``+ - * /``, ``sqrt``,
-casts, masks — nearly every model); else it is built for the host, which on a BatchNorm
-network took most of the compile (EfficientNet-B0: 14 s of building for 0.3 s in numpy).
+LiftTransformParams, run once, and its outputs are bound into ``main`` as constants. The
+function runs in numpy where every op in it is one numpy computes bit for bit as TVM
+(`fold_values`: movements, ``+ - * /``, ``sqrt``, casts, masks — nearly every model); else it
+is built for the host, which on a BatchNorm network took most of the compile (EfficientNet-B0:
+2.2 s of building for 0.04 s in numpy, `benchmarks/fold_params.py`). What is left for
+FoldConstant afterwards is trivial, and usually nothing: then it is not run (it legalizes
+every op to look).
 
 Tensors made from nothing (``zeros``, ``ones``, ``full``, ``arange`` of static shape: a
 circular pad's buffer, a position table, an identity matrix) that something computed from
@@ -139,7 +141,7 @@ def fold_params(mod: tvm.IRModule, params: dict[str, Any], *, entry: str = "main
     weights += rewriter.new_params
     values += rewriter.values
     if not weights:
-        return relax.transform.FoldConstant()(mod)
+        return _fold_constants(mod, entry)
 
     func = relax.Function(list(func.params[:n_in]) + weights, body, func.ret_ty, func.is_pure,
                           func.attrs)
@@ -157,7 +159,7 @@ def fold_params(mod: tvm.IRModule, params: dict[str, Any], *, entry: str = "main
     bound = {var: outputs[i] for i, var in enumerate(new_weights)}
     mod = replace_function(mod, entry, new_entry)
     mod = relax.transform.BindParams(entry, bound)(mod)
-    return relax.transform.FoldConstant()(mod)
+    return _fold_constants(mod, entry)
 
 
 def _transformed(prep: tvm.IRModule, name: str, values: list[Any]) -> list[Any]:
@@ -176,3 +178,28 @@ def built_transform(prep: tvm.IRModule, name: str, values: list[Any]) -> list[An
     host = tvm.target.Target({"kind": "llvm", "opt-level": _FOLD_OPT_LEVEL})
     vm = relax.VirtualMachine(tvm.compile(prep, target=host), tvm.cpu())
     return list(vm[name](tuple(values)))
+
+
+def _fold_constants(mod: tvm.IRModule, entry: str) -> tvm.IRModule:
+    """TVM's FoldConstant on `mod` where it has something to fold in `entry`; else only what
+    it would do there, unused bindings removed. FoldConstant legalizes every op of a
+    dataflow block to see whether its arguments are constant (MobileNetV2: 0.6 s, more than
+    the rest of this stage), and after the transform above there is usually nothing left."""
+    func = mod[entry]
+    if any(_foldable(b.value) for b in bindings(func)):
+        return relax.transform.FoldConstant()(mod)
+    return replace_function(mod, entry, relax.analysis.remove_all_unused(func))
+
+
+def _foldable(value: Any) -> bool:
+    """FoldConstant could change this binding or its uses: a constant or a shape bound to a
+    variable (it propagates them), or a call whose tensor operands are all constants (none
+    at all included: a tensor made from nothing), which it computes."""
+    if is_tensor_constant(value) or isinstance(value, relax.ShapeExpr):
+        return True
+    if not isinstance(value, relax.Call):
+        return False
+    args = list(value.args)
+    if op_name(value) == "relax.call_tir":
+        args = list(value.args[1].fields)
+    return all(is_tensor_constant(a) or tensor_type(a) is None for a in args)
