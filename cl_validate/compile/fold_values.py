@@ -79,8 +79,9 @@ def _op(call: relax.Call, args: list[Any]) -> Any:
     attrs = call.attrs
     if name in _BINARY:
         a, b = args
-        if a.dtype != b.dtype or (name in _FLOAT_ONLY and a.dtype.kind != "f"):
-            return None
+        if a.dtype != b.dtype or a.dtype.kind == "b" or \
+                (name in _FLOAT_ONLY and a.dtype.kind != "f"):
+            return None  # booleans: numpy's + is "or" (BoolArithmetic leaves none)
         return _BINARY[name](a, b)
     if name in _INTEGER_DIVISION:
         a, b = args
