@@ -113,5 +113,6 @@ def main() -> None:
         print(f"{'all':28} {'':>17} {'':>10}  {total['numpy']:14.2f}s {total['tvm']:6.2f}s "
               f"{total['numpy'] / total['tvm']:5.2f}x")
 
+
 if __name__ == "__main__":
     main()
