@@ -144,6 +144,18 @@ def tensor_type(expr: object) -> relax.TensorType | None:
     return ty if isinstance(ty, relax.TensorType) else None
 
 
+def is_float(dtype: object) -> bool:
+    """A floating-point dtype by TVM's name: ``float16/32/64``, the ``float8`` kinds and
+    ``bfloat16``."""
+    return str(dtype).startswith(("float", "bfloat"))
+
+
+def float_typed(expr: object) -> bool:
+    """`expr` is a tensor of a floating-point dtype (`is_float`)."""
+    ty = tensor_type(expr)
+    return ty is not None and is_float(ty.dtype)
+
+
 def ndim(expr: object) -> int | None:
     """Rank of a tensor-typed expression, None if unknown or not a tensor."""
     ty = tensor_type(expr)

@@ -69,6 +69,7 @@ from cl_validate.compile.reduction_converters import reduction_converters
 from cl_validate.compile.resample_converters import resample_converters
 from cl_validate.compile.sdpa_converter import convert_sdpa, static_dims
 from cl_validate.compile.window_converters import window_converters
+from cl_validate.ir import is_float
 
 
 def _scalar_operands(lhs: Any, rhs: Any) -> tuple[Any, Any]:
@@ -78,7 +79,7 @@ def _scalar_operands(lhs: Any, rhs: Any) -> tuple[Any, Any]:
     tensor, number, number_first = (rhs, lhs, True) if isinstance(rhs, relax.Expr) else (
         lhs, rhs, False)
     dtype = str(tensor.ty.dtype)
-    if isinstance(number, float) and not dtype.startswith(("float", "bfloat")):
+    if isinstance(number, float) and not is_float(dtype):
         tensor, dtype = relax.op.astype(tensor, "float32"), "float32"
     const = relax.const(number, dtype)
     return (const, tensor) if number_first else (tensor, const)

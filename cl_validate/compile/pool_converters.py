@@ -30,6 +30,7 @@ from tvm import relax, tirx
 
 from cl_validate.compile.converter_support import default_converter, in_float32
 from cl_validate.compile.sdpa_converter import static_dims
+from cl_validate.ir import is_float
 
 
 def _per_axis(value: Any, rank: int, default: int) -> list[int]:
@@ -42,7 +43,7 @@ def _per_axis(value: Any, rank: int, default: int) -> list[int]:
 
 
 def _lowest(dtype: str) -> float:
-    if dtype.startswith("float") or dtype.startswith("bfloat"):
+    if is_float(dtype):
         return float("-inf")
     return float(np.iinfo(np.dtype(dtype)).min)
 

@@ -27,7 +27,7 @@ from tvm import relax, tirx
 
 from cl_validate.compile.attention_tiles import cpu_form
 from cl_validate.compile.program import Compiled
-from cl_validate.ir import SCHEDULE_ATTR
+from cl_validate.ir import SCHEDULE_ATTR, is_float
 from cl_validate.session.device_host import host_for, hosted
 
 #: A kernel is wrong when a buffer differs by more than this share of its largest value.
@@ -85,7 +85,7 @@ def _buffers(func: tirx.PrimFunc, rng: np.random.Generator) -> list[np.ndarray] 
         if shape is None or not all(isinstance(d, tirx.IntImm | int) for d in shape):
             return None
         dims, dtype = [int(d) for d in shape], str(ty.dtype)
-        if dtype.startswith(("float", "bfloat")):
+        if is_float(dtype):
             out.append(rng.standard_normal(dims).astype(dtype))
         else:
             out.append(np.zeros(dims, dtype))

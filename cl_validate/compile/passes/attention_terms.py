@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 from tvm import relax
 
-from cl_validate.ir import is_tensor_constant, known_shape, op_name, tensor_type
+from cl_validate.ir import is_float, is_tensor_constant, known_shape, op_name, tensor_type
 
 
 def scalar(e: relax.Expr) -> float | None:
@@ -28,7 +28,7 @@ def per_head(c: relax.Expr, scores: tuple[int, ...] | None) -> bool:
     if cs is None or scores is None or len(cs) < 2 or cs[-2:] != (1, 1):
         return False
     ty = tensor_type(c)
-    if ty is None or not str(ty.dtype).startswith(("float", "bfloat")):
+    if ty is None or not is_float(ty.dtype):
         return False
     return _fits(cs, scores)
 

@@ -34,7 +34,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.passes._util import relax_function_pass
-from cl_validate.ir import is_tensor_constant, op_name, static_shape, tensor_type
+from cl_validate.ir import is_float, is_tensor_constant, op_name, static_shape, tensor_type
 
 CONV_OPS = ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d")
 AFFINE_OPS = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
@@ -64,7 +64,7 @@ def _channel_vector(const: Any, out_shape: tuple[int | None, ...], c_axis: int
     """The constant as a per-output-channel float64 vector, or None if it varies elsewhere
     (or would broadcast the convolution's result to a larger shape)."""
     ty = tensor_type(const)
-    if ty is None or not str(ty.dtype).startswith(("float", "bfloat")):
+    if ty is None or not is_float(ty.dtype):
         return None
     value = const.value.numpy().astype(np.float64)
     rank = len(out_shape)
@@ -110,7 +110,7 @@ def _plan(func: relax.Function) -> dict[relax.Var, _Fold]:
         out_shape = static_shape(var)
         w_ty = tensor_type(value.args[1])
         if (c_axis is None or o_axis is None or out_shape is None or w_ty is None
-                or not str(w_ty.dtype).startswith(("float", "bfloat"))):
+                or not is_float(w_ty.dtype)):
             continue
         scale = np.ones(1, dtype=np.float64)
         shift = np.zeros(1, dtype=np.float64)

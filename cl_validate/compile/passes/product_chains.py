@@ -40,6 +40,7 @@ from cl_validate.compile.passes.gpu_products import gpu_schedules
 from cl_validate.compile.passes.strided_products import READS, VIEWS, find
 from cl_validate.ir import (
     bindings,
+    float_typed,
     is_identity,
     is_weight_derived,
     mark_origin,
@@ -176,16 +177,12 @@ def _written_value(var: relax.Var, values: Mapping[Any, Any],
             return out
         value = values.get(readers[0])
         kind = "view" if op_name(value) in VIEWS else \
-            "cast" if op_name(value) == "relax.astype" and _float(out) and _float(readers[0]) \
-            else None
+            "cast" if op_name(value) == "relax.astype" and float_typed(out) and \
+            float_typed(readers[0]) else None
         if kind is None or kind in seen:
             return out
         seen.add(kind)
         out = readers[0]
-
-
-def _float(var: Any) -> bool:
-    return str(getattr(tensor_type(var), "dtype", "")).startswith(("float", "bfloat"))
 
 
 def _transpose_below(var: relax.Var, values: Mapping[Any, Any], uses: Mapping[Any, list[Any]],

@@ -48,6 +48,8 @@ from cl_validate.compile.passes.product_index import (
 )
 from cl_validate.ir import (
     bindings,
+    float_typed,
+    is_float,
     is_identity,
     is_weight_derived,
     known_shape,
@@ -115,8 +117,7 @@ def find(func: relax.Function, accept: Callable[[Product], bool] = lambda _p: Tr
         broadcasts to `cur`'s shape, or a cast between float dtypes (no constant)."""
         shape = known_shape(cur)
         if op_name(call) == "relax.astype" and shape is not None and \
-                str(call.attrs.dtype).startswith(("float", "bfloat")) and \
-                str(getattr(tensor_type(cur), "dtype", "")).startswith(("float", "bfloat")):
+                is_float(call.attrs.dtype) and float_typed(cur):
             return Step("epilogue", shape, shape, op=CAST + str(call.attrs.dtype)), None
         if op_name(call) not in EPILOGUE_OPS or len(call.args) != 2:
             return None
@@ -166,8 +167,7 @@ def find(func: relax.Function, accept: Callable[[Product], bool] = lambda _p: Tr
         shapes = [known_shape(a), known_shape(b) if not b_steps else b_steps[-1].dst]
         out_shape = known_shape(var)
         if any(s is None or len(s) < 2 for s in shapes) or out_shape is None or \
-                any(not str(getattr(tensor_type(x), "dtype", "")).startswith(("float", "bfloat"))
-                    for x in (a, b)):
+                not (float_typed(a) and float_typed(b)):
             continue
         # a pointwise convolution's weight is read as the (Cin, Cout) matrix it is
         chains = [read_chain(a), (b, b_steps, []) if b_steps else read_chain(b)]
