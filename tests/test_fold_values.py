@@ -225,11 +225,14 @@ def test_comparisons_and_masks_are_tvms(dtype):
 
 
 @pytest.mark.compile
-def test_abs_flip_and_tile_are_tvms():
-    """A filter bank computed from constants (flipped, tiled, its distance from a centre)."""
+def test_abs_flip_tile_and_repeat_are_tvms():
+    """A filter bank computed from constants (flipped, tiled, repeated per channel, its
+    distance from a centre)."""
     x = _hard("float32", (3, 4), 14)
     for op in (relax.op.abs, lambda v: relax.op.flip(v, 1), lambda v: relax.op.flip(v, 0),
-               lambda v: relax.op.tile(v, [2, 3]), lambda v: relax.op.tile(v, [2, 1, 1])):
+               lambda v: relax.op.tile(v, [2, 3]), lambda v: relax.op.tile(v, [2, 1, 1]),
+               lambda v: relax.op.repeat(v, 3, axis=0), lambda v: relax.op.repeat(v, 2, axis=1),
+               lambda v: relax.op.repeat(v, 2), lambda v: relax.op.repeat(v, 2, axis=-1)):
         mine, tvms = _both(op, [x])
         assert mine is not None and identical(mine[0], tvms)
 

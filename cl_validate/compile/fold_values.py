@@ -103,6 +103,9 @@ def _op(call: relax.Call, args: list[Any]) -> Any:
     if name == "relax.tile":
         repeats = _ints(attrs.repeats)
         return None if repeats is None else np.tile(args[0], repeats)
+    if name == "relax.repeat":  # numpy's repeat: each element `repeats` times, flat if no axis
+        axis = None if attrs.axis is None else int(attrs.axis)
+        return np.repeat(args[0], int(attrs.repeats), axis)
     if name == "relax.permute_dims":
         return np.transpose(args[0], permute_axes(call))
     if name in ("relax.reshape", "relax.broadcast_to"):
