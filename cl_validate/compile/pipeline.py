@@ -32,6 +32,7 @@ from cl_validate.compile.passes import (
     FoldPermuteIntoColumns,
     FoldScaleShift,
     IntegerCompute,
+    MergeFilterChannels,
     NormalizeAxes,
     PermuteIntoGather,
     PerSampleInstanceNorm,
@@ -157,20 +158,24 @@ def _convert_layout(ctx: PipelineContext) -> Stage:
 
 
 def _unfold_filters(convert: Stage, cleanup: Stage) -> Stage:
-    """Batch-folded channel filters as depthwise convolutions (`UnfoldChannelFilters`) where
-    the layout stages then leave fewer run-time transforms: a filter between the graph's
-    input and output, with no converted op around it, is cheaper folded."""
+    """Batch-folded channel filters as depthwise convolutions (`UnfoldChannelFilters`), then
+    depthwise filters over a permuted tensor as convolutions of its merged channels
+    (`MergeFilterChannels`), each where the layout stages then leave fewer run-time
+    transforms: a filter between the graph's input and output, with no converted op around
+    it, is cheaper folded."""
 
-    unfold = UnfoldChannelFilters()
+    rewrites = (UnfoldChannelFilters(), MergeFilterChannels())
 
     def run(mod: tvm.IRModule) -> tvm.IRModule:
-        trial = unfold(mod)
-        if trial["main"].same_as(mod["main"]):
-            return mod
-        with collect_notes():  # a trial's notes are not the program's
-            before, after = (runtime_cost(cleanup.run(convert.run(m))["main"])
-                             for m in (mod, trial))
-        return trial if after < before else mod
+        for rewrite in rewrites:
+            trial = rewrite(mod)
+            if trial["main"].same_as(mod["main"]):
+                continue
+            with collect_notes():  # a trial's notes are not the program's
+                before, after = (runtime_cost(cleanup.run(convert.run(m))["main"])
+                                 for m in (mod, trial))
+            mod = trial if after < before else mod
+        return mod
 
     return Stage("unfold_filters", run)
 

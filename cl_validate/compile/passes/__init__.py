@@ -44,8 +44,11 @@ RaiseAttention runs first (a max-subtracted softmax written out as the one op it
 same steps; an einsum's unit-axis views around a product folded, pure data movement);
 ``UnfoldChannelFilters`` after RaiseAttention, in a stage
 of its own (a filter run on every channel by folding the channels into the batch,
-``upfirdn2d``-style, as the depthwise convolution it is; kept only where the layout stages
-then leave fewer transforms; the same sums of the same products); ``FoldFlattenIntoLinear``
+``upfirdn2d``-style, as the depthwise convolution it is) and ``MergeFilterChannels`` (a
+depthwise filter along one axis over a permuted tensor, Nyströmformer's convolution of its
+values, as the depthwise convolution of the tensor's merged channels where it lies), each
+kept only where the layout stages then leave fewer transforms (the same sums of the same
+products); ``FoldFlattenIntoLinear``
 after the cleanup (a flatten's transpose into the Linear's weight: the dot products sum in
 another order), with ``FoldPermuteIntoColumns`` (a computed kernel's transpose into its
 constant bank's columns, CondConv-style dynamic convolutions; exact) and ``ComputeInLayout``
@@ -87,6 +90,7 @@ from cl_validate.compile.passes.instance_norm import PerSampleInstanceNorm
 from cl_validate.compile.passes.integer_compute import IntegerCompute
 from cl_validate.compile.passes.layout_agnostic import LAYOUT_AGNOSTIC_OPS
 from cl_validate.compile.passes.layout_rules import RULELESS_UNARY_OPS, extra_layout_rules
+from cl_validate.compile.passes.merged_channels import MergeFilterChannels
 from cl_validate.compile.passes.movement_chains import FoldMovementChains
 from cl_validate.compile.passes.normalize_axes import NormalizeAxes
 from cl_validate.compile.passes.permute_to_reshape import PermuteToReshape
@@ -153,6 +157,7 @@ __all__ = [
     "HoistPermutes",
     "IntegerCompute",
     "InterleaveConcats",
+    "MergeFilterChannels",
     "NarrowMovements",
     "NormalizeAxes",
     "PerSampleInstanceNorm",
