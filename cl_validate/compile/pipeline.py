@@ -43,7 +43,7 @@ from cl_validate.compile.passes import (
     cleanup_passes,
     lower_conv_transpose,
 )
-from cl_validate.compile.passes._util import collect_notes, runtime_cost
+from cl_validate.compile.passes._util import Cost, collect_notes, runtime_cost
 from cl_validate.compile.schedule import schedule_gpu
 from cl_validate.errors import CaseFileError
 from cl_validate.paths import display_path
@@ -166,15 +166,20 @@ def _unfold_filters(convert: Stage, cleanup: Stage) -> Stage:
 
     rewrites = (UnfoldChannelFilters(), MergeFilterChannels())
 
+    def cost(mod: tvm.IRModule) -> Cost:
+        with collect_notes():  # a trial's notes are not the program's
+            return runtime_cost(cleanup.run(convert.run(mod))["main"])
+
     def run(mod: tvm.IRModule) -> tvm.IRModule:
+        kept: Cost | None = None  # `mod`'s cost, once measured
         for rewrite in rewrites:
             trial = rewrite(mod)
             if trial["main"].same_as(mod["main"]):
                 continue
-            with collect_notes():  # a trial's notes are not the program's
-                before, after = (runtime_cost(cleanup.run(convert.run(m))["main"])
-                                 for m in (mod, trial))
-            mod = trial if after < before else mod
+            kept = cost(mod) if kept is None else kept
+            after = cost(trial)
+            if after < kept:
+                mod, kept = trial, after
         return mod
 
     return Stage("unfold_filters", run)

@@ -31,7 +31,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.passes._util import relax_function_pass
-from cl_validate.ir import known_shape, op_name, permute_axes
+from cl_validate.ir import bindings, known_shape, op_name, permute_axes
 
 #: (filtered axis F, unit-kernel axis U) of an NCHW input → the permute `p` with
 #: ``input = permute(v, p)`` for ``v`` stored as ``(B, F, C, U)``
@@ -42,22 +42,21 @@ def _ints(values: Any) -> list[int]:
     return [int(v) for v in values]
 
 
-def _plan(call: relax.Call, data_axes: tuple[int, ...] | None, x_shape: tuple[int, ...] | None,
-          w_shape: tuple[int, ...] | None) -> tuple[int, int] | None:
+def _plan(call: relax.Call, data_axes: tuple[int, ...], x_shape: tuple[int, ...],
+          w_shape: tuple[int, ...]) -> tuple[int, int] | None:
     """(F, U) when `call` is a depthwise NCHW conv2d the rewrite computes exactly, else None."""
     a = call.attrs
-    if data_axes is None or x_shape is None or w_shape is None or len(x_shape) != 4 or \
-            str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or \
+    if len(x_shape) != 4 or str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or \
             str(a.out_layout) not in ("NCHW", ""):
         return None
-    channels, groups = x_shape[1], int(a.groups)
-    if groups != channels or w_shape[0] != channels or w_shape[1] != 1:
+    channels = x_shape[1]
+    if int(a.groups) != channels or w_shape[0] != channels or w_shape[1] != 1:
         return None
-    strides, dilation, padding = _ints(a.strides), _ints(a.dilation), _ints(a.padding)
+    strides, padding = _ints(a.strides), _ints(a.padding)
     for (f, u), stored in _STORED_AS.items():
         k = u - 2  # the unit axis's index among (H, W)
-        if tuple(data_axes) == stored and w_shape[u] == 1 and strides[k] == 1 and \
-                padding[k] == 0 and padding[k + 2] == 0 and len(dilation) == 2:
+        if data_axes == stored and w_shape[u] == 1 and strides[k] == 1 and \
+                padding[k] == 0 and padding[k + 2] == 0:
             return f, u
     return None
 
@@ -77,7 +76,8 @@ class _Merger(PyExprMutator):  # type: ignore[misc]
         permute = self.permutes.get(x) if isinstance(x, relax.Var) else None
         axes = permute_axes(permute) if permute is not None else None
         xs, ws, out = known_shape(x), known_shape(w), known_shape(binding.var)
-        plan = _plan(call, tuple(axes) if axes is not None else None, xs, ws)
+        plan = None if permute is None or axes is None or xs is None or ws is None or \
+            out is None else _plan(call, tuple(axes), xs, ws)
         if plan is None or permute is None or xs is None or ws is None or out is None:
             super().visit_var_binding_(binding)
             return
@@ -107,7 +107,7 @@ def merge_filter_channels(func: relax.Function) -> relax.Function:
     """Every depthwise conv2d with a kernel 1 wide along one axis, on a permute of a tensor
     stored as (B, F, C, U), as the depthwise conv2d of that tensor's merged (C, U) channels
     (module docstring)."""
-    permutes = {b.var: b.value for block in func.body.blocks for b in block.bindings
+    permutes = {b.var: b.value for b in bindings(func)
                 if isinstance(b, relax.VarBinding) and op_name(b.value) == "relax.permute_dims"}
     if not permutes:
         return func
