@@ -131,9 +131,9 @@ def test_a_stage_that_corrupts_numerics_is_named_in_every_report(write_case, dat
     assert [r[0] for r in rows] == ["import", "normalize_axes", "raise_attention",
                                     "unfold_filters", "convert_layout", "cleanup", "fold_flatten",
                                     "conv_transpose", "integer_compute", "strided_products",
-                                    "decompose",
+                                    "sink_views", "decompose",
                                     "fold_params", "perturb"]  # it stops at the break
-    assert [r[4] for r in rows if r[0] != "perturb"] == ["ok"] * 12 and rows[-1][4] == "BREAKS"
+    assert [r[4] for r in rows if r[0] != "perturb"] == ["ok"] * 13 and rows[-1][4] == "BREAKS"
     markdown = (tmp_path / "r.md").read_text()
     assert "first break after `perturb`" in markdown and "| `perturb` |" in markdown
 

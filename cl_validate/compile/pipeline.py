@@ -35,8 +35,10 @@ from cl_validate.compile.passes import (
     MergeFilterChannels,
     NormalizeAxes,
     PermuteIntoGather,
+    PermuteToReshape,
     PerSampleInstanceNorm,
     RaiseAttention,
+    SinkViews,
     StridedProducts,
     UnfoldChannelFilters,
     UnmergeGroupedMaps,
@@ -223,4 +225,7 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
         *([Stage("integer_compute", IntegerCompute())] if ctx.case.integer_compute else []),
         # last: a matmul reads and writes through the permutes the layouts left around it
         Stage("strided_products", StridedProducts(ctx.target)),
+        # a view between a kernel and its elementwise steps moved below them, so they fuse
+        # into the kernel (a view of a view then made one)
+        Stage("sink_views", tvm.transform.Sequential([SinkViews(), PermuteToReshape()])),
     ])

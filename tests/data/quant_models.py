@@ -255,16 +255,16 @@ class FlattenHead(nn.Module):
         return self.fc(torch.flatten(self.features(x), 1))
 
 
-def _x86_quantized(model: nn.Module) -> nn.Module:
+def _x86_quantized(model: nn.Module, shape: tuple[int, ...] = SHAPE) -> nn.Module:
     """`model` through PT2E with the x86 quantizer, seeded, calibrated on three batches."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     torch.manual_seed(0)
-    exported = torch.export.export(model.eval(), (torch.randn(SHAPE),)).module()
+    exported = torch.export.export(model.eval(), (torch.randn(shape),)).module()
     prepared = prepare_pt2e(exported, _x86_quantizer())  # type: ignore[arg-type]
     with torch.no_grad():
         for _ in range(3):
-            prepared(torch.randn(SHAPE))
+            prepared(torch.randn(shape))
     return convert_pt2e(prepared)
 
 
@@ -272,6 +272,27 @@ def flatten_head() -> nn.Module:
     """`FlattenHead` quantized (the pools' indices, the QDQ pairs between the pool, the
     flatten and the Linear)."""
     return _x86_quantized(FlattenHead())
+
+
+class NormHead(nn.Module):
+    """DETR's decoder end in small: tokens sequence-first ``(N, B, C)``, a LayerNorm, then
+    ``transpose(0, 1)`` to batch-first (with a batch of one, a view) into a Linear head."""
+
+    def __init__(self, channels: int = 8) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 4, 4)
+        self.norm = nn.LayerNorm(channels)
+        self.head = nn.Linear(channels, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.stem(x).flatten(2).permute(2, 0, 1)  # (H/4 · W/4 tokens, B, channels)
+        return self.head(self.norm(t).transpose(0, 1))
+
+
+def norm_head(channels: int = 8, size: int = 16) -> nn.Module:
+    """`NormHead` quantized (on `size` x `size` inputs): the LayerNorm's output quantized for
+    the head after the view."""
+    return _x86_quantized(NormHead(channels), (1, 3, size, size))
 
 
 class ShuffleUnit(nn.Module):

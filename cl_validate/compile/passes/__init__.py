@@ -62,8 +62,10 @@ nothing else); ``BoolArithmetic``, with the decomposition, computes arithmetic, 
 and min/max on boolean masks on int32 (llvm cannot emit them on booleans; exact).
 ``IntegerCompute`` follows the layout stages: a quantized network's
 convolutions and matmuls read their int8/uint8 codes and accumulate in int32, in the layout
-they have. ``StridedProducts`` ends them: a float matmul reads its operands and writes its
+they have. ``StridedProducts`` follows: a float matmul reads its operands and writes its
 result through the transposes still around it (the same sums in the same order).
+``SinkViews`` ends them: a view between a kernel and the elementwise steps after it moves
+below the steps, so FuseOps fuses them into the kernel (exact).
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ from cl_validate.compile.passes.quantize_pairs import SinkQuantizePairs
 from cl_validate.compile.passes.raise_attention import RaiseAttention
 from cl_validate.compile.passes.shared_chains import ShareChainLayouts
 from cl_validate.compile.passes.sink_rounds import SinkPermutes
+from cl_validate.compile.passes.sink_views import SinkViews
 from cl_validate.compile.passes.slice_views import ReadSlicesAtSource
 from cl_validate.compile.passes.spelled_softmax import SpelledSoftmax
 from cl_validate.compile.passes.strided_products import StridedProducts
@@ -168,6 +171,7 @@ __all__ = [
     "ShareChainLayouts",
     "SinkPermutes",
     "SinkQuantizePairs",
+    "SinkViews",
     "SpelledSoftmax",
     "StridedProducts",
     "UnfoldChannelFilters",
