@@ -106,7 +106,8 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
     def __init__(self, plans: dict[relax.Var, tuple[relax.Var, list[relax.Var]]]) -> None:
         super().__init__()
         self.views = set(plans)
-        # a chain step's var -> (the operand it read, what to read now, the chain's last var)
+        # a chain step -> (the operand it read, what it reads instead: the view's input for
+        # the first step, the step before's new value for the others)
         self.steps: dict[relax.Var, tuple[relax.Var, relax.Var]] = {}
         self.last: set[relax.Var] = set()
         for view, (src, chain) in plans.items():
@@ -137,7 +138,7 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
         value = self.builder_.emit(remake(call, args, attrs))
         self.moved[binding.var] = value
         if binding.var in self.last:
-            shape = static_shape(binding.var)  # static: `_plans` took no other
+            shape = static_shape(binding.var)  # the view's: static, as `_plans` requires
             view = self.builder_.normalize(relax.op.reshape(value, list(shape or ())))
             self.builder_.emit_normalized(relax.VarBinding(binding.var, view))
 
