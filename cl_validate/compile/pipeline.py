@@ -223,7 +223,7 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
         Stage("conv_transpose", lower_conv_transpose(ctx.case.layout)),
         # after the layouts are final: the integer products keep them
         *([Stage("integer_compute", IntegerCompute())] if ctx.case.integer_compute else []),
-        # last: a matmul reads and writes through the permutes the layouts left around it
+        # a matmul reads and writes through the permutes the layouts left around it
         Stage("strided_products", StridedProducts(ctx.target)),
         # a view between a kernel and its elementwise steps moved below them, so they fuse
         # into the kernel (a view of a view then made one)
