@@ -85,6 +85,17 @@ def bindings(func: relax.Function) -> Iterator[relax.Binding]:
             yield from block.bindings
 
 
+def block_index(func: relax.Function) -> dict[relax.Var, int]:
+    """The block, by position, of each var a ``VarBinding`` binds: a rewrite that moves a
+    value keeps it in its block (a dataflow var is not in scope outside it)."""
+    out: dict[relax.Var, int] = {}
+    if isinstance(func.body, relax.SeqExpr):
+        for i, block in enumerate(func.body.blocks):
+            out.update(dict.fromkeys(
+                (b.var for b in block.bindings if isinstance(b, relax.VarBinding)), i))
+    return out
+
+
 def op_name(expr: object) -> str | None:
     """The operator name of a call to a Relax op (``relax.nn.conv2d``), else None."""
     if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):

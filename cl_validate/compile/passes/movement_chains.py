@@ -35,6 +35,8 @@ from cl_validate.compile.passes._util import (
 )
 from cl_validate.ir import (
     PERMUTE_OP,
+    bindings,
+    block_index,
     is_identity,
     is_weight_derived,
     mark_origin,
@@ -197,13 +199,8 @@ class MovementChains:
     def __init__(self, func: relax.Function) -> None:
         self.weights = weight_derived(func)
         self.uses = use_sites(func)
-        self.values: dict[relax.Var, relax.Expr] = {}
-        self.block: dict[relax.Var, int] = {}
-        for i, block in enumerate(func.body.blocks):
-            for b in block.bindings:
-                if isinstance(b, relax.VarBinding):
-                    self.values[b.var] = b.value
-                    self.block[b.var] = i
+        self.values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
+        self.block = block_index(func)
 
     def _single_use_movement(self, var: relax.Expr, block: int) -> bool:
         """Read once, by a movement op, and bound in ``block`` (so what it reads is in scope

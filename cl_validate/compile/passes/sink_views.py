@@ -27,7 +27,14 @@ from cl_validate.compile.passes._layout_ops import BROADCAST_OPS, UNARY_OPS
 from cl_validate.compile.passes._movement_ops import VIEW_OPS
 from cl_validate.compile.passes._plan import remake
 from cl_validate.compile.passes._util import relax_function_pass
-from cl_validate.ir import bindings, op_name, static_shape, tensor_type, use_sites
+from cl_validate.ir import (
+    bindings,
+    block_index,
+    op_name,
+    static_shape,
+    tensor_type,
+    use_sites,
+)
 
 _VIEWS = frozenset(VIEW_OPS)
 # Kernels FuseOps fuses the elementwise steps after into (TVM's legalization of these is a
@@ -68,10 +75,7 @@ def _step(value: relax.Expr, cur: relax.Var, rank: int) -> relax.Call | None:
 def _plans(func: relax.Function) -> dict[relax.Var, tuple[relax.Var, list[relax.Var]]]:
     """view var -> (what it views, the chain of steps moved above it, in order)."""
     values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
-    block = {}  # var -> the block it is bound in: a chain never leaves the view's block
-    if isinstance(func.body, relax.SeqExpr):
-        for i, blk in enumerate(func.body.blocks):
-            block.update(dict.fromkeys((b.var for b in blk.bindings), i))
+    block = block_index(func)  # a chain never leaves the view's block
     uses = use_sites(func)
     plans: dict[relax.Var, tuple[relax.Var, list[relax.Var]]] = {}
     claimed: set[relax.Var] = set()  # steps some chain moves already (x_view + y_view)
@@ -125,9 +129,7 @@ class _Sinker(PyExprMutator):  # type: ignore[misc]
             super().visit_var_binding_(binding)
             return
         old, new = self.steps[binding.var]
-        data = self.moved.get(new, new)
-        if data is new:
-            data = self.visit_expr(new)
+        data = self.moved[new] if new in self.moved else self.visit_expr(new)
         call = binding.value
         args = [data if a.same_as(old) else self.visit_expr(a) for a in call.args]
         attrs = call.attrs
