@@ -27,6 +27,7 @@ kernels are dlight's (`cl_validate.compile.schedule`), which inlines on its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import tvm
@@ -39,10 +40,17 @@ from cl_validate.compile.attention import ATTENTION_ATTR
 
 def inline_chains(mod: tvm.IRModule) -> tvm.IRModule:
     """Every PrimFunc of `mod` with more than one step, its elementwise chains inlined."""
+    return map_kernels(mod, _inlined)
+
+
+def map_kernels(mod: tvm.IRModule, rewrite: Callable[[tirx.PrimFunc], tirx.PrimFunc]
+                ) -> tvm.IRModule:
+    """`mod` with `rewrite` applied to every PrimFunc but the attention kernels, which keep
+    their own loop order."""
     funcs = {}
     for gv, func in mod.functions_items():
         if isinstance(func, tirx.PrimFunc) and ATTENTION_ATTR not in (func.attrs or {}):
-            func = _inlined(func)
+            func = rewrite(func)
         funcs[gv] = func
     out = tvm.IRModule(funcs)
     return out.with_attrs(mod.attrs) if mod.attrs is not None else out

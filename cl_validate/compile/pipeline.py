@@ -24,6 +24,7 @@ from cl_validate.compile.context import PipelineContext, Stage
 from cl_validate.compile.cpu_chains import inline_chains
 from cl_validate.compile.factory import ensure_on_path
 from cl_validate.compile.fold import fold_params
+from cl_validate.compile.integer_chunks import chunk_integer_sums
 from cl_validate.compile.legalize import legalize
 from cl_validate.compile.passes import (
     BoolArithmetic,
@@ -113,8 +114,8 @@ def standard_stages(ctx: PipelineContext, *, layout: Sequence[Stage],
         mod = relax.transform.FuseTIR()(mod)
         if "gpu" in target.keys:  # dlight, as TVM's cuda backend; each rule noted
             mod = schedule_gpu(mod, target)
-        elif inline_steps:  # a kernel's elementwise steps in one loop nest
-            mod = inline_chains(mod)
+        elif inline_steps:  # a kernel's elementwise steps in one loop nest; integer window
+            mod = chunk_integer_sums(inline_chains(mod), target)  # sums in chunks
         return relax.transform.RewriteDataflowReshape()(mod)
 
     return [

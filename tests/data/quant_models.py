@@ -295,6 +295,24 @@ def norm_head(channels: int = 8, size: int = 16) -> nn.Module:
     return _x86_quantized(NormHead(channels), (1, 3, size, size))
 
 
+class WideConvs(nn.Module):
+    """Two 3x3 convolutions of 64 channels (a ResNet stage in small): integer window sums long
+    enough for `cl_validate.compile.integer_chunks` to cut in chunks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 64, 3, 2, padding=1), nn.ReLU(),
+                                  nn.Conv2d(64, 64, 3, padding=1), nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def wide_convs() -> nn.Module:
+    """`WideConvs` quantized (x86): the second convolution sums 3 x 3 x 64 int8 products."""
+    return _x86_quantized(WideConvs())
+
+
 class ShuffleUnit(nn.Module):
     """ShuffleNetV2's downsampling unit: two branches (each ending in a convolution and a
     ReLU) concatenated, then the channel shuffle (``view(B, 2, C/2, H, W).transpose(1, 2)
