@@ -20,6 +20,13 @@ kernels, the median run time (the two programs' timings interleaved, as in
 - ``rednet_64``: the zoo's reduced RedNet (involution, ``nn.Unfold``) at 64x64;
 - ``involution_56``: one involution (64 channels, 7x7 kernel, groups of 16) on a 56x56 map.
 
+``PermuteBeforeGather`` (an unfold's permute that also moves the heads, moved onto its
+gather's data):
+
+- ``volo_outlooker_64``: the zoo's reduced VOLO outlooker (16 channels, 2 heads) at 64x64;
+- ``volo_outlooker_d1``: the same code at VOLO-D1's outlooker width (192 channels, 6 heads,
+  3x3 neighbourhoods) on 28x28 tokens.
+
 ``ComputeInLayout`` (a kernel computed elementwise from a weight, computed in OHWI):
 
 - ``stylegan2_64``: the zoo's reduced StyleGAN2 generator (modulated convolutions) at 64x64;
@@ -83,6 +90,15 @@ def _gather_order() -> dict[str, tuple[Any, list[int]]]:
     }
 
 
+def _gather_data() -> dict[str, tuple[Any, list[int]]]:
+    from wild_zoo.heads import Outlooker
+
+    return {
+        "volo_outlooker_64": (Outlooker, [1, 3, 64, 64]),
+        "volo_outlooker_d1": (lambda: Outlooker(192, 6), [1, 3, 112, 112]),
+    }
+
+
 def _computed_weights() -> dict[str, tuple[Any, list[int]]]:
     from wild_zoo.idioms2 import MODELS
 
@@ -131,6 +147,7 @@ def _channel_filters() -> dict[str, tuple[Any, list[int]]]:
 PASSES: dict[str, Callable[[], dict[str, tuple[Any, list[int]]]]] = {
     "ShareChainLayouts": _shared_chains,
     "PermuteIntoGather": _gather_order,
+    "PermuteBeforeGather": _gather_data,
     "ComputeInLayout": _computed_weights,
     "SinkQuantizePairs": _quantize_pairs,
     "UnfoldChannelFilters": _channel_filters,

@@ -110,8 +110,8 @@ def register_without_pass(pass_name: str) -> str:
 
     def without(ctx: PipelineContext) -> list[Stage]:
         original, factory = pipeline.cleanup_passes, getattr(pipeline, pass_name, None)
-        pipeline.cleanup_passes = lambda: [  # type: ignore[assignment]
-            p for p in original() if p.info.name != pass_name]
+        pipeline.cleanup_passes = lambda *args: [  # type: ignore[assignment]
+            p for p in original(*args) if p.info.name != pass_name]
         if factory is not None:
             setattr(pipeline, pass_name, lambda: tvm.transform.Sequential([]))
         try:

@@ -35,6 +35,7 @@ from cl_validate.compile.passes import (
     IntegerCompute,
     MergeFilterChannels,
     NormalizeAxes,
+    PermuteBeforeGather,
     PermuteIntoGather,
     PermuteToReshape,
     PerSampleInstanceNorm,
@@ -207,10 +208,12 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
     convert = _convert_layout(ctx)
     return standard_stages(ctx, layout=[
         # the import's spelling, made readable for ConvertLayout: axes, batch-folded norms,
-        # group statistics over merged axes
+        # an unfold's permute moved onto its gather's index or data, group statistics over
+        # merged axes
         Stage("normalize_axes", tvm.transform.Sequential([NormalizeAxes(),
                                                           PerSampleInstanceNorm(),
                                                           PermuteIntoGather(),
+                                                          PermuteBeforeGather(),
                                                           UnmergeGroupedMaps()])),
         Stage("raise_attention", RaiseAttention()),
         _unfold_filters(convert, cleanup),

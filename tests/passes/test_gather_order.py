@@ -1,10 +1,13 @@
 """An unfold (``nn.Unfold``: a gather of the padded map's positions, a reshape, a permute of
 the gathered positions, a reshape) gathers its positions in the permuted order instead: the
 permute of the whole unfolded tensor is gone (RedNet's involution, T2T-ViT's soft split,
-VOLO's outlook attention). Where the permute moves anything else, or the index is only known
-at run time, nothing changes."""
+VOLO's outlook attention). Where the permute also moves the other axes (VOLO's heads), the data
+is permuted before the gather instead, when it is no larger than what is picked. Where the
+index is only known at run time, nothing changes."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -14,9 +17,17 @@ from torch import nn
 from tvm import relax
 from tvm.relax import op as R
 
-from cl_validate.compile.passes.gather_order import permute_into_gather
-from cl_validate.ir import count_permutes
+from cl_validate.compile.passes.gather_order import permute_before_gather, permute_into_gather
+from cl_validate.ir import (
+    bindings,
+    count_permutes,
+    permute_axes,
+    same_ir,
+    static_shape,
+    tensor_type,
+)
 from tests.passes.conftest import compile_nhwc_case
+from tests.test_half_precision import Outlook
 
 pytestmark = pytest.mark.compile
 
@@ -61,6 +72,16 @@ def test_an_unfold_gathers_its_positions_in_the_order_it_is_read(tmp_path) -> No
         kernels.render()
 
 
+def test_an_unfold_read_by_heads_moves_its_map_not_the_patches(tmp_path) -> None:
+    kernels = compile_nhwc_case(tmp_path, Outlook, (1, 3, 24, 24), rtol=1e-5, atol=1e-6)
+    patches = 9 * 4 * 8 * 6 * 6  # bytes of the unfolded values
+    reads = sorted(t.bytes_read for t in kernels.runtime_transforms)
+    # the fold's permute of the attention's output stays (index_put reads its values in the
+    # permuted order); the values' permute moves the padded map, not its nine copies
+    assert len(reads) == 2 and reads[0] < patches / 4 and reads[1] >= patches, \
+        kernels.render()
+
+
 def test_a_permute_that_moves_other_axes_stays(tmp_path) -> None:
     """The soft split's transpose moves the channels: not the gather's to absorb, and the
     program stays right (checked against PyTorch by the helper)."""
@@ -99,3 +120,45 @@ def test_the_permute_becomes_the_gathers_order_exactly(run_llvm) -> None:
 def test_an_index_known_only_at_run_time_is_left_alone() -> None:
     func = _gather(None)
     assert permute_into_gather(func) is func
+
+
+def _heads_gather(length: int) -> relax.Function:
+    """VOLO's values in small: take(x, index, 1) of (8, 20) channels × positions, the
+    channels viewed as 2 heads × 4, the picked positions as 4 taps × `length // 4`, then
+    (heads, positions, taps, head channels): the head channels move past the gathered axis."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((8, 20), "float32"))
+    index = np.random.default_rng(1).integers(0, 20, size=length).astype("int64")
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            picked = bb.emit(R.take(x, relax.const(index), axis=1))
+            view = bb.emit(R.reshape(picked, [2, 4, 4, length // 4]))
+            moved = bb.emit(R.permute_dims(view, [0, 3, 2, 1]))
+            out = bb.emit_output(R.negative(moved))
+        bb.emit_func_output(out)
+    return bb.get()["main"]
+
+
+def _permuted_elements(mod: tvm.IRModule) -> int:
+    """Elements the permutes of `mod`'s float tensors move (not the index's, on constants)."""
+    return sum(math.prod(static_shape(b.var))  # type: ignore[arg-type]
+               for b in bindings(mod["main"]) if permute_axes(b.value) is not None and
+               tensor_type(b.var).dtype == "float32")  # type: ignore[union-attr]
+
+
+def test_a_permute_that_moves_the_other_axes_moves_the_data_instead(run_llvm) -> None:
+    """36 positions picked from 20: the permute moves the 160 data elements instead of the
+    288 picked ones, the taps' order folded into the index; the same elements in the same
+    places."""
+    before = tvm.IRModule({"main": _heads_gather(36)})
+    after = tvm.IRModule({"main": permute_before_gather(before["main"])})
+    assert same_ir(permute_into_gather(before["main"]), before["main"])  # not a reorder alone
+    assert _permuted_elements(before) == 288 and _permuted_elements(after) == 160, after
+    x = np.random.default_rng(2).uniform(-1, 1, size=(8, 20)).astype("float32")
+    np.testing.assert_array_equal(run_llvm(after, x)[0], run_llvm(before, x)[0])
+
+
+def test_data_larger_than_what_is_picked_is_not_moved() -> None:
+    """12 positions picked from 20: moving the data would move more than the permute does."""
+    func = _heads_gather(12)
+    assert same_ir(permute_before_gather(func), func)

@@ -37,7 +37,9 @@ More passes run at other stages: ``NormalizeAxes`` before ConvertLayout (negativ
 some of TVM's layout rules), with ``PerSampleInstanceNorm`` (an instance norm on a batch of
 more than one, which PyTorch folds into the channels, as the per-channel norm it is; exact)
 ``PermuteIntoGather`` (an unfold's permute of the gathered positions folded into the
-gather's constant index; exact) and ``UnmergeGroupedMaps`` (statistics over a map viewed
+gather's constant index; exact), ``PermuteBeforeGather`` (one that also moves the other axes,
+VOLO's heads, moved onto the gather's data where that is no larger than what is picked;
+exact) and ``UnmergeGroupedMaps`` (statistics over a map viewed
 ``(B, G, C/G·H·W)``, a manual GroupNorm or EvoNorm, with the channel split kept apart from
 the pixels; the same elements reduced); ``SpelledSoftmax`` and ``FoldProductViews``, which
 RaiseAttention runs first (a max-subtracted softmax written out as the one op it is, the
@@ -85,7 +87,7 @@ from cl_validate.compile.passes.computed_weights import ComputeInLayout
 from cl_validate.compile.passes.conv_transpose import lower_conv_transpose
 from cl_validate.compile.passes.flatten_linear import FoldFlattenIntoLinear
 from cl_validate.compile.passes.fold_scale_shift import FoldScaleShift
-from cl_validate.compile.passes.gather_order import PermuteIntoGather
+from cl_validate.compile.passes.gather_order import PermuteBeforeGather, PermuteIntoGather
 from cl_validate.compile.passes.grouped_maps import UnmergeGroupedMaps
 from cl_validate.compile.passes.hoist_permutes import HoistPermutes, InterleaveConcats
 from cl_validate.compile.passes.instance_norm import PerSampleInstanceNorm
@@ -164,6 +166,7 @@ __all__ = [
     "NarrowMovements",
     "NormalizeAxes",
     "PerSampleInstanceNorm",
+    "PermuteBeforeGather",
     "PermuteIntoGather",
     "PermuteToReshape",
     "RaiseAttention",

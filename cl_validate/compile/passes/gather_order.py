@@ -14,6 +14,15 @@ Taken where the chain from the gather (reshapes, permutes) only reorders the ato
 gathered axis, the others keeping their order and place, and the index is known when the
 program is compiled (derived from constants and weights alone). The same elements in the
 same places: exact.
+
+``PermuteBeforeGather`` takes the chains that also move the other axes (VOLO's values: the
+channels split into heads and head channels, the positions moved between them), where the
+gathered atoms stay adjacent: the gather then picks from its data permuted so (the other
+axes in the chain's order, the gathered axis where its atoms end up), in the permuted
+index's order. The permute then moves the data instead of what was picked: k² times fewer
+elements for a k×k unfold. Taken only where the index is at least as long as the gathered axis
+(the data no larger than what is picked from it), so it never moves more than before; where
+the data is a constant (a relative-position table), the permute folds away. Exact too.
 """
 
 from __future__ import annotations
@@ -43,6 +52,10 @@ class _Plan:
     mode: str
     block: tuple[int, ...]  # the gathered axis viewed as these extents
     order: tuple[int, ...]  # ... and permuted so
+    gathered: int = 0  # with `data_order`: the gathered axis among the data's groups
+    #: the data viewed as these extents (the gathered axis whole, at index `axis` of the
+    #: take's output groups) and permuted so before the gather (None: as it is)
+    data_order: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 def _split_at(group: tuple[int, ...], perm: tuple[int, ...], edge: int
@@ -61,11 +74,10 @@ def _split_at(group: tuple[int, ...], perm: tuple[int, ...], edge: int
     return group, perm
 
 
-def _block_order(shape: tuple[int, ...], axis: int, group: tuple[int, ...],
-                 perm: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """Where the chain's ``(group, perm)`` only reorders the parts of `axis` (the groups
-    that make it up, cut at its edges): those parts' extents and their order; None
-    otherwise."""
+def _cut(shape: tuple[int, ...], axis: int, group: tuple[int, ...], perm: tuple[int, ...]
+         ) -> tuple[tuple[int, ...], tuple[int, ...], int, int] | None:
+    """The chain's ``(group, perm)`` with its groups cut at the gathered axis's edges, and the
+    range ``[s, e)`` of the groups that make up that axis; None if they cannot be cut."""
     outer = math.prod(shape[:axis])
     for edge in (outer, outer * shape[axis]):
         found = _split_at(group, perm, edge)
@@ -79,18 +91,41 @@ def _block_order(shape: tuple[int, ...], axis: int, group: tuple[int, ...],
     if outer not in bounds or outer * shape[axis] not in bounds:
         return None
     s, e = bounds.index(outer), bounds.index(outer * shape[axis])
-    if s >= e:
+    return (group, perm, s, e) if s < e else None
+
+
+def _block_order(shape: tuple[int, ...], axis: int, group: tuple[int, ...],
+                 perm: tuple[int, ...], move_data: bool = False) -> tuple[
+                     tuple[int, ...], tuple[int, ...],
+                     tuple[tuple[int, ...], tuple[int, ...]] | None] | None:
+    """The parts of `axis` (the groups that make it up, cut at its edges), the order the
+    chain puts them in, and how the data must be viewed and permuted first (None: as it is).
+    Without `move_data`, only chains that leave the other groups in order and place; with
+    it, only those that move them (the gathered parts adjacent in the chain's result).
+    None where the chain is not of that kind."""
+    found = _cut(shape, axis, group, perm)
+    if found is None:
         return None
-    pos = [p for p in perm if not s <= p < e]
+    group, perm, s, e = found
     at = [i for i, p in enumerate(perm) if s <= p < e]
-    if pos != sorted(pos) or at != list(range(at[0], at[0] + e - s)) or \
-            (at[0] and perm[at[0] - 1] >= s) or (at[-1] + 1 < len(perm) and perm[at[-1] + 1] < e):
-        return None  # the other groups move, or sit between the gathered ones
+    if at != list(range(at[0], at[0] + e - s)):
+        return None  # other groups sit between the gathered ones
     order = tuple(perm[i] - s for i in at)
-    return (tuple(group[s:e]), order) if not is_identity(order) else None
+    def renumber(ps: tuple[int, ...]) -> tuple[int, ...]:  # the gathered groups as one
+        return tuple(p if p < s else p - (e - s) + 1 for p in ps)
+
+    data_perm = (*renumber(perm[:at[0]]), s, *renumber(perm[at[-1] + 1:]))
+    if is_identity(data_perm):
+        if move_data or is_identity(order):
+            return None
+        return tuple(group[s:e]), order, None
+    if not move_data:
+        return None
+    data_atoms = (*group[:s], -1, *group[e:])  # -1: the data's extent of the gathered axis
+    return tuple(group[s:e]), order, (data_atoms, data_perm)
 
 
-def _plans(func: relax.Function) -> dict[relax.Var, _Plan]:
+def _plans(func: relax.Function, move_data: bool) -> dict[relax.Var, _Plan]:
     chains = MovementChains(func)
     plans: dict[relax.Var, _Plan] = {}
     for var, value in chains.values.items():
@@ -109,10 +144,21 @@ def _plans(func: relax.Function) -> dict[relax.Var, _Plan]:
             continue
         axis = int(take.attrs.axis) % len(shape)  # type: ignore[union-attr]
         folded = fold_chain(shape, chain.steps)  # type: ignore[arg-type]
-        found = _block_order(shape, axis, *folded) if folded else None  # type: ignore[arg-type]
-        if found is not None:
-            plans[var] = _Plan(data, index, axis, str(take.attrs.mode),  # type: ignore[union-attr]
-                               *found)
+        found = _block_order(shape, axis, *folded, move_data) if folded else None  # type: ignore[arg-type,misc]
+        if found is None:
+            continue
+        block, order, data_order = found
+        gathered = 0
+        if data_order is not None:  # the data's extent of the gathered axis, for the -1
+            data_shape = static_shape(data)
+            if data_shape is None or None in data_shape or \
+                    math.prod(block) < data_shape[axis]:  # type: ignore[operator]
+                continue  # the data would be larger than what is picked from it
+            gathered = data_order[0].index(-1)
+            data_order = (tuple(data_shape[axis] if a == -1 else a  # type: ignore[misc]
+                                for a in data_order[0]), data_order[1])
+        plans[var] = _Plan(data, index, axis, str(take.attrs.mode),  # type: ignore[union-attr]
+                           block, order, gathered, data_order)
     return plans
 
 
@@ -122,7 +168,13 @@ def _reordered(m: PyExprMutator, plan: _Plan, var: relax.Var) -> relax.Expr:
     index = emit(relax.op.reshape(m.visit_expr(plan.index), list(plan.block)))
     index = emit(relax.op.permute_dims(index, list(plan.order)))
     index = emit(relax.op.reshape(index, [math.prod(plan.block)]))
-    picked = emit(relax.op.take(m.visit_expr(plan.data), index, plan.axis, plan.mode))
+    data, axis = m.visit_expr(plan.data), plan.axis
+    if plan.data_order is not None:  # the other axes put in the chain's order first
+        atoms, data_perm = plan.data_order
+        data = emit(relax.op.reshape(data, list(atoms)))
+        data = emit(relax.op.permute_dims(data, list(data_perm)))
+        axis = data_perm.index(plan.gathered)
+    picked = emit(relax.op.take(data, index, axis, plan.mode))
     shape = static_shape(var)
     assert shape is not None  # the plan's chain has a static shape
     return relax.op.reshape(picked, list(shape))
@@ -130,9 +182,17 @@ def _reordered(m: PyExprMutator, plan: _Plan, var: relax.Var) -> relax.Expr:
 
 def permute_into_gather(func: relax.Function) -> relax.Function:
     """Every permute that only reorders what one gather picked, folded into its index."""
-    return rebind(func, _plans(func), _reordered)
+    return rebind(func, _plans(func, move_data=False), _reordered)
+
+
+def permute_before_gather(func: relax.Function) -> relax.Function:
+    """Every permute of what one gather picked that also moves its other axes, moved onto the
+    gather's data (the picked positions' order folded into its index)."""
+    return rebind(func, _plans(func, move_data=True), _reordered)
 
 
 PermuteIntoGather = relax_function_pass("PermuteIntoGather")(permute_into_gather)
+PermuteBeforeGather = relax_function_pass("PermuteBeforeGather")(permute_before_gather)
 
-__all__ = ["PermuteIntoGather", "permute_into_gather"]
+__all__ = ["PermuteBeforeGather", "PermuteIntoGather", "permute_before_gather",
+           "permute_into_gather"]
