@@ -21,7 +21,8 @@ kernels, the median run time (the two programs' timings interleaved, as in
 - ``involution_56``: one involution (64 channels, 7x7 kernel, groups of 16) on a 56x56 map.
 
 ``PermuteBeforeGather`` (an unfold's permute that also moves the heads, moved onto its
-gather's data):
+gather's data) and ``SinkPads`` (the pad before it moved after that permute, which then
+folds with the model's permute before the pad):
 
 - ``volo_outlooker_64``: the zoo's reduced VOLO outlooker (16 channels, 2 heads) at 64x64;
 - ``volo_outlooker_d1``: the same code at VOLO-D1's outlooker width (192 channels, 6 heads,
@@ -148,6 +149,7 @@ PASSES: dict[str, Callable[[], dict[str, tuple[Any, list[int]]]]] = {
     "ShareChainLayouts": _shared_chains,
     "PermuteIntoGather": _gather_order,
     "PermuteBeforeGather": _gather_data,
+    "SinkPads": _gather_data,
     "ComputeInLayout": _computed_weights,
     "SinkQuantizePairs": _quantize_pairs,
     "UnfoldChannelFilters": _channel_filters,

@@ -18,6 +18,9 @@ input and output boundary, and the model's own permutes):
 * ``ShareChainLayouts`` makes a movement result read by several reshape/permute chains once,
   in the layout one chain ends in, where every other chain is then a reshape of it (CSWin's
   values: one map read by a conv and by the attention heads);
+* ``SinkPads`` runs a pad after the reshape/permute chain that reads it, where the chain
+  keeps the padded axes whole (VOLO's values, padded for an unfold and read heads-first), so
+  the chain's transpose meets the movement before the pad;
 * ``FoldMovementChains`` turns reshape/permute chains (PixelShuffle, channel shuffle, patch
   unfold/fold) into at most one transpose;
 * ``InterleaveConcats`` lets a concat whose transpose interleaves its parts (a channel
@@ -97,6 +100,7 @@ from cl_validate.compile.passes.layout_rules import RULELESS_UNARY_OPS, extra_la
 from cl_validate.compile.passes.merged_channels import MergeFilterChannels
 from cl_validate.compile.passes.movement_chains import FoldMovementChains
 from cl_validate.compile.passes.normalize_axes import NormalizeAxes
+from cl_validate.compile.passes.pad_chains import SinkPads
 from cl_validate.compile.passes.permute_to_reshape import PermuteToReshape
 from cl_validate.compile.passes.product_views import FoldProductViews
 from cl_validate.compile.passes.quantize_pairs import SinkQuantizePairs
@@ -122,7 +126,8 @@ def cleanup_passes(target: tvm.target.Target | None = None) -> list[tvm.transfor
     would fold) — after SinkPermutes, which carries the layout through the casts where they
     stand (moved first, they kept a channel filter's fold in its transposes: the bundled FIR
     filters in float16 6 transforms, float32's 2); what SinkPermutes leaves after a concat is
-    hoisted onto its parts; movement
+    hoisted onto its parts; a pad moves
+    after the chain that reads it, so that chain folds with the one before the pad; movement
     chains are folded once the permutes around them have settled, and a concat's
     interleaving permute then joins the concat; size-1 permutes become reshapes last,
     because until then they are still permutes that can cancel against each other;
@@ -138,6 +143,7 @@ def cleanup_passes(target: tvm.target.Target | None = None) -> list[tvm.transfor
         DropRoundTrips(),
         HoistPermutes(),
         ShareChainLayouts(),
+        SinkPads(),
         FoldMovementChains(),
         InterleaveConcats(),
         ReadSlicesAtSource(),
@@ -172,6 +178,7 @@ __all__ = [
     "RaiseAttention",
     "ReadSlicesAtSource",
     "ShareChainLayouts",
+    "SinkPads",
     "SinkPermutes",
     "SinkQuantizePairs",
     "SinkViews",

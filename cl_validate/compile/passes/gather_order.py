@@ -34,7 +34,12 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator
 
 from cl_validate.compile.passes._util import FREE, rebind, relax_function_pass
-from cl_validate.compile.passes.movement_chains import MovementChains, fold_chain, is_movement
+from cl_validate.compile.passes.movement_chains import (
+    MovementChains,
+    cut_axis,
+    fold_chain,
+    is_movement,
+)
 from cl_validate.ir import (
     is_identity,
     is_weight_derived,
@@ -58,42 +63,6 @@ class _Plan:
     data_order: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
-def _split_at(group: tuple[int, ...], perm: tuple[int, ...], edge: int
-              ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """`group` (extents in memory order) and `perm` with the group that spans the element
-    offset `edge` (a product of the leading extents) cut in two there; None if it cannot be."""
-    acc = 1
-    for g, extent in enumerate(group):
-        if acc < edge < acc * extent:
-            if edge % acc or (acc * extent) % edge:
-                return None
-            cut = (*group[:g], edge // acc, acc * extent // edge, *group[g + 1:])
-            renumber = [[i] if i < g else [i, i + 1] if i == g else [i + 1] for i in perm]
-            return cut, tuple(i for r in renumber for i in r)
-        acc *= extent
-    return group, perm
-
-
-def _cut(shape: tuple[int, ...], axis: int, group: tuple[int, ...], perm: tuple[int, ...]
-         ) -> tuple[tuple[int, ...], tuple[int, ...], int, int] | None:
-    """The chain's ``(group, perm)`` with its groups cut at the gathered axis's edges, and the
-    range ``[s, e)`` of the groups that make up that axis; None if they cannot be cut."""
-    outer = math.prod(shape[:axis])
-    for edge in (outer, outer * shape[axis]):
-        found = _split_at(group, perm, edge)
-        if found is None:
-            return None
-        group, perm = found
-    bounds, acc = [1], 1
-    for g in group:
-        acc *= g
-        bounds.append(acc)
-    if outer not in bounds or outer * shape[axis] not in bounds:
-        return None
-    s, e = bounds.index(outer), bounds.index(outer * shape[axis])
-    return (group, perm, s, e) if s < e else None
-
-
 def _block_order(shape: tuple[int, ...], axis: int, group: tuple[int, ...],
                  perm: tuple[int, ...], move_data: bool = False) -> tuple[
                      tuple[int, ...], tuple[int, ...],
@@ -103,7 +72,7 @@ def _block_order(shape: tuple[int, ...], axis: int, group: tuple[int, ...],
     Without `move_data`, only chains that leave the other groups in order and place; with
     it, only those that move them (the gathered parts adjacent in the chain's result).
     None where the chain is not of that kind."""
-    found = _cut(shape, axis, group, perm)
+    found = cut_axis(shape, axis, group, perm)
     if found is None:
         return None
     group, perm, s, e = found

@@ -19,6 +19,7 @@ so the replaced chain dies entirely and the rewrite strictly lowers the transfor
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -124,6 +125,43 @@ def fold_chain(root_shape: tuple[int, ...], steps: list[Step]
         elif not atoms.reshape(arg):
             return None
     return group_atoms(atoms)
+
+
+def cut_group(group: tuple[int, ...], perm: tuple[int, ...], edge: int
+              ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """`group` (extents in memory order) and `perm` with the group that spans the element
+    offset `edge` (a product of the leading extents) cut in two there; None if it cannot be."""
+    acc = 1
+    for g, extent in enumerate(group):
+        if acc < edge < acc * extent:
+            if edge % acc or (acc * extent) % edge:
+                return None
+            cut = (*group[:g], edge // acc, acc * extent // edge, *group[g + 1:])
+            renumber = [[i] if i < g else [i, i + 1] if i == g else [i + 1] for i in perm]
+            return cut, tuple(i for r in renumber for i in r)
+        acc *= extent
+    return group, perm
+
+
+def cut_axis(shape: tuple[int, ...], axis: int, group: tuple[int, ...], perm: tuple[int, ...]
+         ) -> tuple[tuple[int, ...], tuple[int, ...], int, int] | None:
+    """A chain's ``(group, perm)`` (`shape` viewed as `group`, permuted by `perm`) with its
+    groups cut at the edges of `shape`'s `axis`, and the range ``[s, e)`` of the groups that
+    make up that axis; None if they cannot be cut."""
+    outer = math.prod(shape[:axis])
+    for edge in (outer, outer * shape[axis]):
+        found = cut_group(group, perm, edge)
+        if found is None:
+            return None
+        group, perm = found
+    bounds, acc = [1], 1
+    for g in group:
+        acc *= g
+        bounds.append(acc)
+    if outer not in bounds or outer * shape[axis] not in bounds:
+        return None
+    s, e = bounds.index(outer), bounds.index(outer * shape[axis])
+    return (group, perm, s, e) if s < e else None
 
 
 def group_atoms(atoms: Atoms) -> tuple[tuple[int, ...], Perm]:
@@ -284,5 +322,6 @@ def fold_movement_chains(func: relax.Function) -> relax.Function:
 
 FoldMovementChains = relax_function_pass("FoldMovementChains")(fold_movement_chains)
 
-__all__ = ["Atoms", "Chain", "FoldMovementChains", "MovementChains", "fold_chain",
+__all__ = ["Atoms", "Chain", "FoldMovementChains", "MovementChains", "cut_axis", "cut_group",
+           "fold_chain",
            "fold_movement_chains", "folded_movement", "group_atoms", "is_movement"]
