@@ -18,9 +18,9 @@ input and output boundary, and the model's own permutes):
 * ``ShareChainLayouts`` makes a movement result read by several reshape/permute chains once,
   in the layout one chain ends in, where every other chain is then a reshape of it (CSWin's
   values: one map read by a conv and by the attention heads);
-* ``SinkPads`` runs a pad after the reshape/permute chain that reads it, where the chain
-  keeps the padded axes whole (VOLO's values, padded for an unfold and read heads-first), so
-  the chain's transpose meets the movement before the pad;
+* ``SinkPads`` runs a pad between two movements after the second (a reshape/permute chain
+  that keeps the padded axes whole: VOLO's values, padded for an unfold and read
+  heads-first), so the two fold into one transpose;
 * ``FoldMovementChains`` turns reshape/permute chains (PixelShuffle, channel shuffle, patch
   unfold/fold) into at most one transpose;
 * ``InterleaveConcats`` lets a concat whose transpose interleaves its parts (a channel

@@ -13,8 +13,11 @@ padded axes. Exact in every pad mode (each padded line is padded as before).
 
 Taken where the chain really moves data (its permute is not a view), every padded axis is
 one axis of the chain's grouped view (not split, not merged with another), the pad is read
-by the chain alone and the shapes are static. The permute then moves the unpadded map, and
-FoldMovementChains makes it and the movement before the pad one transpose (or none).
+by the chain alone, what it pads is itself a movement (a reshape or permute of a computed
+value, read by the pad alone) and the shapes are static. The permute then moves the
+unpadded map, and FoldMovementChains makes it and the movement before the pad one transpose
+(or none). A pad after any other op is left where it is: moved, its transform would only
+be smaller, and would read a view where it read that op.
 """
 
 from __future__ import annotations
@@ -57,6 +60,13 @@ def _whole_axes(shape: tuple[int, ...], group: tuple[int, ...], perm: tuple[int,
     return group, perm, {axis: bounds.index(math.prod(shape[:axis])) for axis in axes}
 
 
+def _moved_for_it(chains: MovementChains, x: relax.Expr) -> bool:
+    """`x` (a pad's input) is a movement of a computed value read by the pad alone: the
+    chain after the pad can then fold with it."""
+    return isinstance(x, relax.Var) and op_name(chains.values.get(x)) in chains.MOVES and \
+        len(chains.uses.get(x, [])) == 1 and not is_weight_derived(x, chains.weights)
+
+
 def _plans(func: relax.Function) -> dict[relax.Var, _Plan]:
     chains = MovementChains(func)
     plans: dict[relax.Var, _Plan] = {}
@@ -68,7 +78,7 @@ def _plans(func: relax.Function) -> dict[relax.Var, _Plan]:
             continue
         pad = chains.values.get(chain.root)
         if op_name(pad) != PAD_OP or len(chains.uses.get(chain.root, [])) != 1 or \
-                len(pad.args) != 1 or is_weight_derived(pad.args[0], chains.weights):  # type: ignore[union-attr]
+                len(pad.args) != 1 or not _moved_for_it(chains, pad.args[0]):  # type: ignore[union-attr]
             continue
         shape, before = static_shape(chain.root), static_shape(pad.args[0])  # type: ignore[union-attr]
         if shape is None or before is None or None in shape or None in before:
@@ -92,12 +102,17 @@ def _plans(func: relax.Function) -> dict[relax.Var, _Plan]:
 
 def _after_chain(m: PyExprMutator, plan: _Plan, var: relax.Var) -> relax.Expr:
     emit = m.builder_.emit
-    x = emit(relax.op.reshape(m.visit_expr(plan.pad.args[0]), list(plan.group)))
+    x = m.visit_expr(plan.pad.args[0])
+    if static_shape(x) != plan.group:
+        x = emit(relax.op.reshape(x, list(plan.group)))
     x = emit(mark_origin(relax.op.permute_dims(x, list(plan.perm)), plan.origin))
-    x = emit(remake(plan.pad, [x], with_fields(plan.pad.attrs, pad_width=list(plan.widths))))
+    padded = remake(plan.pad, [x], with_fields(plan.pad.attrs, pad_width=list(plan.widths)))
     shape = static_shape(var)
     assert shape is not None  # the chain's shapes are static
-    return relax.op.reshape(x, list(shape))
+    if shape == tuple(plan.group[p] + sum(plan.widths[2 * k:2 * k + 2])
+                      for k, p in enumerate(plan.perm)):
+        return padded
+    return relax.op.reshape(emit(padded), list(shape))
 
 
 def sink_pads(func: relax.Function) -> relax.Function:
