@@ -57,20 +57,20 @@ class _Plan:
     mode: str
     block: tuple[int, ...]  # the gathered axis viewed as these extents
     order: tuple[int, ...]  # ... and permuted so
-    gathered: int = 0  # with `data_order`: the gathered axis among the data's groups
-    #: the data viewed as these extents (the gathered axis whole, at index `axis` of the
-    #: take's output groups) and permuted so before the gather (None: as it is)
-    data_order: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    #: the data viewed as these extents, permuted so before the gather, and the group that
+    #: is the gathered axis (None: the data as it is)
+    data_order: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
 
 
 def _block_order(shape: tuple[int, ...], axis: int, group: tuple[int, ...],
-                 perm: tuple[int, ...], move_data: bool = False) -> tuple[
+                 perm: tuple[int, ...], data_extent: int | None = None) -> tuple[
                      tuple[int, ...], tuple[int, ...],
-                     tuple[tuple[int, ...], tuple[int, ...]] | None] | None:
+                     tuple[tuple[int, ...], tuple[int, ...], int] | None] | None:
     """The parts of `axis` (the groups that make it up, cut at its edges), the order the
     chain puts them in, and how the data must be viewed and permuted first (None: as it is).
-    Without `move_data`, only chains that leave the other groups in order and place; with
-    it, only those that move them (the gathered parts adjacent in the chain's result).
+    Without `data_extent`, only chains that leave the other groups in order and place; with
+    it (the data's extent of the gathered axis), only those that move them (the gathered
+    parts adjacent in the chain's result), where the data is no larger than what is picked.
     None where the chain is not of that kind."""
     found = cut_axis(shape, axis, group, perm)
     if found is None:
@@ -79,19 +79,19 @@ def _block_order(shape: tuple[int, ...], axis: int, group: tuple[int, ...],
     at = [i for i, p in enumerate(perm) if s <= p < e]
     if at != list(range(at[0], at[0] + e - s)):
         return None  # other groups sit between the gathered ones
-    order = tuple(perm[i] - s for i in at)
+    block, order = tuple(group[s:e]), tuple(perm[i] - s for i in at)
+
     def renumber(ps: tuple[int, ...]) -> tuple[int, ...]:  # the gathered groups as one
         return tuple(p if p < s else p - (e - s) + 1 for p in ps)
 
     data_perm = (*renumber(perm[:at[0]]), s, *renumber(perm[at[-1] + 1:]))
     if is_identity(data_perm):
-        if move_data or is_identity(order):
+        if data_extent is not None or is_identity(order):
             return None
-        return tuple(group[s:e]), order, None
-    if not move_data:
-        return None
-    data_atoms = (*group[:s], -1, *group[e:])  # -1: the data's extent of the gathered axis
-    return tuple(group[s:e]), order, (data_atoms, data_perm)
+        return block, order, None
+    if data_extent is None or math.prod(block) < data_extent:
+        return None  # not a reorder alone, or the data larger than what is picked from it
+    return block, order, ((*group[:s], data_extent, *group[e:]), data_perm, s)
 
 
 def _plans(func: relax.Function, move_data: bool) -> dict[relax.Var, _Plan]:
@@ -113,21 +113,16 @@ def _plans(func: relax.Function, move_data: bool) -> dict[relax.Var, _Plan]:
             continue
         axis = int(take.attrs.axis) % len(shape)  # type: ignore[union-attr]
         folded = fold_chain(shape, chain.steps)  # type: ignore[arg-type]
-        found = _block_order(shape, axis, *folded, move_data) if folded else None  # type: ignore[arg-type,misc]
-        if found is None:
-            continue
-        block, order, data_order = found
-        gathered = 0
-        if data_order is not None:  # the data's extent of the gathered axis, for the -1
+        extent = None
+        if move_data:  # the data's extent of the gathered axis
             data_shape = static_shape(data)
-            if data_shape is None or None in data_shape or \
-                    math.prod(block) < data_shape[axis]:  # type: ignore[operator]
-                continue  # the data would be larger than what is picked from it
-            gathered = data_order[0].index(-1)
-            data_order = (tuple(data_shape[axis] if a == -1 else a  # type: ignore[misc]
-                                for a in data_order[0]), data_order[1])
-        plans[var] = _Plan(data, index, axis, str(take.attrs.mode),  # type: ignore[union-attr]
-                           block, order, gathered, data_order)
+            extent = data_shape[axis] if data_shape else None
+            if extent is None:
+                continue
+        found = _block_order(shape, axis, *folded, extent) if folded else None  # type: ignore[arg-type,misc]
+        if found is not None:
+            plans[var] = _Plan(data, index, axis, str(take.attrs.mode),  # type: ignore[union-attr]
+                               *found)
     return plans
 
 
@@ -139,10 +134,10 @@ def _reordered(m: PyExprMutator, plan: _Plan, var: relax.Var) -> relax.Expr:
     index = emit(relax.op.reshape(index, [math.prod(plan.block)]))
     data, axis = m.visit_expr(plan.data), plan.axis
     if plan.data_order is not None:  # the other axes put in the chain's order first
-        atoms, data_perm = plan.data_order
+        atoms, data_perm, gathered = plan.data_order
         data = emit(relax.op.reshape(data, list(atoms)))
         data = emit(relax.op.permute_dims(data, list(data_perm)))
-        axis = data_perm.index(plan.gathered)
+        axis = data_perm.index(gathered)
     picked = emit(relax.op.take(data, index, axis, plan.mode))
     shape = static_shape(var)
     assert shape is not None  # the plan's chain has a static shape

@@ -144,7 +144,7 @@ def cut_group(group: tuple[int, ...], perm: tuple[int, ...], edge: int
 
 
 def cut_axis(shape: tuple[int, ...], axis: int, group: tuple[int, ...], perm: tuple[int, ...]
-         ) -> tuple[tuple[int, ...], tuple[int, ...], int, int] | None:
+             ) -> tuple[tuple[int, ...], tuple[int, ...], int, int] | None:
     """A chain's ``(group, perm)`` (`shape` viewed as `group`, permuted by `perm`) with its
     groups cut at the edges of `shape`'s `axis`, and the range ``[s, e)`` of the groups that
     make up that axis; None if they cannot be cut."""
@@ -154,10 +154,7 @@ def cut_axis(shape: tuple[int, ...], axis: int, group: tuple[int, ...], perm: tu
         if found is None:
             return None
         group, perm = found
-    bounds, acc = [1], 1
-    for g in group:
-        acc *= g
-        bounds.append(acc)
+    bounds = [math.prod(group[:k]) for k in range(len(group) + 1)]
     if outer not in bounds or outer * shape[axis] not in bounds:
         return None
     s, e = bounds.index(outer), bounds.index(outer * shape[axis])
@@ -323,5 +320,4 @@ def fold_movement_chains(func: relax.Function) -> relax.Function:
 FoldMovementChains = relax_function_pass("FoldMovementChains")(fold_movement_chains)
 
 __all__ = ["Atoms", "Chain", "FoldMovementChains", "MovementChains", "cut_axis", "cut_group",
-           "fold_chain",
-           "fold_movement_chains", "folded_movement", "group_atoms", "is_movement"]
+           "fold_chain", "fold_movement_chains", "folded_movement", "group_atoms", "is_movement"]

@@ -22,7 +22,6 @@ be smaller, and would read a view where it read that op.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from tvm import relax
@@ -50,14 +49,15 @@ def _whole_axes(shape: tuple[int, ...], group: tuple[int, ...], perm: tuple[int,
     """`group` and `perm` (`shape`'s elements viewed row-major as `group`, permuted so) cut at
     the edges of each of `axes`, and for each of them the one group that is exactly that
     axis; None where the chain splits one."""
+    starts = {}
     for axis in axes:
         cut = cut_axis(shape, axis, group, perm)
         if cut is None or cut[3] - cut[2] != 1:
             return None  # split by the chain
-        group, perm = cut[0], cut[1]
-    # a later cut renumbers the groups after it: find every axis in the final view
-    bounds = [math.prod(group[:k]) for k in range(len(group) + 1)]
-    return group, perm, {axis: bounds.index(math.prod(shape[:axis])) for axis in axes}
+        group, perm, starts[axis], _ = cut
+    # a later cut renumbers the groups after it: each axis's group once all are cut
+    return group, perm, {axis: cut_axis(shape, axis, group, perm)[2]  # type: ignore[index]
+                         for axis in starts}
 
 
 def _moved_for_it(chains: MovementChains, x: relax.Expr) -> bool:
@@ -83,11 +83,13 @@ def _plans(func: relax.Function) -> dict[relax.Var, _Plan]:
         shape, before = static_shape(chain.root), static_shape(pad.args[0])  # type: ignore[union-attr]
         if shape is None or before is None or None in shape or None in before:
             continue
-        folded = fold_chain(shape, chain.steps)  # type: ignore[arg-type]
         widths = [int(w) for w in pad.attrs.pad_width]  # type: ignore[union-attr]
+        folded = fold_chain(shape, chain.steps)  # type: ignore[arg-type]
+        if folded is None or len(widths) != 2 * len(shape):
+            continue
         padded = [a for a in range(len(shape)) if widths[2 * a] or widths[2 * a + 1]]
-        cut = _whole_axes(shape, *folded, padded) if folded else None  # type: ignore[arg-type]
-        if cut is None or len(widths) != 2 * len(shape):
+        cut = _whole_axes(shape, *folded, padded)  # type: ignore[arg-type]
+        if cut is None:
             continue
         group, perm = list(cut[0]), cut[1]
         new_widths = [0] * (2 * len(group))
@@ -106,13 +108,12 @@ def _after_chain(m: PyExprMutator, plan: _Plan, var: relax.Var) -> relax.Expr:
     if static_shape(x) != plan.group:
         x = emit(relax.op.reshape(x, list(plan.group)))
     x = emit(mark_origin(relax.op.permute_dims(x, list(plan.perm)), plan.origin))
-    padded = remake(plan.pad, [x], with_fields(plan.pad.attrs, pad_width=list(plan.widths)))
+    padded = m.builder_.normalize(remake(plan.pad, [x], with_fields(
+        plan.pad.attrs, pad_width=list(plan.widths))))
     shape = static_shape(var)
-    assert shape is not None  # the chain's shapes are static
-    if shape == tuple(plan.group[p] + sum(plan.widths[2 * k:2 * k + 2])
-                      for k, p in enumerate(plan.perm)):
+    if static_shape(padded) == shape:
         return padded
-    return relax.op.reshape(emit(padded), list(shape))
+    return relax.op.reshape(emit(padded), list(shape))  # type: ignore[arg-type]
 
 
 def sink_pads(func: relax.Function) -> relax.Function:
