@@ -158,6 +158,8 @@ def main() -> None:
     from wild_zoo import (  # lazy: imports torch
         attention,
         attention2,
+        attention3,
+        attention4,
         branches,
         classic,
         deploy,
@@ -175,7 +177,8 @@ def main() -> None:
     )
 
     models = merged(classic, mobile, deploy, attention, variants, positions, hybrids, idioms,
-                    heads, sequences, branches, pyramids, attention2, families, idioms2)
+                    heads, sequences, branches, pyramids, attention2, families, idioms2,
+                    attention3, attention4)
     rows: list[Row] = []
     print("  ".join(HEADER))
     with tempfile.TemporaryDirectory() as tmp:
@@ -183,7 +186,8 @@ def main() -> None:
             if args.pattern and not any(p in name for p in args.pattern):
                 continue
             small = {*attention.MODELS, *variants.MODELS, *positions.MODELS, *hybrids.MODELS,
-                     *idioms.MODELS, *heads.MODELS, *sequences.MODELS, *attention2.MODELS}
+                     *idioms.MODELS, *heads.MODELS, *sequences.MODELS, *attention2.MODELS,
+                     *attention3.MODELS, *attention4.MODELS}
             size = attention.SIZE if name in small else args.size
             try:
                 row = measure(name, factory, size, Path(tmp))
