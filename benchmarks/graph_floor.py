@@ -29,7 +29,9 @@ What fixes a layout (the model of the hardware kernels, stated so it can be argu
 - graph inputs and outputs: as the case declares them (4-D maps NCHW unless declared NHWC);
 - elementwise ops, softmax, layer norm, reductions, ``roll``: no layout of their own (they
   run in whatever layout they are given); an ``einsum`` of one operand that only reorders
-  its axes (DiT's unpatchify, ``'nhwpqc->nchpwq'``) is a permute; concatenation and
+  its axes (DiT's unpatchify, ``'nhwpqc->nchpwq'``) is a permute, and so is an
+  ``nn.Unfold`` whose patches tile the map (TNT's pixels: kernel equal to stride, no
+  padding); concatenation, overlapping patches (a gather) and
   anything else unknown: cuts the edge without a constraint (this makes the floor a lower
   bound).
 
@@ -54,7 +56,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent)]
 MOVE = {"view", "reshape", "_unsafe_view", "flatten", "unflatten", "squeeze", "unsqueeze",
         "permute", "transpose", "t", "swapaxes", "movedim", "expand", "clone", "contiguous",
         "alias", "detach", "slice", "select", "narrow", "split", "split_with_sizes", "unbind",
-        "chunk", "roll", "getitem", "_to_copy", "to", "lift_fresh_copy", "dropout"}
+        "chunk", "roll", "getitem", "_to_copy", "to", "lift_fresh_copy", "dropout", "im2col"}
 #: aten ops without a layout of their own (elementwise; an axis they are told)
 FREE = {"add", "sub", "mul", "div", "relu", "gelu", "silu", "sigmoid", "tanh", "neg", "exp",
         "log", "sqrt", "rsqrt", "pow", "clamp", "hardtanh", "hardswish", "hardsigmoid",
@@ -132,6 +134,8 @@ def _simulate(node: Any, args: list[Any]) -> np.ndarray | None:
     kwargs = {k: v for k, v in node.kwargs.items() if not hasattr(v, "meta")}
     if name in ("_to_copy", "to", "dropout", "lift_fresh_copy"):
         return args[0]
+    if name == "im2col":
+        return _patches(*args)
     try:
         out = node.target(*tensors, **kwargs)
     except Exception:
@@ -190,7 +194,7 @@ def edges(ep: Any, declared_in: Sequence[str], declared_out: Sequence[str]) -> l
     return list(merged.values())
 
 
-_PERMUTING = {"permute", "transpose", "t", "swapaxes", "movedim", "pixel_shuffle"}
+_PERMUTING = {"permute", "transpose", "t", "swapaxes", "movedim", "pixel_shuffle", "im2col"}
 
 
 def _walk(node: Any, addr: Any, users: dict[Any, list[Any]], outs: list[Any],
@@ -246,6 +250,21 @@ def _walk(node: Any, addr: Any, users: dict[Any, list[Any]], outs: list[Any],
                 _walk(user, nxt, users, outs, declared_out, found, origin, order, depth + 1,
                       here)
         # anything else (cat, index, embedding, ...): the edge ends without a constraint
+
+
+def _patches(addr: np.ndarray, kernel: Sequence[int], dilation: Sequence[int],
+             padding: Sequence[int], stride: Sequence[int]) -> np.ndarray | None:
+    """`addr` through ``nn.Unfold`` (``im2col``) where the patches tile the map (kernel equal
+    to stride, no padding or dilation): a reorder, (N, C, H, W) to (N, C·kh·kw, L); None for
+    overlapping or padded patches (a gather, which ends the edge)."""
+    kh, kw = kernel
+    if tuple(stride) != (kh, kw) or any(padding) or tuple(dilation) != (1, 1) or addr.ndim != 4:
+        return None
+    n, c, h, w = addr.shape
+    if h % kh or w % kw:
+        return None
+    tiles = addr.reshape(n, c, h // kh, kh, w // kw, kw).transpose(0, 1, 3, 5, 2, 4)
+    return tiles.reshape(n, c * kh * kw, (h // kh) * (w // kw))
 
 
 def _reordering_einsum(user: Any, node: Any, addr: np.ndarray) -> np.ndarray | None:
