@@ -13,6 +13,7 @@ from cl_validate.compile.passes import (
     DropRoundTrips,
     ElideBroadcasts,
     FoldMovementChains,
+    HoistChainSteps,
     HoistPermutes,
     InterleaveConcats,
     NarrowMovements,
@@ -30,7 +31,7 @@ def test_order() -> None:
     names = [p.info.name for p in cleanup_passes()]
     assert names == [SinkQuantizePairs().info.name,
                      ElideBroadcasts().info.name, CancelPermutes().info.name,
-                     SinkPermutes().info.name,
+                     HoistChainSteps().info.name, SinkPermutes().info.name,
                      NarrowMovements().info.name, DropRoundTrips().info.name,
                      HoistPermutes().info.name,
                      ShareChainLayouts().info.name, SinkPads().info.name,

@@ -10,6 +10,9 @@ input and output boundary, and the model's own permutes):
   passes see one chain (exact: per tensor, the same codes wherever the values stand);
 * ``ElideBroadcasts`` permutes the small tensor rather than its explicit broadcast, and lets
   elementwise ops broadcast it themselves;
+* ``HoistChainSteps`` runs an elementwise step with a weight operand that stands between two
+  reshape/permute chains before the first, the weight moved back through it (TNT's pixel
+  position), so the two chains become one;
 * ``SinkPermutes`` recomputes ops without a rule (elementwise, clip, where, reductions,
   scans and sorts, concat, pooling, pad, views, broadcast_to, take, strided_slice, matmul,
   ...) in the layout their operands already have, so transposes meet;
@@ -82,6 +85,7 @@ from cl_validate.compile.passes.bool_arithmetic import BoolArithmetic
 from cl_validate.compile.passes.broadcasts import ElideBroadcasts
 from cl_validate.compile.passes.cancel_permutes import CancelPermutes
 from cl_validate.compile.passes.casts import DropRoundTrips, NarrowMovements
+from cl_validate.compile.passes.chain_steps import HoistChainSteps
 from cl_validate.compile.passes.channel_filters import (
     UnfoldChannelFilters,
     unfold_channel_filters,
@@ -119,25 +123,26 @@ def cleanup_passes(target: tvm.target.Target | None = None) -> list[tvm.transfor
     transposes StridedProducts takes there as free; without one, every transpose counts).
 
     Quantize-dequantize pairs first, out of the movement chains; broadcasts next, so the
-    permutes ConvertLayout put on them move onto the small tensor; cancel next so
-    SinkPermutes sees chains already folded (it also folds between its own rounds, to a
-    fixpoint); a half-precision model's roundings then: hoisted above the movements before
-    them, and a widening cast rounded straight back dropped (both between permutes that
-    would fold) — after SinkPermutes, which carries the layout through the casts where they
-    stand (moved first, they kept a channel filter's fold in its transposes: the bundled FIR
-    filters in float16 6 transforms, float32's 2); what SinkPermutes leaves after a concat is
-    hoisted onto its parts; a pad moves
-    after the chain that reads it, so that chain folds with the one before the pad; movement
-    chains are folded once the permutes around them have settled, and a concat's
-    interleaving permute then joins the concat; size-1 permutes become reshapes last,
-    because until then they are still permutes that can cancel against each other;
-    CanonicalizeBindings removes the ``gv = lv`` aliases a cancelled output permute leaves
-    behind.
+    permutes ConvertLayout put on them move onto the small tensor; cancel next so the chains
+    are folded, then a step with a weight between two chains runs before the first (so
+    they become one); SinkPermutes then sees chains already folded (it also folds between
+    its own rounds, to a fixpoint); a half-precision model's roundings then: hoisted above
+    the movements before them, and a widening cast rounded straight back dropped (both
+    between permutes that would fold) — after SinkPermutes, which carries the layout through
+    the casts where they stand (moved first, they kept a channel filter's fold in its
+    transposes: the bundled FIR filters in float16 6 transforms, float32's 2); what
+    SinkPermutes leaves after a concat is hoisted onto its parts; a pad moves after the chain
+    that reads it, so that chain folds with the one before the pad; movement chains are
+    folded once the permutes around them have settled, and a concat's interleaving permute
+    then joins the concat; size-1 permutes become reshapes last, because until then they are
+    still permutes that can cancel against each other; CanonicalizeBindings removes the
+    ``gv = lv`` aliases a cancelled output permute leaves behind.
     """
     return [
         SinkQuantizePairs(),
         ElideBroadcasts(),
         CancelPermutes(),
+        HoistChainSteps(),
         SinkPermutes(target),
         NarrowMovements(),
         DropRoundTrips(),
@@ -165,6 +170,7 @@ __all__ = [
     "FoldPermuteIntoColumns",
     "FoldProductViews",
     "FoldScaleShift",
+    "HoistChainSteps",
     "HoistPermutes",
     "IntegerCompute",
     "InterleaveConcats",
