@@ -50,6 +50,13 @@ depthwise convolution):
 - ``upsample_64_64``: one 2x ``upfirdn2d`` upsampling (zero-stuffing, 4x4 kernel) between two
   1x1 convolutions of 64 channels, 64x64 to 128x128.
 
+``HoistChainSteps`` (a step with a weight between two movement chains run before the first):
+
+- ``tnt_32``: the zoo's reduced TNT at 32x32 (pixel position added between the unfold's
+  movement and the tokens');
+- ``tnt_s_224``: the same code at TNT-S's widths (pixels of 24 channels, 4x4 per 16x16
+  patch, 384-wide patches, 4 and 6 heads; two blocks of the twelve) at 224x224.
+
     python benchmarks/movement_passes.py PASS [--target llvm|cuda] [--repeat N]
 """
 
@@ -145,6 +152,15 @@ def _channel_filters() -> dict[str, tuple[Any, list[int]]]:
     }
 
 
+def _chain_steps() -> dict[str, tuple[Any, list[int]]]:
+    from wild_zoo.attention3 import TNT
+
+    return {
+        "tnt_32": (TNT, [1, 3, 32, 32]),
+        "tnt_s_224": (lambda: TNT(384, 24, 224, 16, 4, 4, 6), [1, 3, 224, 224]),
+    }
+
+
 PASSES: dict[str, Callable[[], dict[str, tuple[Any, list[int]]]]] = {
     "ShareChainLayouts": _shared_chains,
     "PermuteIntoGather": _gather_order,
@@ -153,6 +169,7 @@ PASSES: dict[str, Callable[[], dict[str, tuple[Any, list[int]]]]] = {
     "ComputeInLayout": _computed_weights,
     "SinkQuantizePairs": _quantize_pairs,
     "UnfoldChannelFilters": _channel_filters,
+    "HoistChainSteps": _chain_steps,
 }
 
 
