@@ -34,9 +34,11 @@ from cl_validate.compile.passes._layout_ops import BROADCAST_OPS
 from cl_validate.compile.passes._plan import remake
 from cl_validate.compile.passes._util import FREE, relax_function_pass
 from cl_validate.compile.passes.movement_chains import (
-    Atoms,
+    RESHAPE_OP,
     Chain,
     MovementChains,
+    Step,
+    chain_atoms,
     folded_movement,
     is_movement,
 )
@@ -66,19 +68,16 @@ class _Moved:
     view: tuple[int, ...]
 
 
-def constant_at_root(root: tuple[int, ...], steps: list, shape: tuple[int, ...]
+def constant_at_root(root: tuple[int, ...], steps: list[Step], shape: tuple[int, ...]
                      ) -> _Moved | None:
     """An operand of `shape` that broadcasts against the end of the chain `steps` from a root
     of shape `root`, moved back to the root. The root is viewed as its atoms where one of its
     axes is made of atoms the operand is broadcast along and atoms it is present along (TNT:
     the patches' rows and the pixels' rows in one axis), as it is otherwise. None where an
     axis of the chain's end is broadcast in part only."""
-    atoms = Atoms(root)
-    for kind, arg in steps:
-        if kind == "permute":
-            atoms.permute(arg)
-        elif not atoms.reshape(arg):
-            return None
+    atoms = chain_atoms(root, steps)
+    if atoms is None:
+        return None
     end = tuple(math.prod(atoms.size[a] for a in d) for d in atoms.dims)
     if len(shape) > len(end):
         return None
@@ -113,16 +112,17 @@ def _plans(func: relax.Function) -> dict[relax.Var, _Plan]:
             continue
         for pos in (0, 1):
             data, other = call.args[pos], call.args[1 - pos]
-            if not isinstance(data, relax.Var) or not is_movement(chains.values.get(data)) or \
+            # a chain that ends in a view: a permute right before the step is SinkPermutes'
+            # to carry through (the weight permuted there)
+            if not isinstance(data, relax.Var) or \
+                    op_name(chains.values.get(data)) != RESHAPE_OP or \
                     chains.uses.get(data) != [var] or tensor_type(other) is None or \
                     not is_weight_derived(other, chains.weights):
                 continue
             chain = chains.chain(data)
             shape, out, end = static_shape(other), static_shape(var), static_shape(data)
-            # a chain that moves run-time data and ends in a view: a permute right before
-            # the step is SinkPermutes' to carry through (the weight permuted there)
             if chain is None or shape is None or None in shape or out != end or \
-                    not chain.cost > FREE or chain.steps[-1][0] != "reshape":
+                    not chain.cost > FREE:  # moves no run-time data
                 continue
             root = static_shape(chain.root)
             if root is None or None in root:
@@ -141,12 +141,13 @@ class _Hoister(PyExprMutator):  # type: ignore[misc]
         self.plans = plans
 
     def _moved(self, expr: relax.Expr, moved: _Moved) -> relax.Expr:
-        for shape in (moved.atoms, None, moved.shape):
-            if shape is None:
-                if not is_identity(moved.perm):
-                    expr = self.builder_.emit(relax.op.permute_dims(expr, list(moved.perm)))
-            elif static_shape(expr) != shape:
-                expr = self.builder_.emit(relax.op.reshape(expr, list(shape)))
+        """The operand viewed on the atoms, permuted into the root's order, viewed there."""
+        if static_shape(expr) != moved.atoms:
+            expr = self.builder_.emit(relax.op.reshape(expr, list(moved.atoms)))
+        if not is_identity(moved.perm):
+            expr = self.builder_.emit(relax.op.permute_dims(expr, list(moved.perm)))
+        if static_shape(expr) != moved.shape:
+            expr = self.builder_.emit(relax.op.reshape(expr, list(moved.shape)))
         return expr
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:

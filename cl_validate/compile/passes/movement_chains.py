@@ -112,19 +112,26 @@ class Atoms:
         return True
 
 
-def fold_chain(root_shape: tuple[int, ...], steps: list[Step]
-               ) -> tuple[tuple[int, ...], Perm] | None:
-    """The chain as ``(group shape, perm)``: reshape the root to ``group shape``, permute by
-    ``perm``, reshape to the chain's result. None if some reshape cannot be expressed."""
-    if 0 in root_shape:
-        return None
+def chain_atoms(root_shape: tuple[int, ...], steps: list[Step]) -> Atoms | None:
+    """The atoms of a root of `root_shape` after `steps`; None if some reshape cannot be
+    expressed."""
     atoms = Atoms(root_shape)
     for kind, arg in steps:
         if kind == "permute":
             atoms.permute(arg)
         elif not atoms.reshape(arg):
             return None
-    return group_atoms(atoms)
+    return atoms
+
+
+def fold_chain(root_shape: tuple[int, ...], steps: list[Step]
+               ) -> tuple[tuple[int, ...], Perm] | None:
+    """The chain as ``(group shape, perm)``: reshape the root to ``group shape``, permute by
+    ``perm``, reshape to the chain's result. None if some reshape cannot be expressed."""
+    if 0 in root_shape:
+        return None
+    atoms = chain_atoms(root_shape, steps)
+    return None if atoms is None else group_atoms(atoms)
 
 
 def cut_group(group: tuple[int, ...], perm: tuple[int, ...], edge: int
@@ -319,5 +326,6 @@ def fold_movement_chains(func: relax.Function) -> relax.Function:
 
 FoldMovementChains = relax_function_pass("FoldMovementChains")(fold_movement_chains)
 
-__all__ = ["Atoms", "Chain", "FoldMovementChains", "MovementChains", "cut_axis", "cut_group",
-           "fold_chain", "fold_movement_chains", "folded_movement", "group_atoms", "is_movement"]
+__all__ = ["Atoms", "Chain", "FoldMovementChains", "MovementChains", "chain_atoms", "cut_axis",
+           "cut_group", "fold_chain", "fold_movement_chains", "folded_movement", "group_atoms",
+           "is_movement"]
