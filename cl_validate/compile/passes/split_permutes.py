@@ -63,7 +63,14 @@ def _part(value: relax.Expr | None, rank: int) -> int | None:
 
 def _ending(start: relax.Var, values: dict[relax.Var, relax.Expr],
             uses: dict[relax.Var, list[relax.Var | None]]) -> tuple[int, ...] | None:
-    """The one transpose the ops reading `start` (layout-agnostic ones, any fan-out) end in."""
+    """The one transpose the ops reading `start` (layout-agnostic ones, any fan-out) end in.
+    Only ops that keep `start`'s rank are followed: past a reduction, a broadcast to more
+    axes or a reshape, a transpose permutes other axes than the part's (NesT's 5-d heads,
+    read by a 4-d attention), and is not the part's."""
+    shape = known_shape(start)
+    if shape is None:
+        return None
+    rank = len(shape)
     found: set[tuple[int, ...]] = set()
     frontier, seen = [start], {start}
     for _ in range(_NEAR):
@@ -75,6 +82,9 @@ def _ending(start: relax.Var, values: dict[relax.Var, relax.Expr],
                 seen.add(u)
                 value = values.get(u)
                 axes = permute_axes(value)
+                out = known_shape(u)
+                if out is None or len(out) != rank:
+                    return None  # read where the part's axes are not the ones permuted
                 if axes is not None:
                     found.add(axes)
                 elif op_name(value) in LAYOUT_AGNOSTIC_OPS:
