@@ -664,6 +664,52 @@ def test_a_permute_the_importer_inserted_is_not_called_the_models_own(tmp_path):
     assert "inserted to convert scaled_dot_product_attention" in inserted[0].describe()
 
 
+class _BlockedHeads(nn.Module):
+    """timm's NesT: the (B, H, W, C) map cut into blocks (``reshape``, ``transpose(2, 3)``),
+    attention on (B, blocks, tokens, C) whose q, k and v come from ``permute(3, 0, 4, 1, 2,
+    5)`` of the 6-d qkv (the heads ahead of the blocks, stored after the tokens), merged by
+    ``permute(0, 2, 3, 4, 1)``, the blocks put back."""
+
+    def __init__(self, dim: int = 16, heads: int = 2, block: int = 2) -> None:
+        super().__init__()
+        self.heads, self.block = heads, block
+        self.embed = nn.Conv2d(3, dim, 2, 2)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.pos = nn.Parameter(torch.randn(1, 4, block * block, dim))
+        self.neck = nn.Conv2d(dim, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.embed(x).permute(0, 2, 3, 1)
+        b, h, w, c = t.shape
+        g, s = h // self.block, self.block
+        blocks = t.reshape(b, g, s, g, s, c).transpose(2, 3).reshape(b, g * g, -1, c)
+        blocks = blocks + self.pos
+        n = blocks.shape[2]
+        q, k, v = self.qkv(blocks).reshape(b, g * g, n, 3, self.heads, c // self.heads
+                                           ).permute(3, 0, 4, 1, 2, 5).unbind(0)
+        o = ((q * 0.5) @ k.transpose(-2, -1)).softmax(dim=-1) @ v
+        o = self.proj(o.permute(0, 2, 3, 4, 1).reshape(b, g * g, n, c))
+        o = o.reshape(b, g, g, s, s, c).transpose(2, 3).reshape(b, h, w, c)
+        return self.neck((t + o).permute(0, 3, 1, 2))
+
+
+@pytest.mark.compile
+def test_heads_stored_after_the_tokens_are_read_where_they_are(tmp_path):
+    """NesT's q (B, heads, blocks, tokens, D), stored (B, blocks, tokens, heads, D): raised
+    with the heads the axis after the tokens and the blocks in the batch, so the attention
+    reads q, k and v where the projection wrote them and writes what the output projection
+    reads. Before, the axis just before the tokens was taken for the heads (the blocks): a
+    transpose after every attention, and the one shared before the q/k/v split crashed the
+    compile (a permute of the 5-d parts lifted as if they had 4 axes)."""
+    kernels = _compile(_BlockedHeads(), 8, tmp_path)
+    assert sum(k.name.startswith("attention") for k in kernels.kernels) == 1, kernels.render()
+    reasons = {t.attribution.reason for t in kernels.runtime_transforms}
+    # the input's and the output's, and the model's own blocks (which no order makes a view)
+    assert reasons <= {Reason.INPUT_BOUNDARY, Reason.OUTPUT_BOUNDARY, Reason.OWN_PERMUTE}, \
+        kernels.render()
+    assert "attention raised" not in kernels.render()
+
+
 class _PerHeadScale(nn.Module):
     """SwinV2's cosine attention (q and k normalized, the scores scaled per head by a learnt
     ``logit_scale.exp()``), XCiT's per-head temperature as a divisor, or one float."""

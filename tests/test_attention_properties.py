@@ -154,18 +154,29 @@ def _check(tmp_path, drawn):  # type: ignore[no-untyped-def]
 
 class _WindowedHeads(nn.Module):
     """Hiera's form: q, k, v taken from one tensor permuted to ``(3, ..batch axes.., L, E)``
-    (five or more axes), the query optionally max-pooled along a stride split off L."""
+    (five or more axes), the query optionally max-pooled along a stride split off L; SDPA,
+    or attention written out (NesT's ``(q * scale) @ kᵀ``, softmax, ``@ v``), which the
+    pipeline raises with the heads where the query's data has them."""
 
-    def __init__(self, axes: list[int], pool: int, causal: bool, mask: bool) -> None:
+    def __init__(self, axes: list[int], pool: int, causal: bool, mask: bool,
+                 form: str = "sdpa") -> None:
         super().__init__()
-        self.axes, self.pool, self.causal, self.mask = axes, pool, causal, mask
+        self.axes, self.pool, self.causal, self.mask, self.form = axes, pool, causal, mask, form
 
     def forward(self, x, *m):  # type: ignore[no-untyped-def]
         q, k, v = x.permute(*self.axes).unbind(0)
         if self.pool > 1:
             q = q.view(*q.shape[:-2], self.pool, -1, q.shape[-1]).max(dim=-3).values
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=m[0] if m else None,
-                                              is_causal=self.causal)
+        if self.form == "sdpa":
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=m[0] if m else None,
+                                                  is_causal=self.causal)
+        s = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)
+        if m:
+            s = s + m[0]
+        if self.causal:
+            above = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(1)
+            s = s.masked_fill(above, float("-inf"))
+        return s.softmax(dim=-1) @ v
 
 
 @st.composite
@@ -182,26 +193,28 @@ def _windowed(draw):  # type: ignore[no-untyped-def]
     pool = draw(st.sampled_from([1, 2]))
     mask = draw(st.booleans())
     causal = not mask and draw(st.booleans())
-    return [sizes[a] for a in stored], axes, pool, causal, mask, n // pool, n
+    form = draw(st.sampled_from(["sdpa", "written"]))
+    return [sizes[a] for a in stored], axes, pool, causal, mask, n // pool, n, form
 
 
-@settings(max_examples=12, deadline=None, derandomize=True,
+@settings(max_examples=16, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_windowed())
 def test_attention_on_five_or_more_axes_is_exact_however_they_are_stored(tmp_path, drawn):
-    """SDPA over several batch axes (windows and heads): whichever axes the import groups into
-    Relax's batch and heads (by where the query's data lies), PyTorch's result."""
+    """SDPA, or attention written out, over several batch axes (windows and heads):
+    whichever axes the import or the raise groups into Relax's batch and heads (by where the
+    query's data lies), PyTorch's result."""
     from cl_validate.compile.frontend import export_and_import
     from cl_validate.compile.program import compile_case
     from cl_validate.session.execute import run_torch, run_tvm
     from cl_validate.session.inputs import torch_inputs
 
-    shape, axes, pool, causal, mask, lq, lk = drawn
+    shape, axes, pool, causal, mask, lq, lk, form = drawn
     shapes = [tuple(shape), *([(lq, lk)] if mask else [])]
     case = _case(tmp_path, shapes)
     rng = np.random.default_rng(3)
     arrays = [rng.standard_normal(s).astype("float32") for s in shapes]
-    model = _WindowedHeads(axes, pool, causal, mask).eval()
+    model = _WindowedHeads(axes, pool, causal, mask, form).eval()
     tensors = torch_inputs(case, arrays)
     want = run_torch(model, tensors)[0]
     compiled = compile_case(export_and_import(model, case, tensors), case, "llvm")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 from tvm import relax
 
 from cl_validate.ir import known_shape, op_name, strided_slice_args
@@ -85,4 +86,58 @@ def batch_heads(value_of: Callable[[relax.Expr], relax.Expr | None],
             return None
         views.append(value)
         e = src
+    return None
+
+
+#: Ops that keep every element where it was, whatever else they read: a scale, a cast
+_SAME_PLACE = frozenset({"relax.multiply", "relax.divide", "relax.astype"})
+
+
+def memory_order(value_of: Callable[[relax.Expr], relax.Expr | None],
+                 e: relax.Expr) -> tuple[int, ...] | None:
+    """The order `e`'s axes are stored in where the model permuted them: `e` read back
+    through a scale or a cast by a scalar and an unbind (a one-index slice, the axis then
+    squeezed or reshaped away) to the ``permute_dims`` it is a view of, its axes sorted by
+    the axis each is in the permute's source. None where no permute is in sight.
+
+    NesT's heads, ``qkv.reshape(B, T, N, 3, H, D).permute(3, 0, 4, 1, 2, 5).unbind(0)``,
+    give q as (B, H, T, N, D) stored (B, T, N, H, D): order (0, 2, 3, 1, 4), the heads
+    after the rows, where the attention op wants them."""
+    shape = known_shape(e)
+    if shape is None:
+        return None
+    where = list(range(len(shape)))  # e's axis i is axis where[i] of the tensor reached
+    for _ in range(8):
+        value = value_of(e)
+        name = op_name(value)
+        if name == "relax.permute_dims":
+            axes = [int(a) for a in value.attrs.axes]  # type: ignore[union-attr]
+            placed = [axes[w] for w in where]
+            return tuple(sorted(range(len(shape)), key=lambda i: placed[i]))
+        if name in _SAME_PLACE:
+            assert isinstance(value, relax.Call)
+            src, other = value.args[0], (value.args[1] if len(value.args) > 1 else None)
+            if known_shape(src) != known_shape(e) or (
+                    other is not None and int(np.prod(known_shape(other) or (0,))) != 1):
+                return None
+            e = src
+            continue
+        if name not in ("relax.squeeze", "relax.reshape"):
+            return None
+        assert isinstance(value, relax.Call)
+        sliced = value.args[0]
+        cut = value_of(sliced)
+        if op_name(cut) != "relax.strided_slice":
+            return None
+        assert isinstance(cut, relax.Call)
+        args = strided_slice_args(cut)
+        src_shape, now = known_shape(cut.args[0]), known_shape(e)
+        if args is None or len(args[0]) != 1 or src_shape is None or now is None:
+            return None
+        axis = int(args[0][0]) % len(src_shape)
+        if known_shape(sliced) != (*src_shape[:axis], 1, *src_shape[axis + 1:]) or \
+                (*src_shape[:axis], *src_shape[axis + 1:]) != now:
+            return None  # not unbind's one index with that axis dropped
+        where = [w + (w >= axis) for w in where]
+        e = cut.args[0]
     return None

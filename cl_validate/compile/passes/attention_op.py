@@ -41,6 +41,10 @@ class Match:
     #: the folds of q, k and v, where each is in sight (read before the fold)
     split: tuple[int, int] | None = None
     folds: tuple[Fold | None, Fold | None, Fold | None] = (None, None, None)
+    #: q's axes as BSHD takes them, where the model stores its heads elsewhere than just
+    #: before the rows (`attention_heads.memory_order`): the batch axes, the rows, the head
+    #: axes, the features; None: every axis before the last three is batch, that one heads
+    order: tuple[int, ...] | None = None
 
 
 Emit = Callable[[relax.Expr], relax.Expr]
@@ -70,6 +74,66 @@ def _swap(e: relax.Expr, emit: Emit) -> relax.Expr:
     return emit(mark_origin(relax.op.permute_dims(e, [*range(n - 2), n - 1, n - 2]), _MARK))
 
 
+def _ordered(e: relax.Expr, order: Sequence[int], emit: Emit) -> relax.Expr:
+    """``(..., L, E)`` as BSHD by `order` (batch axes, L, head axes, E): one permute, one
+    reshape merging the batch axes and the head axes."""
+    shape = known_shape(e) or ()
+    at = list(order).index(len(order) - 2)
+    e = emit(mark_origin(relax.op.permute_dims(e, list(order)), _MARK))
+    dims = [shape[a] for a in order]
+    return emit(relax.op.reshape(e, [int(np.prod(dims[:at])), dims[at],
+                                     int(np.prod(dims[at + 1:-1])), dims[-1]]))
+
+
+def _ordered_bias(bias: relax.Expr, order: Sequence[int], emit: Emit) -> relax.Expr:
+    """A bias of the scores ``(..., L, S)`` (broadcast to q's batch axes) as (batch, heads,
+    L, S) by `order`; `ordered_bias_fits` said it reshapes so."""
+    n = len(order)
+    shape = [1] * (n - len(known_shape(bias) or ())) + list(known_shape(bias) or ())
+    at = list(order).index(n - 2)
+    batch, heads = list(order[:at]), list(order[at + 1:-1])
+    e = emit(relax.op.reshape(bias, shape)) if tuple(shape) != known_shape(bias) else bias
+    e = emit(relax.op.permute_dims(e, [*batch, *heads, n - 2, n - 1]))
+    return emit(relax.op.reshape(e, [int(np.prod([shape[a] for a in batch])),
+                                     int(np.prod([shape[a] for a in heads])),
+                                     shape[n - 2], shape[n - 1]]))
+
+
+def ordered_bias_fits(bias_shape: Sequence[int], q_shape: Sequence[int],
+                      order: Sequence[int]) -> bool:
+    """A bias of this shape broadcasts against (batch, heads, L, S) taken by `order`: its
+    batch axes all full or all one, and so its head axes."""
+    n = len(order)
+    if len(bias_shape) > n:
+        return False
+    shape = [1] * (n - len(bias_shape)) + list(bias_shape)
+    at = list(order).index(n - 2)
+    for axes in (order[:at], order[at + 1:-1]):
+        ones = [shape[a] == 1 for a in axes]
+        if not (all(ones) or all(shape[a] == q_shape[a] for a in axes)):
+            return False
+    return True
+
+
+def _raised_ordered(m: Match, q: relax.Expr, emit: Emit) -> relax.Expr:
+    """The attention op over q, k and v taken by `m.order`, back in q's axis order."""
+    order = m.order
+    assert order is not None
+    k = _ordered(_swap(m.kt, emit), order, emit)
+    v = _ordered(_swap(m.v, emit) if m.transposed_out else m.v, order, emit)
+    bias = None if m.bias is None else _ordered_bias(emit(m.bias), order, emit)
+    out = emit(relax.op.nn.attention(_ordered(q, order, emit), k, v, bias=bias,
+                                     scale=m.scale))
+    qs = known_shape(q) or ()
+    dv = (known_shape(out) or (0, 0, 0, 0))[3]
+    dims = [qs[a] for a in order[:-1]] + [dv]
+    res = emit(relax.op.reshape(out, dims))
+    back = [order.index(i) for i in range(len(order))]
+    if m.transposed_out:
+        back[-2], back[-1] = back[-1], back[-2]
+    return emit(mark_origin(relax.op.permute_dims(res, back), _MARK))
+
+
 def raised(m: Match, out_shape: Sequence[int], emit: Emit,
             unfolded: Sequence[relax.Expr | None] = (None, None, None)) -> relax.Expr:
     """The attention op for `m`; `unfolded`: q, k, v read as (B, H, L, E) before the
@@ -78,6 +142,10 @@ def raised(m: Match, out_shape: Sequence[int], emit: Emit,
     if m.q_factor is not None:  # per head: folded into q, before the heads move
         c, divides = m.q_factor
         q = emit((relax.op.divide if divides else relax.op.multiply)(q, c))
+    if m.order is not None:
+        res = _raised_ordered(m, q, emit)
+        return res if known_shape(res) == tuple(out_shape) else \
+            relax.op.reshape(res, list(out_shape))
     q = _bshd(unfolded[0] if unfolded[0] is not None else q, emit, m.heads3, m.split)
     k = _bshd(unfolded[1] if unfolded[1] is not None else _swap(m.kt, emit), emit, m.heads3,
               m.split)

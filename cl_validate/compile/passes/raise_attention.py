@@ -37,7 +37,7 @@ from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.passes._util import relax_function_pass
-from cl_validate.compile.passes.attention_heads import batch_heads
+from cl_validate.compile.passes.attention_heads import batch_heads, memory_order
 from cl_validate.compile.passes.attention_left import (
     OVER_THE_TOKENS,
     Left,
@@ -45,7 +45,7 @@ from cl_validate.compile.passes.attention_left import (
     sums_over_tokens,
     unmatched_softmaxes,
 )
-from cl_validate.compile.passes.attention_op import Match, raised
+from cl_validate.compile.passes.attention_op import Match, ordered_bias_fits, raised
 from cl_validate.compile.passes.attention_terms import no_scale, per_head, scalar, where_mask
 from cl_validate.compile.passes.product_views import fold_product_views
 from cl_validate.compile.passes.spelled_softmax import (
@@ -344,8 +344,30 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> Match | None:
                       for f, x in zip(found_folds, operands, strict=True))  # type: ignore[assignment]
         keep = (q_factor is None, k is not None, not transposed)  # q scaled first; Kᵀ
         folds = tuple(f if ok else None for f, ok in zip(folds, keep, strict=True))  # type: ignore[assignment]
+    order = None if heads3 or split is not None else _heads_order(g, a, (qs, ks, vs), bias)
     return Match(a, b, v, bias, scale, transposed, heads3,
-                  (softmax,) if isinstance(softmax, relax.Var) else (), q_factor, split, folds)
+                  (softmax,) if isinstance(softmax, relax.Var) else (), q_factor, split, folds,
+                  order)
+
+
+def _heads_order(g: _Graph, q: relax.Expr, shapes: tuple[tuple[int, ...], ...],
+                 bias: relax.Expr | None) -> tuple[int, ...] | None:
+    """q's axes as BSHD takes them where the model stores q's heads elsewhere than just
+    before the rows (`memory_order`): the batch axes, the rows, the head axes, the
+    features, in the order they are stored; None where the default order serves, or where
+    k, v or the bias do not share q's batch axes (broadcast heads keep the default)."""
+    n = len(shapes[0])
+    order = memory_order(g.value, q) if n >= 4 else None
+    if order is None or order[-1] != n - 1 or order == (*range(n - 3), n - 2, n - 3, n - 1):
+        return None
+    if n - 2 not in order[:-1] or order.index(n - 2) == n - 2:
+        return None  # no head axis after the rows: nothing to move next to the features
+    if any(s[:-2] != shapes[0][:-2] for s in shapes[1:]):
+        return None
+    bshape = None if bias is None else _shape(bias)
+    if bias is not None and (bshape is None or not ordered_bias_fits(bshape, shapes[0], order)):
+        return None
+    return order
 
 
 def _shape(e: relax.Expr) -> tuple[int, ...] | None:
@@ -399,7 +421,8 @@ class _Raise(PyExprMutator):  # type: ignore[misc]
                     for f in m.folds]
         m = Match(self.visit_expr(m.q), self.visit_expr(m.kt), self.visit_expr(m.v),
                    None if m.bias is None else self.visit_expr(m.bias), m.scale,
-                   m.transposed_out, m.heads3, q_factor=factor, split=m.split)
+                   m.transposed_out, m.heads3, q_factor=factor, split=m.split,
+                   order=m.order)
         new = self.builder_.normalize(raised(m, known_shape(binding.var) or (), emit,
                                              unfolded))
         dtype = tensor_type(binding.var).dtype  # type: ignore[union-attr]
