@@ -79,7 +79,7 @@ def _scalar(value: Any) -> Any:
     return None
 
 
-def _created(call: Any) -> np.ndarray | None:
+def created(call: Any) -> np.ndarray | None:
     """The value of a tensor made from nothing, None if `call` is no such op or not static."""
     name = op_name(call)
     if name not in ("relax.zeros", "relax.ones", "relax.full", "relax.arange"):
@@ -105,7 +105,7 @@ def _folded_creations(func: relax.Function) -> set[relax.Var]:
     alone reads (what is then precomputed); one only read at run time stays, where it is
     made inside the kernel that reads it."""
     derived, uses = weight_derived(func), use_sites(func)
-    return {b.var for b in bindings(func) if _created(b.value) is not None and any(
+    return {b.var for b in bindings(func) if created(b.value) is not None and any(
         r is not None and r in derived for r in uses.get(b.var, []))}
 
 
@@ -116,7 +116,7 @@ class _CreationsToConstants(PyExprMutator):
         self.folded = folded
 
     def visit_var_binding_(self, binding: Any) -> None:
-        value = _created(binding.value) if binding.var in self.folded else None
+        value = created(binding.value) if binding.var in self.folded else None
         if value is None:
             super().visit_var_binding_(binding)
             return

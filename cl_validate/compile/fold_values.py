@@ -20,7 +20,7 @@ the binding declares.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -192,6 +192,41 @@ def _bound(expr: Any, env: dict[Any, Any]) -> Any:
     if any(a is None for a in args):
         return None
     return _op(expr, args)
+
+
+def value_of(expr: relax.Expr, values: Mapping[relax.Var, relax.Expr],
+             leaf: Callable[[relax.Expr], np.ndarray | None], depth: int = 32
+             ) -> np.ndarray | None:
+    """`expr`'s value where it is computed from constants alone, before anything is folded:
+    through the bindings `values`, every op one `evaluate` computes, down to tensor constants
+    and what `leaf` knows (a tensor made from nothing); None past `depth` ops or at anything
+    else (an input, a weight, an op not computed here)."""
+    env: dict[Any, Any] = {}
+
+    def walk(e: relax.Expr, left: int) -> Any:
+        if is_tensor_constant(e):
+            return e.value.numpy()  # type: ignore[attr-defined]
+        if not isinstance(e, relax.Var) or left == 0 or e not in values:
+            return None
+        if e not in env:
+            call = values[e]
+            known = leaf(call)
+            if known is None and isinstance(call, relax.Call) and op_name(call) is not None:
+                ops = call.args[:1] if op_name(call) in ("relax.reshape",
+                                                         "relax.broadcast_to") else call.args
+                for a in ops:
+                    if isinstance(a, relax.Var) and walk(a, left - 1) is None:
+                        break
+                else:
+                    with np.errstate(all="ignore"):
+                        try:
+                            known = _bound(call, env)
+                        except (ValueError, TypeError, IndexError):
+                            known = None
+            env[e] = known if known is not None and _matches(known, e.ty) else None
+        return env[e]
+
+    return walk(expr, depth)
 
 
 def identical(a: np.ndarray, b: np.ndarray) -> bool:

@@ -29,6 +29,7 @@ from cl_validate.compile.legalize import legalize
 from cl_validate.compile.passes import (
     BoolArithmetic,
     ComputeInLayout,
+    DropIdentities,
     FoldFlattenIntoLinear,
     FoldPermuteIntoColumns,
     FoldScaleShift,
@@ -127,8 +128,10 @@ def standard_stages(ctx: PipelineContext, *, layout: Sequence[Stage],
             relax.transform.DecomposeOpsForInference(), BoolArithmetic()])),
         # Weights bound as constants, with everything computed from them precomputed.
         Stage("fold_params", fold),
-        # The BatchNorm arithmetic now constant per channel: into the conv weights + one bias.
-        Stage("fold_scale_shift", FoldScaleShift()),
+        # The BatchNorm arithmetic now constant per channel: into the conv weights + one bias;
+        # a gather whose index is now known to pick everything in order (a pad of nothing).
+        Stage("fold_scale_shift", tvm.transform.Sequential([FoldScaleShift(),
+                                                            DropIdentities()])),
         Stage("legalize", legalize(ctx)),
         Stage("fuse", relax.transform.FuseOps()),
         Stage("fuse_tir", fuse_tir),
@@ -207,10 +210,10 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
     cleanup = Stage("cleanup", tvm.transform.Sequential(list(cleanup_passes(ctx.target))))
     convert = _convert_layout(ctx)
     return standard_stages(ctx, layout=[
-        # the import's spelling, made readable for ConvertLayout: axes, batch-folded norms,
-        # an unfold's permute moved onto its gather's index or data, group statistics over
-        # merged axes
-        Stage("normalize_axes", tvm.transform.Sequential([NormalizeAxes(),
+        # the import's spelling, made readable for ConvertLayout: gathers and reshapes that
+        # change nothing, axes, batch-folded norms, an unfold's permute moved onto its
+        # gather's index or data, group statistics over merged axes
+        Stage("normalize_axes", tvm.transform.Sequential([DropIdentities(), NormalizeAxes(),
                                                           PerSampleInstanceNorm(),
                                                           PermuteIntoGather(),
                                                           PermuteBeforeGather(),

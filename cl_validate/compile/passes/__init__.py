@@ -66,8 +66,10 @@ modulation, computed in the layout the convolution wants; exact);
 layout TVM cannot lower becomes a convolution of the zero-stuffed input there); and, once the
 weights are bound, ``FoldScaleShift`` moves the per-channel scale and shift a BatchNorm leaves
 after a convolution into the convolution's weights plus one bias add (float rounding differs,
-nothing else); ``BoolArithmetic``, with the decomposition, computes arithmetic, comparisons
-and min/max on boolean masks on int32 (llvm cannot emit them on booleans; exact).
+nothing else), and ``DropIdentities`` (also first, in ``nhwc``) drops a gather whose index
+picks its whole axis in order and a reshape to its data's own shape (a reflect pad of
+nothing; exact); ``BoolArithmetic``, with the decomposition, computes arithmetic,
+comparisons and min/max on boolean masks on int32 (llvm cannot emit them on booleans; exact).
 ``IntegerCompute`` follows the layout stages: a quantized network's
 convolutions and matmuls read their int8/uint8 codes and accumulate in int32, in the layout
 they have. ``StridedProducts`` follows: a float matmul reads its operands and writes its
@@ -97,6 +99,7 @@ from cl_validate.compile.passes.fold_scale_shift import FoldScaleShift
 from cl_validate.compile.passes.gather_order import PermuteBeforeGather, PermuteIntoGather
 from cl_validate.compile.passes.grouped_maps import UnmergeGroupedMaps
 from cl_validate.compile.passes.hoist_permutes import HoistPermutes, InterleaveConcats
+from cl_validate.compile.passes.identities import DropIdentities
 from cl_validate.compile.passes.instance_norm import PerSampleInstanceNorm
 from cl_validate.compile.passes.integer_compute import IntegerCompute
 from cl_validate.compile.passes.layout_agnostic import LAYOUT_AGNOSTIC_OPS
@@ -163,6 +166,7 @@ __all__ = [
     "BoolArithmetic",
     "CancelPermutes",
     "ComputeInLayout",
+    "DropIdentities",
     "DropRoundTrips",
     "ElideBroadcasts",
     "FoldFlattenIntoLinear",
