@@ -197,7 +197,7 @@ def test_size1_permute_becomes_reshape(import_nhwc: Any, run_llvm: Any) -> None:
 
 class _Scans(nn.Module):
     """cumsum over H, sort over the channels, argsort over W, cumprod over the channels of
-    a conv map: each along its axis alone; bucketize, each element alone."""
+    a conv map, flip along W: each along its axis alone; bucketize, each element alone."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -207,14 +207,36 @@ class _Scans(nn.Module):
         y = self.a(x)
         y = y.cumsum(2) / 8 + torch.sort(y, dim=1)[0] + torch.argsort(y, dim=3).float() / 8
         y = y + torch.bucketize(y, torch.tensor([-0.5, 0.0, 0.5])).float() / 4
-        return self.b(y.cumprod(1))
+        return self.b(y.cumprod(1) + torch.flip(y, [3]))
 
 
 
 def test_scans_and_sorts_run_in_the_layout_of_their_input(tmp_path) -> None:
-    """Each was transposed into NCHW and back (4 transforms more)."""
+    """Each was transposed into NCHW and back (4 transforms more; the flip, 1 more)."""
     from tests.passes.conftest import compile_nhwc
 
     _, kernels = compile_nhwc(tmp_path, _Scans, (1, 3, 8, 8), rtol=1e-5, atol=1e-5,
                               input_layout="NCHW")
     assert len(kernels.runtime_transforms) == 2, kernels.render()  # the boundaries
+
+
+class _TwoViews(nn.Module):
+    """LoFTR-style matching on one image: the image and its mirror (``torch.flip`` along W)
+    stacked on the batch, through one shared convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(torch.cat([x, torch.flip(x, dims=[3])], dim=0))
+
+
+def test_a_mirrored_view_of_a_channels_last_input_needs_no_transform(tmp_path) -> None:
+    """With NHWC input the flip runs on W where the data has it: no transform but the
+    output's (before: NHWC to NCHW and back around the flip, in the kernel of the concat)."""
+    from tests.passes.conftest import compile_nhwc
+
+    _, kernels = compile_nhwc(tmp_path, _TwoViews, (1, 3, 8, 8), rtol=1e-5, atol=1e-5)
+    reasons = [t.attribution.reason.name for t in kernels.runtime_transforms]
+    assert reasons == ["OUTPUT_BOUNDARY"], kernels.render()

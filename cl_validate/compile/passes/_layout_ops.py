@@ -52,7 +52,7 @@ REDUCE_OPS = frozenset(f"relax.{n}" for n in "mean sum max min prod variance std
 # along it, which a permutation of the other axes leaves as they are).
 AXIS_OPS = frozenset({"relax.nn.softmax", "relax.nn.log_softmax", "relax.nn.prelu",
                       "relax.quantize", "relax.dequantize", "relax.cumsum", "relax.cumprod",
-                      "relax.sort", "relax.argsort"})
+                      "relax.sort", "relax.argsort", "relax.flip"})
 LAYOUT_ATTR_OPS = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d",
                              "relax.nn.adaptive_avg_pool2d", "relax.image.resize2d",
                              "relax.nn.max_pool3d", "relax.nn.avg_pool3d",
@@ -142,8 +142,8 @@ def _arg_reduce(call: relax.Call, perm_of: PermOf) -> Plan | None:
 
 def _axis(call: relax.Call, perm_of: PermOf) -> Plan | None:
     """softmax/log_softmax(x, axis), prelu(x, alpha, axis), quantize/dequantize(x, scale,
-    zero_point, axis), cumsum/cumprod and sort/argsort(x, axis): the axis follows the data
-    (a scan over the flattened tensor, axis None, has no layout)."""
+    zero_point, axis), cumsum/cumprod, sort/argsort and flip(x, axis): the axis follows the
+    data (a scan over the flattened tensor, axis None, has no layout)."""
     x, rest = call.args[0], list(call.args[1:])
     p = perm_of(x)
     if p is None or call.attrs.axis is None:
