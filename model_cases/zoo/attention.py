@@ -117,13 +117,33 @@ class MultiQueryAttention(nn.Module):
         return self.proj(a.transpose(1, 2).reshape(b, n, c))
 
 
+class BlockAttention(Attention):
+    """NesT's attention on (B, blocks, tokens, C): q, k and v (B, heads, blocks, tokens, D)
+    from ``permute(3, 0, 4, 1, 2, 5)`` of the 6-d qkv (the heads stored after the tokens),
+    merged by ``permute(0, 2, 3, 4, 1)``; here one block of all the tokens, as NesT's last
+    level."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__(dim, heads, fused=False)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        b, n, c = x.shape
+        qkv = self.qkv(x.unsqueeze(1)).reshape(b, 1, n, 3, self.heads, self.head_dim)
+        q, k, v = qkv.permute(3, 0, 4, 1, 2, 5).unbind(0)
+        a = ((q * self.head_dim ** -0.5) @ k.transpose(-2, -1)).softmax(dim=-1) @ v
+        return self.proj(a.permute(0, 2, 3, 4, 1).reshape(b, n, c))
+
+
 class VariantViT(ViT):
-    """The ViT with a cosine per-head-scale attention and a multi-query one."""
+    """The ViT with a cosine per-head-scale attention, a multi-query one and NesT's
+    attention on blocks."""
 
     def __init__(self, size: int, patch: int, dim: int, heads: int) -> None:
         super().__init__(size, patch, dim, heads)
         self.blocks[0].attn = CosineAttention(dim, heads)
         self.blocks[1].attn = MultiQueryAttention(dim, heads)
+        self.blocks.append(Block(dim, heads, fused=False))
+        self.blocks[2].attn = BlockAttention(dim, heads)
 
 
 class EinsumCausalAttention(Attention):
