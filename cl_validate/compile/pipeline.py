@@ -210,8 +210,8 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
     cleanup = Stage("cleanup", tvm.transform.Sequential(list(cleanup_passes(ctx.target))))
     convert = _convert_layout(ctx)
     return standard_stages(ctx, layout=[
-        # the import's spelling, made readable for ConvertLayout: gathers and reshapes that
-        # change nothing, axes, batch-folded norms, an unfold's permute moved onto its
+        # the import's spelling, made readable for ConvertLayout: gathers that change
+        # nothing, axes, batch-folded norms, an unfold's permute moved onto its
         # gather's index or data, group statistics over merged axes
         Stage("normalize_axes", tvm.transform.Sequential([DropIdentities(), NormalizeAxes(),
                                                           PerSampleInstanceNorm(),

@@ -67,7 +67,7 @@ layout TVM cannot lower becomes a convolution of the zero-stuffed input there); 
 weights are bound, ``FoldScaleShift`` moves the per-channel scale and shift a BatchNorm leaves
 after a convolution into the convolution's weights plus one bias add (float rounding differs,
 nothing else), and ``DropIdentities`` (also first, in ``nhwc``) drops a gather whose index
-picks its whole axis in order and a reshape to its data's own shape (a reflect pad of
+picks its whole axis in order, with the import's reshape after it (a reflect pad of
 nothing; exact); ``BoolArithmetic``, with the decomposition, computes arithmetic,
 comparisons and min/max on boolean masks on int32 (llvm cannot emit them on booleans; exact).
 ``IntegerCompute`` follows the layout stages: a quantized network's

@@ -1,5 +1,5 @@
-"""DropIdentities: a gather that picks every position of its axis in order, and a reshape to
-the shape its data already has, are their data.
+"""DropIdentities: a gather that picks every position of its axis in order is its data (and
+so the reshape to the shape it already has that the import writes after it).
 
 ``F.pad(x, (0, pw, 0, ph), "reflect")`` (SwinIR's and Swin2SR's pad to a multiple of the
 window; ``"replicate"`` alike) decomposes into one ``take`` per padded axis, each followed by
@@ -26,16 +26,13 @@ from cl_validate.ir import bindings, known_shape, op_name
 
 def _identity(value: relax.Expr, values: dict[relax.Var, relax.Expr]) -> bool:
     """``take(data, index, axis)`` with an index known to be ``arange(n)``, n the axis's
-    extent; ``reshape(data, shape)`` to the static shape `data` has."""
-    name = op_name(value)
-    if name not in ("relax.take", "relax.reshape"):
+    extent."""
+    if op_name(value) != "relax.take":
         return False
     data = value.args[0]  # type: ignore[union-attr]
     shape = known_shape(data)
     if shape is None:
         return False
-    if name == "relax.reshape":
-        return known_shape(value) == shape
     axis = getattr(value.attrs, "axis", None)  # type: ignore[union-attr]
     if axis is None:
         return False
@@ -46,11 +43,17 @@ def _identity(value: relax.Expr, values: dict[relax.Var, relax.Expr]) -> bool:
 
 
 def drop_identities(func: relax.Function) -> relax.Function:
-    """Every gather of all of its axis in order, and every reshape to its data's own
-    shape, replaced by its data."""
+    """Every gather of all of its axis in order replaced by its data, and so the reshape to
+    its own shape the import writes after it. Other reshapes to their data's shape stay:
+    other passes read them as the model's views (StyleGAN2's ``upfirdn2d``, channels
+    folded into a batch of one-channel planes, ``reshape(-1, 1, H, W)`` of ``(N·C, 1, H,
+    W)``: `UnfoldChannelFilters` finds the fold by it), and TVM makes them free views."""
     values = {b.var: b.value for b in bindings(func) if isinstance(b, relax.VarBinding)}
     plans = {var: value.args[0] for var, value in values.items()  # type: ignore[union-attr]
              if _identity(value, values)}
+    plans.update({var: value.args[0] for var, value in values.items()  # type: ignore[union-attr]
+                  if op_name(value) == "relax.reshape" and value.args[0] in plans and
+                  known_shape(value) == known_shape(value.args[0])})  # type: ignore[union-attr]
 
     def rebuild(mut, data, var):  # type: ignore[no-untyped-def]
         return mut.visit_expr(data)
