@@ -57,21 +57,41 @@ depthwise convolution):
 - ``tnt_s_224``: the same code at TNT-S's widths (pixels of 24 channels, 4x4 per 16x16
   patch, 384-wide patches, 4 and 6 heads; two blocks of the twelve) at 224x224.
 
+``DropIdentities`` (a gather of its whole axis in order, a reshape to its own shape, dropped):
+
+- ``swinir_32``: the zoo's reduced SwinIR at 32x32 (a reflect pad of nothing to a multiple
+  of its 8x8 windows, upscaled 2x);
+- ``swinir_light_64``: the same code at lightweight SwinIR's width (60 channels, 6 heads,
+  8x8 windows; two of its four groups) at 64x64.
+
+Rules, not passes (the ``nhwc`` pipeline with the rule patched out while it compiles):
+
+- ``flip-rule`` (``flip``'s axis follows the data): ``loftr_32`` (the zoo's reduced LoFTR,
+  the image and its mirror) and ``vim_64`` (the zoo's reduced Vision Mamba, its backward
+  scan on ``flip(-1)`` of the tokens);
+- ``heads-order`` (several batch axes grouped by where q's data lies): ``nest_32`` (the
+  zoo's reduced NesT) and ``nest_t_224`` (the same code at NesT-T's first two levels' widths
+  and heads, 96/192 channels, 3/6 heads, 14x14 blocks of 4x4 patches, at 224x224).
+
     python benchmarks/movement_passes.py PASS [--target llvm|cuda] [--repeat N]
+        [--layout NCHW|NHWC]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from strided_products import compare, register_without_pass
+import strided_products
+from strided_products import MODULE, compare, register_without_pass
 
 
 def _shared_chains() -> dict[str, tuple[Any, list[int]]]:
@@ -161,6 +181,84 @@ def _chain_steps() -> dict[str, tuple[Any, list[int]]]:
     }
 
 
+def _identities() -> dict[str, tuple[Any, list[int]]]:
+    from wild_zoo.attention5 import SwinIR
+
+    return {
+        "swinir_32": (SwinIR, [1, 3, 32, 32]),
+        "swinir_light_64": (lambda: SwinIR(60, 6, 8, 64), [1, 3, 64, 64]),
+    }
+
+
+def _flips() -> dict[str, tuple[Any, list[int]]]:
+    from wild_zoo.attention5 import MODELS as ATTENTION5
+    from wild_zoo.idioms2 import MODELS as IDIOMS2
+
+    return {
+        "loftr_32": (ATTENTION5["loftr_linear_attn"], [1, 3, 32, 32]),
+        "vim_64": (IDIOMS2["vim_selective_scan"], [1, 3, 64, 64]),
+    }
+
+
+def _heads_order() -> dict[str, tuple[Any, list[int]]]:
+    from wild_zoo.attention5 import Nest
+
+    return {
+        "nest_32": (Nest, [1, 3, 32, 32]),
+        "nest_t_224": (lambda: Nest((96, 192), (3, 6), 224, 14), [1, 3, 224, 224]),
+    }
+
+
+@contextlib.contextmanager
+def _no_flip_rule() -> Iterator[None]:
+    from cl_validate.compile.passes import _layout_ops
+
+    handler = _layout_ops._HANDLERS.pop("relax.flip")  # no plan through a flip
+    try:
+        yield
+    finally:
+        _layout_ops._HANDLERS["relax.flip"] = handler
+
+
+@contextlib.contextmanager
+def _default_heads() -> Iterator[None]:
+    from cl_validate.compile.passes import raise_attention
+
+    original = raise_attention._heads_order
+    raise_attention._heads_order = lambda *args: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        raise_attention._heads_order = original  # type: ignore[assignment]
+
+
+#: rules (not passes): what patches each out while a program compiles
+RULES: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "flip-rule": _no_flip_rule,
+    "heads-order": _default_heads,
+}
+
+
+def register_without_rule(rule: str) -> str:
+    """``module:function`` of the ``nhwc`` pipeline whose every stage runs with `rule`
+    patched out (a pipeline registered in this process)."""
+    from cl_validate.compile import pipeline
+    from cl_validate.compile.pipeline import PipelineContext, Stage
+
+    def wrapped(stage: Stage) -> Stage:
+        def run(mod: Any) -> Any:
+            with RULES[rule]():
+                return stage.run(mod)
+        return Stage(stage.name, run)
+
+    def without(ctx: PipelineContext) -> list[Stage]:
+        return [wrapped(stage) for stage in pipeline.nhwc(ctx)]
+
+    attr = f"without_{rule.replace('-', '_')}"
+    setattr(sys.modules.setdefault(MODULE, types.ModuleType(MODULE)), attr, without)
+    return f"{MODULE}:{attr}"
+
+
 PASSES: dict[str, Callable[[], dict[str, tuple[Any, list[int]]]]] = {
     "ShareChainLayouts": _shared_chains,
     "PermuteIntoGather": _gather_order,
@@ -170,6 +268,9 @@ PASSES: dict[str, Callable[[], dict[str, tuple[Any, list[int]]]]] = {
     "SinkQuantizePairs": _quantize_pairs,
     "UnfoldChannelFilters": _channel_filters,
     "HoistChainSteps": _chain_steps,
+    "DropIdentities": _identities,
+    "flip-rule": _flips,
+    "heads-order": _heads_order,
 }
 
 
@@ -178,11 +279,16 @@ def main() -> None:
     ap.add_argument("name", choices=sorted(PASSES), metavar="PASS", help=", ".join(PASSES))
     ap.add_argument("--target", choices=("llvm", "cuda"), default="llvm")
     ap.add_argument("--repeat", type=int, default=10, help="timings of each, interleaved")
+    ap.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
+                    help="the input's declared layout")
     args = ap.parse_args()
+    strided_products.INPUT_LAYOUT = args.layout
     print("| model | program | runtime transforms | kernels | run (median) | vs without "
           "| max abs diff vs PyTorch |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
-    compare(PASSES[args.name](), ((f"without {args.name}", register_without_pass(args.name)),
+    without = register_without_rule(args.name) if args.name in RULES else \
+        register_without_pass(args.name)
+    compare(PASSES[args.name](), ((f"without {args.name}", without),
                                   (f"with {args.name}", "nhwc")), args.target, args.repeat)
 
 

@@ -31,12 +31,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "model_cases"), str(Path(__file__).parent)]
 
 MODULE = "_strided_products_models"
+#: the input's declared layout in every case `prepare` writes (NCHW, the default, unless set)
+INPUT_LAYOUT = "NCHW"
 CASE = """
 model = "{model}"
 pipeline = "{pipeline}"
 [[inputs]]
 name = "x"
 shape = {shape}
+layout = "{layout}"
 [layout]
 "relax.nn.conv2d" = ["NHWC", "OHWI"]
 """
@@ -139,7 +142,8 @@ def prepare(name: str, factory: Any, shape: list[int], pipeline: str, folder: Pa
 
     setattr(sys.modules.setdefault(MODULE, types.ModuleType(MODULE)), name, factory)
     path = folder / f"{name}_{len(pipeline)}.toml"
-    path.write_text(CASE.format(model=f"{MODULE}:{name}", pipeline=pipeline, shape=shape))
+    path.write_text(CASE.format(model=f"{MODULE}:{name}", pipeline=pipeline, shape=shape,
+                                layout=INPUT_LAYOUT))
     session = CaseSession(load_case(path))
     error = session.prepare()
     if error is not None:
