@@ -302,10 +302,11 @@ def radix_softmax() -> nn.Module:
 
 class ChannelsFirstConv1d(nn.Module):
     """Tokens projected channels-first (``W @ x.t()``, as Mamba's in_proj is written), viewed
-    as (B, D, L), reversed along L (``flip``, which has no layout rule), chunked into x and z,
-    x read by a causal depthwise Conv1d, gated by z: the transpose into the NWC conv is there
-    because the model computes (B, D, L), not because of the conv. (Without the flip, the
-    projection writes (B, L, D) and no transpose is left.)"""
+    as (B, D, L), a running sum over (D, L) flattened in that order (which no other layout
+    computes without a transpose), chunked into x and z, x read by a causal depthwise
+    Conv1d, gated by z: the transpose into the NWC conv is there because the model computes
+    (B, D, L) in that order, not because of the conv. (Without the sum, the projection
+    writes (B, L, D) and no transpose is left; a ``flip`` there, now carried, left none.)"""
 
     def __init__(self) -> None:
         super().__init__()
@@ -317,7 +318,7 @@ class ChannelsFirstConv1d(nn.Module):
         tokens = self.stem(x).flatten(2).transpose(1, 2)  # (B, L, C)
         b, n, c = tokens.shape
         xz = (self.proj @ tokens.reshape(-1, c).t()).view(-1, b, n).permute(1, 0, 2)
-        xz = xz.flip(-1)  # the sequence reversed, channels-first (no layout rule)
+        xz = xz.reshape(b, -1).cumsum(-1).reshape(xz.shape) / n  # over D·L in that order
         x, z = xz.chunk(2, dim=1)
         y = F.silu(self.conv1d(x)[..., :n]) * F.silu(z)
         return y.transpose(1, 2)
