@@ -197,7 +197,8 @@ def test_size1_permute_becomes_reshape(import_nhwc: Any, run_llvm: Any) -> None:
 
 class _Scans(nn.Module):
     """cumsum over H, sort over the channels, argsort over W, cumprod over the channels of
-    a conv map, flip along W: each along its axis alone; bucketize, each element alone."""
+    a conv map, flip along W, topk over H (values and indices): each along its axis alone;
+    bucketize, each element alone."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -207,12 +208,14 @@ class _Scans(nn.Module):
         y = self.a(x)
         y = y.cumsum(2) / 8 + torch.sort(y, dim=1)[0] + torch.argsort(y, dim=3).float() / 8
         y = y + torch.bucketize(y, torch.tensor([-0.5, 0.0, 0.5])).float() / 4
-        return self.b(y.cumprod(1) + torch.flip(y, [3]))
+        top, at = torch.topk(y, 8, dim=2)
+        return self.b(y.cumprod(1) + torch.flip(y, [3]) + top + at.float() / 8)
 
 
 
 def test_scans_and_sorts_run_in_the_layout_of_their_input(tmp_path) -> None:
-    """Each was transposed into NCHW and back (4 transforms more; the flip, 1 more)."""
+    """Each was transposed into NCHW and back (4 transforms more; without their rules the
+    flip 1 more, the topk 3: into it, and back for its values and for its indices)."""
     from tests.passes.conftest import compile_nhwc
 
     _, kernels = compile_nhwc(tmp_path, _Scans, (1, 3, 8, 8), rtol=1e-5, atol=1e-5,

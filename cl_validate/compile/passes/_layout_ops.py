@@ -208,6 +208,19 @@ def _split(call: relax.Call, perm_of: PermOf) -> Plan | None:
     return Plan(p, (Operand(x, p),), lambda new: remake(call, new, attrs), is_tuple=True)
 
 
+def _topk(call: relax.Call, perm_of: PermOf) -> Plan | None:
+    """topk(x, k, axis): the k largest (or smallest) of each row along `axis` and their
+    indices, which count along that axis alone: any permutation moves through with the
+    axis renamed; both results (a tuple) in the permuted layout."""
+    x = call.args[0]
+    p = perm_of(x)
+    if p is None or call.attrs.axis is None:
+        return None
+    attrs = with_fields(call.attrs, axis=p[int(call.attrs.axis) % len(p)])
+    return Plan(p, (Operand(x, p),), lambda new: remake(call, new, attrs),
+                is_tuple=str(call.attrs.ret_type) == "both")
+
+
 def _tuple_get_item(item: relax.TupleGetItem, perm_of: PermOf) -> Plan | None:
     """A part of a split that runs in a permuted layout is available in that layout."""
     tup = item.tuple_value
@@ -313,6 +326,7 @@ _HANDLERS: dict[str, Callable[[relax.Call, PermOf], Plan | None]] = {
     **{name: _layout_attr for name in LAYOUT_ATTR_OPS},
     "relax.concat": _concat,
     "relax.split": _split,
+    "relax.topk": _topk,
     "relax.slice_scatter": _slice_scatter,
     "relax.gather_elements": _elements,
     "relax.scatter_elements": _elements,
