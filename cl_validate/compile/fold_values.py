@@ -212,9 +212,7 @@ def value_of(expr: relax.Expr, values: Mapping[relax.Var, relax.Expr],
             call = values[e]
             known = leaf(call)
             if known is None and isinstance(call, relax.Call) and op_name(call) is not None:
-                ops = call.args[:1] if op_name(call) in ("relax.reshape",
-                                                         "relax.broadcast_to") else call.args
-                for a in ops:
+                for a in call.args:  # a shape argument is no Var: `_bound` reads it itself
                     if isinstance(a, relax.Var) and walk(a, left - 1) is None:
                         break
                 else:

@@ -74,25 +74,30 @@ def _swap(e: relax.Expr, emit: Emit) -> relax.Expr:
     return emit(mark_origin(relax.op.permute_dims(e, [*range(n - 2), n - 1, n - 2]), _MARK))
 
 
+def _groups(order: Sequence[int]) -> tuple[list[int], list[int]]:
+    """`order`'s batch axes (before the rows) and head axes (between the rows and the
+    features)."""
+    at = list(order).index(len(order) - 2)
+    return list(order[:at]), list(order[at + 1:-1])
+
+
 def _ordered(e: relax.Expr, order: Sequence[int], emit: Emit) -> relax.Expr:
     """``(..., L, E)`` as BSHD by `order` (batch axes, L, head axes, E): one permute, one
     reshape merging the batch axes and the head axes."""
     shape = known_shape(e) or ()
-    at = list(order).index(len(order) - 2)
+    batch, heads = _groups(order)
     e = emit(mark_origin(relax.op.permute_dims(e, list(order)), _MARK))
-    dims = [shape[a] for a in order]
-    return emit(relax.op.reshape(e, [int(np.prod(dims[:at])), dims[at],
-                                     int(np.prod(dims[at + 1:-1])), dims[-1]]))
+    return emit(relax.op.reshape(e, [int(np.prod([shape[a] for a in batch])), shape[-2],
+                                     int(np.prod([shape[a] for a in heads])), shape[-1]]))
 
 
 def _ordered_bias(bias: relax.Expr, order: Sequence[int], emit: Emit) -> relax.Expr:
     """A bias of the scores ``(..., L, S)`` (broadcast to q's batch axes) as (batch, heads,
     L, S) by `order`; `ordered_bias_fits` said it reshapes so."""
-    n = len(order)
-    shape = [1] * (n - len(known_shape(bias) or ())) + list(known_shape(bias) or ())
-    at = list(order).index(n - 2)
-    batch, heads = list(order[:at]), list(order[at + 1:-1])
-    e = emit(relax.op.reshape(bias, shape)) if tuple(shape) != known_shape(bias) else bias
+    n, given = len(order), known_shape(bias) or ()
+    shape = [1] * (n - len(given)) + list(given)
+    batch, heads = _groups(order)
+    e = emit(relax.op.reshape(bias, shape)) if tuple(shape) != given else bias
     e = emit(relax.op.permute_dims(e, [*batch, *heads, n - 2, n - 1]))
     return emit(relax.op.reshape(e, [int(np.prod([shape[a] for a in batch])),
                                      int(np.prod([shape[a] for a in heads])),
@@ -107,8 +112,7 @@ def ordered_bias_fits(bias_shape: Sequence[int], q_shape: Sequence[int],
     if len(bias_shape) > n:
         return False
     shape = [1] * (n - len(bias_shape)) + list(bias_shape)
-    at = list(order).index(n - 2)
-    for axes in (order[:at], order[at + 1:-1]):
+    for axes in _groups(order):
         ones = [shape[a] == 1 for a in axes]
         if not (all(ones) or all(shape[a] == q_shape[a] for a in axes)):
             return False
