@@ -161,6 +161,7 @@ def main() -> None:
         attention3,
         attention4,
         attention5,
+        attention6,
         branches,
         classic,
         deploy,
@@ -179,7 +180,7 @@ def main() -> None:
 
     models = merged(classic, mobile, deploy, attention, variants, positions, hybrids, idioms,
                     heads, sequences, branches, pyramids, attention2, families, idioms2,
-                    attention3, attention4, attention5)
+                    attention3, attention4, attention5, attention6)
     rows: list[Row] = []
     print("  ".join(HEADER))
     with tempfile.TemporaryDirectory() as tmp:
@@ -188,7 +189,8 @@ def main() -> None:
                 continue
             small = {*attention.MODELS, *variants.MODELS, *positions.MODELS, *hybrids.MODELS,
                      *idioms.MODELS, *heads.MODELS, *sequences.MODELS, *attention2.MODELS,
-                     *attention3.MODELS, *attention4.MODELS, *attention5.MODELS}
+                     *attention3.MODELS, *attention4.MODELS, *attention5.MODELS,
+                     *attention6.MODELS}
             size = attention.SIZE if name in small else args.size
             try:
                 row = measure(name, factory, size, Path(tmp))
