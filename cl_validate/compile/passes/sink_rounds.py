@@ -12,7 +12,8 @@ Last, a transpose a few layout-agnostic ops below a matmul (EfficientViT's outpu
 its last column, then its heads moved back): the matmul's result read through a transpose
 and its inverse (`with_write_pair`), the one written by the matmul, the other carried down by
 the rounds to cancel the model's; kept only where the rounds lower the cost (StridedProducts
-taking the write is part of it).
+taking the write is part of it). And a transpose after an elementwise join of operands
+transposed in different ways, lifted onto them (`lift_permutes`), kept the same way.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from cl_validate.compile.passes._util import (
 )
 from cl_validate.compile.passes.cancel_permutes import fold_permutes
 from cl_validate.compile.passes.layout_agnostic import convert_regions
+from cl_validate.compile.passes.lift_permutes import lift_sites, lifted_pairs
 from cl_validate.compile.passes.product_chains import (
     Accept,
     accept_for,
@@ -83,7 +85,8 @@ def sink_permutes(func: relax.Function, accept: Accept | None = None) -> relax.F
     start = current = fold_permutes(canonicalize(func))
     for _ in range(MAX_ROUNDS):
         new = _improved(current, False, accept) or _improved(current, True, accept) or \
-            _hoisted(current, accept) or _written_through(current, accept)
+            _hoisted(current, accept) or _written_through(current, accept) or \
+            _lifted(current, accept)
         if new is None:
             break
         current = new
@@ -126,6 +129,19 @@ def _written_through(func: relax.Function, accept: Accept | None) -> relax.Funct
     for var, perm, origin in write_sites(func, accept)[:MAX_WRITE_TRIALS]:
         paired = with_write_pair(func, var, perm, origin)
         first = _improved(paired, False, accept)  # the pair's own region, or nothing
+        kept = None if first is None else _settled(first, func, accept)
+        if kept is not None:
+            return kept
+    return None
+
+
+def _lifted(func: relax.Function, accept: Accept | None) -> relax.Function | None:
+    """A transpose after an elementwise join lifted onto the join's operands
+    (`lift_permutes`), for each site in turn, then rounds: the first that lowers the cost is
+    kept."""
+    for _var, leaves, perm, origin in lift_sites(func)[:MAX_WRITE_TRIALS]:
+        paired = lifted_pairs(func, leaves, perm, origin)
+        first = _improved(paired, False, accept)
         kept = None if first is None else _settled(first, func, accept)
         if kept is not None:
             return kept
