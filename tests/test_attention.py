@@ -582,6 +582,30 @@ class _FoldedHeads(nn.Module):
         return self.neck((t + self.proj(o)).permute(0, 3, 1, 2))
 
 
+class _ChannelHeads(nn.Module):
+    """timm's BottleneckAttn (BoTNet) without its relative logits: a 1x1 conv for q, k and v
+    on the NCHW map, ``torch.split`` of the channels, the heads cut from the channels and
+    folded into the batch (``reshape(B * heads, dim_head, -1)``), ``q @ k`` without a
+    transpose, ``(attn @ v).transpose(-1, -2).reshape(B, C, H, W)`` into a conv."""
+
+    def __init__(self, dim: int = 16, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.stem = nn.Conv2d(3, dim, 4, 4)
+        self.qkv = nn.Conv2d(dim, 3 * dim, 1, bias=False)
+        self.out = nn.Conv2d(dim, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.stem(x)
+        b, c, h, w = y.shape
+        q, k, v = torch.split(self.qkv(y), [c, c, c], dim=1)
+        q = q.reshape(b * self.heads, c // self.heads, -1).transpose(-1, -2)
+        k = k.reshape(b * self.heads, c // self.heads, -1)
+        v = v.reshape(b * self.heads, c // self.heads, -1).transpose(-1, -2)
+        attn = ((q @ k) * (c // self.heads) ** -0.5).softmax(dim=-1)
+        return self.out((attn @ v).transpose(-1, -2).reshape(b, c, h, w) + y)
+
+
 def _compile(model: nn.Module, size: int, tmp_path, layout: str = "NCHW"):
     from cl_validate.analysis.fused_kernels import read_kernel_list
     from cl_validate.compile.frontend import export_and_import
@@ -611,9 +635,9 @@ def _compile(model: nn.Module, size: int, tmp_path, layout: str = "NCHW"):
 @pytest.mark.parametrize("model, floor", [
     (lambda: _TimmBlock(fused=True), 1), (lambda: _TimmBlock(fused=False), 1),
     (lambda: _MapAttention("sdpa"), 2), (lambda: _MapAttention("mha"), 2),
-    (_FoldedHeads, 2),
+    (_FoldedHeads, 2), (_ChannelHeads, 2),
 ], ids=["timm-sdpa", "timm-eager", "diffusers-sdpa-bool-mask", "mha-weights",
-        "sam-folded-heads"])
+        "sam-folded-heads", "botnet-channel-heads"])
 def test_attention_blocks_compile_to_their_boundaries(model, floor, tmp_path):
     """NCHW image in: the input's transform (and the output map's), nothing for attention;
     one attention kernel per attention; numerics as PyTorch's. With NHWC input one fewer."""

@@ -89,6 +89,38 @@ def batch_heads(value_of: Callable[[relax.Expr], relax.Expr | None],
     return None
 
 
+def channel_heads(value_of: Callable[[relax.Expr], relax.Expr | None],
+                  e: relax.Expr) -> tuple[int, int] | None:
+    """``(B, H)`` for a 3-D operand ``(B·H, ., .)`` whose leading axis a reshape made of a
+    map's batch and the heads cut from the front of its channels (timm's BottleneckAttn:
+    ``q.reshape(B * heads, dim_head, -1).transpose(-1, -2)`` on an NCHW conv output), reached
+    through transposes that keep that axis first; None where no such reshape is in sight.
+    The operand read as (B, H, ., .) is a view of it whatever its source: the split only
+    says which grouping the attention op gets, heads where the channels put them."""
+    shape = known_shape(e)
+    if shape is None or len(shape) != 3:
+        return None
+    folded = shape[0]
+    for _ in range(4):
+        value = value_of(e)
+        name = op_name(value)
+        if name == "relax.permute_dims":
+            assert isinstance(value, relax.Call)
+            if int(value.attrs.axes[0]) != 0:
+                return None
+            e = value.args[0]
+            continue
+        if name != "relax.reshape":
+            return None
+        assert isinstance(value, relax.Call)
+        src, out = known_shape(value.args[0]), known_shape(e)
+        if src is None or out is None or len(src) < 3 or out[0] != folded or \
+                src[0] >= folded or folded % src[0] or src[1] % (folded // src[0]):
+            return None
+        return (src[0], folded // src[0])
+    return None
+
+
 #: Ops that keep every element where it was, whatever else they read: a scale, a cast
 _SAME_PLACE = frozenset({"relax.multiply", "relax.divide", "relax.astype"})
 

@@ -37,7 +37,7 @@ from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.passes._util import relax_function_pass
-from cl_validate.compile.passes.attention_heads import batch_heads, memory_order
+from cl_validate.compile.passes.attention_heads import batch_heads, channel_heads, memory_order
 from cl_validate.compile.passes.attention_left import (
     OVER_THE_TOKENS,
     Left,
@@ -339,7 +339,8 @@ def _match(g: _Graph, m2: relax.Var, value: relax.Call) -> Match | None:
     split, folds = None, (None, None, None)
     if len(qs) == 3 and not heads3 and (bias is None or _splits(bias, qs[0])):
         found_folds = [batch_heads(g.value, x) for x in operands]
-        split = next((f.split for f in found_folds if f is not None), None)
+        split = next((f.split for f in found_folds if f is not None), None) or \
+            channel_heads(g.value, a)
         folds = tuple(f if f is not None and f.split == split and g.single_use(x) else None
                       for f, x in zip(found_folds, operands, strict=True))  # type: ignore[assignment]
         keep = (q_factor is None, k is not None, not transposed)  # q scaled first; Kᵀ
