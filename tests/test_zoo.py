@@ -68,6 +68,8 @@ TINY: dict[str, tuple[dict[str, Any], tuple[int, ...], tuple[int, ...]]] = {
     "deploy:conv_attention": ({"dim": 8}, (1, 3, 32, 32), (1, 8, 16, 16)),
     "deploy:index_unfold": ({"dim": 8}, (1, 3, 32, 32), (1, 10)),
     "deploy:mid_block": ({"dim": 8}, (1, 8, 8, 8), (1, 8, 8, 8)),
+    "conv_heads:conv_heads": ({"size": 16, "dim": 8, "heads": 2}, (1, 3, 16, 16),
+                              (1, 8, 8, 8)),
     "filters:fir_resampler": ({"width": 4}, (1, 3, 16, 16), (1, 3, 15, 15)),
     "unet:segnet_small": ({"base": 4, "depth": 2}, (1, 3, 8, 8), (1, 5, 11, 11)),
 }
