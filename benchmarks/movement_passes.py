@@ -71,7 +71,13 @@ Rules, not passes (the ``nhwc`` pipeline with the rule patched out while it comp
   scan on ``flip(-1)`` of the tokens);
 - ``heads-order`` (several batch axes grouped by where q's data lies): ``nest_32`` (the
   zoo's reduced NesT) and ``nest_t_224`` (the same code at NesT-T's first two levels' widths
-  and heads, 96/192 channels, 3/6 heads, 14x14 blocks of 4x4 patches, at 224x224).
+  and heads, 96/192 channels, 3/6 heads, 14x14 blocks of 4x4 patches, at 224x224);
+- ``lift-permutes`` (a transpose after an elementwise join lifted onto its differently
+  transposed operands): ``ccnet_32`` (the zoo's reduced CCNet head) and ``ccnet_head_256``
+  (the same code with CCNet's head widths scaled down to 256/64 channels, on a 64x64 map);
+- ``channel-heads`` (heads cut from a map's channels into the batch raised as B batches of
+  those heads): ``botnet_32`` (the zoo's reduced BoTNet) and ``botnet_c5_56`` (the same code
+  at BoTNet-50's c5 attention width, 512 channels, 4 heads, on a 14x14 map).
 
     python benchmarks/movement_passes.py PASS [--target llvm|cuda] [--repeat N]
         [--layout NCHW|NHWC]
@@ -209,6 +215,24 @@ def _heads_order() -> dict[str, tuple[Any, list[int]]]:
     }
 
 
+def _lifts() -> dict[str, tuple[Any, list[int]]]:
+    from wild_zoo.attention6 import RCCAModule
+
+    return {
+        "ccnet_32": (RCCAModule, [1, 3, 32, 32]),
+        "ccnet_head_256": (lambda: RCCAModule(256, 64), [1, 3, 256, 256]),
+    }
+
+
+def _channel_heads() -> dict[str, tuple[Any, list[int]]]:
+    from wild_zoo.attention6 import BoTNet
+
+    return {
+        "botnet_32": (BoTNet, [1, 3, 32, 32]),
+        "botnet_c5_56": (lambda: BoTNet(512, 56), [1, 3, 56, 56]),
+    }
+
+
 @contextlib.contextmanager
 def _no_flip_rule() -> Iterator[None]:
     from cl_validate.compile.passes import _layout_ops
@@ -221,21 +245,28 @@ def _no_flip_rule() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _default_heads() -> Iterator[None]:
-    from cl_validate.compile.passes import raise_attention
+def _finding_nothing(module: str, name: str) -> Iterator[None]:
+    """`name` of ``cl_validate.compile.passes.<module>`` answering None (nothing found)."""
+    import importlib
 
-    original = raise_attention._heads_order
-    raise_attention._heads_order = lambda *args: None  # type: ignore[assignment]
+    mod = importlib.import_module(f"cl_validate.compile.passes.{module}")
+    original = getattr(mod, name)
+    setattr(mod, name, lambda *args: None)
     try:
         yield
     finally:
-        raise_attention._heads_order = original  # type: ignore[assignment]
+        setattr(mod, name, original)
 
 
 #: rules (not passes): what patches each out while a program compiles
 RULES: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "flip-rule": _no_flip_rule,
-    "heads-order": _default_heads,
+    # several batch axes in the default grouping
+    "heads-order": lambda: _finding_nothing("raise_attention", "_heads_order"),
+    # no transpose lifted onto a join's operands
+    "lift-permutes": lambda: _finding_nothing("sink_rounds", "_lifted"),
+    # heads cut from channels raised as B·heads batches of one head
+    "channel-heads": lambda: _finding_nothing("raise_attention", "channel_heads"),
 }
 
 
@@ -271,6 +302,8 @@ PASSES: dict[str, Callable[[], dict[str, tuple[Any, list[int]]]]] = {
     "DropIdentities": _identities,
     "flip-rule": _flips,
     "heads-order": _heads_order,
+    "lift-permutes": _lifts,
+    "channel-heads": _channel_heads,
 }
 
 
