@@ -143,6 +143,45 @@ def test_a_pointwise_convolution_reads_the_folded_patches_in_place(tmp_path, tar
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
+class _Columns(nn.Module):
+    """Axial-DeepLab's attention along the columns, its projection alone: the map viewed as
+    ``(N·W, C, H)`` (``permute(0, 3, 1, 2)``), a pointwise ``Conv1d`` over the channels, the
+    result viewed back as a map."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.out = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 4, 1)
+        self.qkv = nn.Conv1d(8, 8, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.stem(x)
+        n, c, h, w = y.shape
+        t = self.qkv(y.permute(0, 3, 1, 2).reshape(n * w, c, h))
+        return self.out(t.reshape(n, w, c, h).permute(0, 2, 3, 1))
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("target", ["llvm", "cuda"])
+def test_a_pointwise_conv1d_reads_and_writes_the_columns_in_place(tmp_path, target):
+    """A 1-wide Conv1d on NWC data is a Linear over the channels too: it reads the map's
+    columns where the NHWC convolution wrote them and writes its result back as the map;
+    only the NCHW input's and output's transforms stay (without StridedProducts the
+    columns' view is a transpose of its own)."""
+    model = _Columns()
+    kernels, got, want = _compiled(model, (1, 3, 8, 8), tmp_path, target=target)
+    assert len(kernels.runtime_transforms) == 2, kernels.render()
+    products = [k for k in kernels.kernels if k.name.startswith(("conv1d", "fused_conv1d"))]
+    assert len(products) == 1, kernels.render()
+    if target == "cuda":
+        assert products[0].schedule == "Matmul", kernels.render()
+        return
+    before, _, _ = _compiled(model, (1, 3, 8, 8), tmp_path, pipeline=(
+        "tests.test_strided_products:without_strided_products"))
+    assert len(before.runtime_transforms) == 3, before.render()
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
 def test_a_depth_a_view_merged_from_two_axes_is_read_as_before():
     """XCiT's projection: heads merged into the Linear's input channels after a transpose.
     Read in place, the summed depth would jump every head (``k // 4``, ``k % 4``): slower

@@ -37,7 +37,7 @@ from tvm import relax
 from cl_validate.compile.passes._layout_ops import LAYOUT_AGNOSTIC_OPS
 from cl_validate.compile.passes._util import Cost, Perm, inverse, rebind, runtime_cost
 from cl_validate.compile.passes.gpu_products import gpu_schedules
-from cl_validate.compile.passes.strided_products import READS, VIEWS, find
+from cl_validate.compile.passes.strided_products import POINTWISE, READS, VIEWS, find
 from cl_validate.ir import (
     bindings,
     float_typed,
@@ -54,7 +54,6 @@ from cl_validate.ir import (
     weight_derived,
 )
 
-_PRODUCTS = ("relax.nn.conv2d",)
 #: ops between a product and the transpose after it: a bias or a scale and a view
 _HOPS = 3
 #: views between a transpose and the matmul that reads it (a broadcast, a batch reshape)
@@ -86,7 +85,7 @@ def written_seeds(func: relax.Function, sources: Mapping[relax.Var, relax.Expr],
     def product_before(cur: Any) -> Any:
         for _ in range(_HOPS):
             value: Any = values.get(cur)
-            if op_name(value) in _PRODUCTS:
+            if op_name(value) in POINTWISE:
                 return None if any(_dequantized(a, values) for a in value.args) else cur
             if value is None or len(uses.get(cur, [])) != 1:
                 return None

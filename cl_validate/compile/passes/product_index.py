@@ -75,7 +75,7 @@ class Product:
     constants: tuple[relax.Expr, ...]  # of the epilogue steps of `writes`, in order
     shapes: tuple[tuple[int, ...], tuple[int, ...]]  # the matmul's operands
     dtype: str  # the matmul's result
-    name: str = "matmul"  # the op it computes: "matmul", or "conv2d" (a pointwise one)
+    name: str = "matmul"  # the op it computes: "matmul", "conv2d" or "conv1d" (pointwise)
 
     def compute(self) -> Callable[..., te.Tensor]:
         return product_compute(self)

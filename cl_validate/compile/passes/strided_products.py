@@ -14,9 +14,11 @@ same dtype as TVM's own lowering of ``relax.matmul``.
 
 A 1x1 convolution on NHWC data (stride 1, no padding, one group, a constant weight) is a
 Linear over the channels and is taken the same way (MobileViT's unfold and fold, a border
-after a convolution pinned to NCHW). An elementwise op with a constant between a product
-and the permute after it (a bias, a scale, a half model's rounding to its dtype) is applied
-in the product's kernel, in a second stage over the same indices.
+after a convolution pinned to NCHW), and so is a 1-wide Conv1d on NWC data (Axial-DeepLab's
+projection of a map's columns, viewed as ``(N·W, C, H)``). An elementwise op with a
+constant between a product and the permute after it (a bias, a scale, a half model's
+rounding to its dtype) is applied in the product's kernel, in a second stage over the same
+indices.
 
 Taken only where it removes a run-time transpose (a chain holds a permute of a computed
 value, and the chain's values have no other reader), with static shapes and float operands
@@ -189,7 +191,7 @@ def find(func: relax.Function, accept: Callable[[Product], bool] = lambda _p: Tr
                          (*va, *vb, *w[2]), tuple(w[3]),
                          (shapes[0], shapes[1]),  # type: ignore[arg-type]
                          str(tensor_type(var).dtype),  # type: ignore[union-attr]
-                         "conv2d" if b_steps else "matmul")
+                         str(op_name(call)).rsplit(".", 1)[-1])
             if walks_one_axis(p) and accept(p):
                 variants.append(p)
         if variants:
@@ -197,25 +199,33 @@ def find(func: relax.Function, accept: Callable[[Product], bool] = lambda _p: Tr
     return _disjoint(found)
 
 
+#: Channels-last convolutions whose 1-wide kernel makes them a Linear over the channels:
+#: (data, kernel, output) layouts
+POINTWISE = {"relax.nn.conv2d": ("NHWC", "OHWI", "NHWC"),
+             "relax.nn.conv1d": ("NWC", "OWI", "NWC")}
+
+
 def _as_matmul(call: relax.Call, derived: set[relax.Var]
                ) -> tuple[tuple[relax.Expr, relax.Expr], tuple[Step, ...]] | None:
     """A matmul's operands (and no steps), or a pointwise convolution's data and weight with
-    the steps that read its OHWI weight as the (Cin, Cout) matrix of a Linear over the
-    channels: NHWC, a constant 1x1 kernel, stride 1, no padding or dilation, one group."""
+    the steps that read its OHWI (OWI) weight as the (Cin, Cout) matrix of a Linear over the
+    channels: NHWC (NWC), a constant 1x1 (1) kernel, stride 1, no padding or dilation, one
+    group."""
     name = op_name(call)
     if name == "relax.matmul":
         return (call.args[0], call.args[1]), ()
-    if name != "relax.nn.conv2d":
+    layouts = POINTWISE.get(str(name))
+    if layouts is None:
         return None
     attrs, w = call.attrs, known_shape(call.args[1])
-    if w is None or len(w) != 4 or w[1:3] != (1, 1) or int(attrs.groups) != 1 or \
-            (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != \
-            ("NHWC", "OHWI", "NHWC") or \
+    if w is None or len(w) != len(layouts[0]) or any(d != 1 for d in w[1:-1]) or \
+            int(attrs.groups) != 1 or \
+            (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != layouts or \
             any(int(x) != 1 for x in (*attrs.strides, *attrs.dilation)) or \
             any(int(x) != 0 for x in attrs.padding) or \
             not is_weight_derived(call.args[1], derived):
         return None
-    cout, _, _, cin = w
+    cout, cin = w[0], w[-1]
     return (call.args[0], call.args[1]), (Step("view", w, (cout, cin)),
                                           Step("permute", (cout, cin), (cin, cout), (1, 0)))
 
