@@ -77,7 +77,11 @@ Rules, not passes (the ``nhwc`` pipeline with the rule patched out while it comp
   (the same code with CCNet's head widths scaled down to 256/64 channels, on a 64x64 map);
 - ``channel-heads`` (heads cut from a map's channels into the batch raised as B batches of
   those heads): ``botnet_32`` (the zoo's reduced BoTNet) and ``botnet_c5_56`` (the same code
-  at BoTNet-50's c5 attention width, 512 channels, 4 heads, on a 14x14 map).
+  at BoTNet-50's c5 attention width, 512 channels, 4 heads, on a 14x14 map);
+- ``conv1d-products`` (a pointwise ``Conv1d`` on NWC data read and written by
+  StridedProducts as a Linear over the channels): ``axial_32`` (the zoo's reduced
+  Axial-DeepLab) and ``axial_s_112`` (the same code at Axial-DeepLab-S's first axial width,
+  128 channels in 8 groups, spanning a 56x56 map).
 
     python benchmarks/movement_passes.py PASS [--target llvm|cuda] [--repeat N]
         [--layout NCHW|NHWC]
@@ -233,6 +237,26 @@ def _channel_heads() -> dict[str, tuple[Any, list[int]]]:
     }
 
 
+def _conv1d_products() -> dict[str, tuple[Any, list[int]]]:
+    from wild_zoo.attention6 import AxialDeepLab
+
+    return {
+        "axial_32": (AxialDeepLab, [1, 3, 32, 32]),
+        "axial_s_112": (lambda: AxialDeepLab(128, 8, 112), [1, 3, 112, 112]),
+    }
+
+
+@contextlib.contextmanager
+def _no_conv1d_products() -> Iterator[None]:
+    from cl_validate.compile.passes.strided_products import POINTWISE
+
+    layouts = POINTWISE.pop("relax.nn.conv1d")  # a Conv1d is no product
+    try:
+        yield
+    finally:
+        POINTWISE["relax.nn.conv1d"] = layouts
+
+
 @contextlib.contextmanager
 def _no_flip_rule() -> Iterator[None]:
     from cl_validate.compile.passes import _layout_ops
@@ -267,6 +291,7 @@ RULES: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "lift-permutes": lambda: _finding_nothing("sink_rounds", "_lifted"),
     # heads cut from channels raised as B·heads batches of one head
     "channel-heads": lambda: _finding_nothing("raise_attention", "channel_heads"),
+    "conv1d-products": _no_conv1d_products,
 }
 
 
@@ -304,6 +329,7 @@ PASSES: dict[str, Callable[[], dict[str, tuple[Any, list[int]]]]] = {
     "heads-order": _heads_order,
     "lift-permutes": _lifts,
     "channel-heads": _channel_heads,
+    "conv1d-products": _conv1d_products,
 }
 
 

@@ -369,10 +369,10 @@ class AxialDeepLab(nn.Module):
     """A stem to 16×16 (axial attention spans the whole 16-position row or column), two axial
     blocks, a 1×1 classifier."""
 
-    def __init__(self, width: int = 32, groups: int = 4) -> None:
+    def __init__(self, width: int = 32, groups: int = 4, size: int = SIZE) -> None:
         super().__init__()
         self.stem = nn.Sequential(_conv_bn(3, width, 3, 2))
-        self.blocks = nn.Sequential(*(AxialBlock(width, width, groups, SIZE // 2)
+        self.blocks = nn.Sequential(*(AxialBlock(width, width, groups, size // 2)
                                       for _ in range(2)))
         self.head = nn.Conv2d(width, 10, 1)
 
