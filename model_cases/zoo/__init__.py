@@ -16,7 +16,8 @@ kernels, global context, ECA, MobileViT, pooling with padding, scalar affine, VG
 positional encoding), deploy (patterns of the detection, diffusion and transformer models teams
 deploy: GroupNorm after attention, the UNet mid-block on an NCHW input, DFL detect heads,
 attention inside conv nets, unfold-style indexing), filters (FIR resampling and blurs that fold
-the channels into the batch).
+the channels into the batch), conv_heads (BoTNet's heads cut from a conv's channels, CCNet's
+criss-cross attention).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ FAMILIES: tuple[str, ...] = (
     "wild",
     "deploy",
     "filters",
+    "conv_heads",
 )
 
 # Every factory, as case files name it (``model = "zoo.<entry>"``).
@@ -71,4 +73,5 @@ FACTORIES: tuple[str, ...] = (
     "deploy:index_unfold",
     "deploy:mid_block",
     "filters:fir_resampler",
+    "conv_heads:conv_heads",
 )
