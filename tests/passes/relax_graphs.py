@@ -146,12 +146,18 @@ def _spatial(g: _Graph, x: relax.Expr, shape: tuple[int, ...]) -> relax.Expr | N
 
 
 def _index(g: _Graph, x: relax.Expr, shape: tuple[int, ...]) -> relax.Expr | None:
-    """take of one index (the axis goes), strided_slice, or per-channel parts concatenated
-    back (Inception-v3's transform_input)."""
+    """take of one index (the axis goes), strided_slice, per-channel parts concatenated
+    back (Inception-v3's transform_input), or overlapping windows of two along the axis
+    (``Tensor.unfold``'s 2-D index) with the windows merged back into one axis."""
     axis = g.draw(st.integers(0, len(shape) - 1))
-    kind = g.choice(["take", "slice", "parts"])
+    kind = g.choice(["take", "slice", "parts", "windows"])
     if kind == "take" and len(shape) > 1:
         return R.take(x, relax.const(g.draw(st.integers(0, shape[axis] - 1)), "int64"), axis)
+    if kind == "windows" and shape[axis] > 2:
+        n = shape[axis] - 1
+        index = np.arange(n)[:, None] + np.arange(2)[None, :]
+        windows = g.bb.emit(R.take(x, relax.const(index.astype("int64")), axis))
+        return R.reshape(windows, [*shape[:axis], 2 * n, *shape[axis + 1:]])
     if kind == "slice" and shape[axis] > 1:
         return R.strided_slice(x, axes=[axis], begin=[1], end=[shape[axis]])
     if kind == "parts" and 1 < shape[axis] <= 4:

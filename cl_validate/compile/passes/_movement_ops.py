@@ -124,11 +124,14 @@ def _pad(call: relax.Call, perm_of: PermOf) -> Plan | None:
 
 def _take(call: relax.Call, perm_of: PermOf) -> Plan | None:
     """``take(x, indices, axis)``: the axis follows the data; a scalar index drops it (the
-    kept axes keep their order, as after a reduction), a 1-D index keeps the rank."""
+    kept axes keep their order, as after a reduction), a 1-D index keeps the rank, and a
+    k-D index (``Tensor.unfold``'s windows: (windows, size)) puts its k axes where the
+    data's axis was, in their order."""
     x, indices = call.args[0], call.args[1]
     p = perm_of(x)
     rank = ndim(indices)
-    if p is None or call.attrs.axis is None or rank not in (0, 1):
+    if p is None or call.attrs.axis is None or rank is None or \
+            (rank > 1 and not is_tensor_constant(indices)):
         return None
     # A computed index (an unfold-style gather's flat index, folded only later) is read as
     # an operand in its own layout (a 0-/1-D tensor has no other), so the rewrite sees it
@@ -140,6 +143,14 @@ def _take(call: relax.Call, perm_of: PermOf) -> Plan | None:
     if rank == 0:
         kept = [p[i] for i in range(len(p)) if i != axis]
         out = tuple(sorted(kept).index(k) for k in kept)
+    elif rank > 1:  # the index's axes at the data's axis, the axes after it moved along
+        at = p[axis]
+
+        def moved(a: int) -> int:
+            return a if a < at else a + rank - 1
+
+        out = (*(moved(p[j]) for j in range(axis)), *range(at, at + rank),
+               *(moved(p[j]) for j in range(axis + 1, len(p))))
     return Plan(out, (Operand(x, p), *index_ops), lambda new: remake(
         call, [new[0], new[1] if index_ops else indices], attrs))
 
