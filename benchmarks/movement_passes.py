@@ -81,7 +81,11 @@ Rules, not passes (the ``nhwc`` pipeline with the rule patched out while it comp
 - ``conv1d-products`` (a pointwise ``Conv1d`` on NWC data read and written by
   StridedProducts as a Linear over the channels): ``axial_32`` (the zoo's reduced
   Axial-DeepLab) and ``axial_s_112`` (the same code at Axial-DeepLab-S's first axial width,
-  128 channels in 8 groups, spanning a 56x56 map).
+  128 channels in 8 groups, spanning a 56x56 map);
+- ``window-gathers`` (a gather with a k-D index, ``Tensor.unfold``'s windows, follows the
+  data): ``halonet_32`` (the zoo's reduced HaloNet: 4x4 blocks, a halo of 1) and
+  ``halonet_b8_64`` (the same code with halonet26t's 8x8 blocks and halo of 2, 128
+  channels, on a 32x32 map).
 
     python benchmarks/movement_passes.py PASS [--target llvm|cuda] [--repeat N]
         [--layout NCHW|NHWC]
@@ -246,6 +250,31 @@ def _conv1d_products() -> dict[str, tuple[Any, list[int]]]:
     }
 
 
+def _windows() -> dict[str, tuple[Any, list[int]]]:
+    from wild_zoo.attention6 import HaloNet
+
+    return {
+        "halonet_32": (HaloNet, [1, 3, 32, 32]),
+        "halonet_b8_64": (lambda: HaloNet(128, 8, 2), [1, 3, 64, 64]),
+    }
+
+
+@contextlib.contextmanager
+def _no_window_rule() -> Iterator[None]:
+    from cl_validate.compile.passes import _layout_ops, _movement_ops
+
+    def one_axis_take(call: Any, perm_of: Any) -> Any:
+        return None if len(call.args[1].struct_info.shape) > 1 else take(call, perm_of)
+
+    take = _layout_ops._HANDLERS["relax.take"]
+    assert take is _movement_ops._take
+    _layout_ops._HANDLERS["relax.take"] = one_axis_take  # no plan through a k-D index
+    try:
+        yield
+    finally:
+        _layout_ops._HANDLERS["relax.take"] = take
+
+
 @contextlib.contextmanager
 def _no_conv1d_products() -> Iterator[None]:
     from cl_validate.compile.passes.strided_products import POINTWISE
@@ -292,6 +321,7 @@ RULES: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     # heads cut from channels raised as B·heads batches of one head
     "channel-heads": lambda: _finding_nothing("raise_attention", "channel_heads"),
     "conv1d-products": _no_conv1d_products,
+    "window-gathers": _no_window_rule,
 }
 
 
@@ -330,6 +360,7 @@ PASSES: dict[str, Callable[[], dict[str, tuple[Any, list[int]]]]] = {
     "lift-permutes": _lifts,
     "channel-heads": _channel_heads,
     "conv1d-products": _conv1d_products,
+    "window-gathers": _windows,
 }
 
 

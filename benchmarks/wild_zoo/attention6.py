@@ -156,11 +156,12 @@ class BoTNet(nn.Module):
 class HaloNet(nn.Module):
     """A stem to 16×16, two halo blocks (4×4 blocks, halo 1), the second downsampling."""
 
-    def __init__(self, width: int = 32) -> None:
+    def __init__(self, width: int = 32, block: int = 4, halo: int = 1) -> None:
         super().__init__()
         self.stem = _conv_bn(3, width, 3, 2)
-        self.blocks = nn.Sequential(AttnBottleneck(width, width, HaloAttn(width)),
-                                    AttnBottleneck(width, width, HaloAttn(width), stride=2))
+        self.blocks = nn.Sequential(
+            AttnBottleneck(width, width, HaloAttn(width, 4, block, halo)),
+            AttnBottleneck(width, width, HaloAttn(width, 4, block, halo), stride=2))
         self.head = nn.Conv2d(width, 10, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
