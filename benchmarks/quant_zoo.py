@@ -23,11 +23,13 @@ import sys
 sys.path[:0] = [{str(ROOT / "benchmarks")!r}, {str(ROOT / "model_cases")!r}]
 import torch
 from zoo.quant import _arm, _x86, pt2e_quantize
-from wild_zoo import (attention, attention2, branches, families, heads, hybrids, idioms,
-                      idioms2, merged, positions, pyramids, sequences, variants)
+from wild_zoo import (attention, attention2, attention3, attention4, attention5, attention6,
+                      branches, families, heads, hybrids, idioms, idioms2, merged, positions,
+                      pyramids, sequences, variants)
 
 MODELS = merged(positions, hybrids, idioms, heads, attention, variants, sequences, branches,
-                pyramids, attention2, families, idioms2)
+                pyramids, attention2, families, idioms2, attention3, attention4, attention5,
+                attention6)
 
 
 def quantized(name, size):
@@ -62,6 +64,10 @@ def main() -> None:
     from wild_zoo import (  # lazy: imports torch
         attention,
         attention2,
+        attention3,
+        attention4,
+        attention5,
+        attention6,
         branches,
         families,
         heads,
@@ -76,7 +82,8 @@ def main() -> None:
     )
 
     modules = (positions, hybrids, idioms, heads, attention, variants, sequences, branches,
-               pyramids, attention2, families, idioms2)
+               pyramids, attention2, families, idioms2, attention3, attention4, attention5,
+               attention6)
     names = [n for n in merged(*modules) if not args.pattern or any(p in n for p in args.pattern)]
     # 32×32 unless a module says a model needs another size (`SIZES`)
     sizes = {n: s for m in modules for n, s in getattr(m, "SIZES", {}).items()}
