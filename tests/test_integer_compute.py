@@ -82,6 +82,18 @@ def test_a_linear_on_a_transposed_activation_computes_in_integers(write_case):
 
 
 @pytest.mark.compile
+def test_a_linear_over_the_heads_of_permuted_scores_computes_in_integers(write_case):
+    """CaiT's talking heads: a Linear over the heads of 4-D scores, which export spells as
+    a batched matmul with the weight expanded to the batch and the batch merged. Its weight
+    was "not a matrix" and each such product stayed in float; read as the matrix it is,
+    every product computes in integers, within one step."""
+    pytest.importorskip("torchao")
+    case = load_case(write_case(CASE.format(model="talking_heads", extra="").replace(
+        "layout_transforms = 1", "layout_transforms = 10")))
+    _all_in_integers(case, "5 in integers (1 conv2d, 4 matmul)")
+
+
+@pytest.mark.compile
 def test_a_quantized_transposed_convolution_stays_nhwc_and_computes_in_integers(write_case):
     """(#44.3) A quantized ConvTranspose2d followed its input, a dequantize in the import
     layout, and stayed NCHW between two transposes (4 transforms, where the float model has

@@ -122,3 +122,30 @@ def test_a_matmul_reads_a_weight_broadcast_over_its_batch_unbroadcast():
                                     ((6, 1, 8), (8, 3))]
     ops = [op_name(b.value) for b in bindings(after)]
     assert ops.count("relax.broadcast_to") == 2
+
+
+def test_a_matmul_reads_a_weight_broadcast_and_reshaped_over_its_batch_unbroadcast():
+    """``torch.matmul`` of a 4-D input by a weight, as export decomposes it: the weight
+    expanded to the batch and the batch merged into one axis (CaiT's talking heads). Read as
+    the matrix it is; a broadcast of several matrices, or a reshape that regroups the matrix
+    axes, stays."""
+
+    @I.ir_module
+    class Mod:
+        @R.function
+        def main(x: R.Tensor((6, 5, 4), "float32"), w: R.Tensor((4, 4), "float32"),
+                 m: R.Tensor((2, 1, 4, 4), "float32")):
+            with R.dataflow():
+                wb = R.reshape(R.broadcast_to(w, R.shape([2, 3, 4, 4])), R.shape([6, 4, 4]))
+                a = R.matmul(x, wb)  # goes: every batch is w
+                mb = R.reshape(R.broadcast_to(m, R.shape([2, 3, 4, 4])), R.shape([6, 4, 4]))
+                b = R.matmul(x, mb)  # stays: two matrices
+                rb = R.reshape(R.broadcast_to(w, R.shape([3, 4, 4])), R.shape([6, 2, 4]))
+                c = R.matmul(R.zeros(R.shape([6, 5, 2]), "float32"), rb)  # stays: regrouped
+                gv = (a, b, c)
+                R.output(gv)
+            return gv
+
+    after = ElideBroadcasts()(Mod)["main"]
+    assert _matmul_reads(after) == [((6, 5, 4), (4, 4)), ((6, 5, 4), (6, 4, 4)),
+                                    ((6, 5, 2), (6, 2, 4))]

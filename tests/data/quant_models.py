@@ -195,17 +195,48 @@ class _TokenMixer(nn.Module):
         return self.head(t.mean(1))
 
 
-def token_mixer() -> nn.Module:
-    """`_TokenMixer` through PT2E with the x86 quantizer."""
+def _x86(model: nn.Module) -> nn.Module:
+    """`model` through PT2E with the x86 quantizer, calibrated on three random batches."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    model = _TokenMixer().eval()
-    exported = torch.export.export(model, (torch.randn(SHAPE),)).module()
+    exported = torch.export.export(model.eval(), (torch.randn(SHAPE),)).module()
     prepared = prepare_pt2e(exported, _x86_quantizer())  # type: ignore[arg-type]
     with torch.no_grad():
         for _ in range(3):
             prepared(torch.randn(SHAPE))
     return convert_pt2e(prepared)
+
+
+def token_mixer() -> nn.Module:
+    """`_TokenMixer` through PT2E with the x86 quantizer."""
+    return _x86(_TokenMixer())
+
+
+class _TalkingHeads(nn.Module):
+    """CaiT's talking heads in small: scores of 2 heads over 16 conv tokens, a Linear over
+    the heads of the permuted scores (``proj_l(attn.permute(0, 2, 3, 1)).permute(0, 3, 1,
+    2)``, a matmul of a 4-D input that export spells with the weight expanded to the batch),
+    the softmax, a Linear over the heads again, the values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 4, 4)
+        self.qkv, self.head = nn.Linear(8, 24), nn.Linear(8, 5)
+        self.proj_l, self.proj_w = nn.Linear(2, 2), nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.stem(x).flatten(2).transpose(1, 2)  # (B, 16 tokens, 8)
+        b, n, c = t.shape
+        q, k, v = self.qkv(t).reshape(b, n, 3, 2, c // 2).permute(2, 0, 3, 1, 4)
+        attn = q @ k.transpose(-2, -1) * (c // 2) ** -0.5
+        attn = self.proj_l(attn.permute(0, 2, 3, 1)).permute(0, 3, 1, 2).softmax(dim=-1)
+        attn = self.proj_w(attn.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return self.head((attn @ v).transpose(1, 2).reshape(b, n, c).mean(1))
+
+
+def talking_heads() -> nn.Module:
+    """`_TalkingHeads` through PT2E with the x86 quantizer."""
+    return _x86(_TalkingHeads())
 
 
 class _Upsampler(nn.Module):

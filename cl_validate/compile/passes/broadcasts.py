@@ -16,7 +16,10 @@ in NCHW and transposes it, feature-map sized, to NHWC. Two exact rewrites remove
   batch axes and the product's shape stays the same: matmul broadcasts its batch axes
   itself. An import of ``linear`` on a 3-D input can give the weight a broadcast to the
   batch (``(S, C, D)`` from ``(C, D)``); once folded that was an S-times larger constant,
-  and the product read it all on every run.
+  and the product read it all on every run. So does one through a reshape that only
+  regroups the batch (``torch.matmul`` of a 4-D input by a weight, as export decomposes
+  it: CaiT's talking heads, a Linear over the heads of the permuted scores); a quantized
+  product whose weight was so expanded was left in float ("its weight is not a matrix").
 """
 
 from __future__ import annotations
@@ -51,6 +54,25 @@ def _broadcast_sources(func: relax.Function) -> dict[relax.Var, relax.Expr]:
             if isinstance(b, relax.VarBinding) and op_name(b.value) == BROADCAST_TO}
 
 
+def _batch_merges(func: relax.Function, sources: dict[relax.Var, relax.Expr]
+                  ) -> dict[relax.Var, relax.Expr]:
+    """Each var bound to a reshape of ``broadcast_to(g, S)`` that keeps the last two axes,
+    where ``g`` is one matrix (its leading axes, if any, all 1), mapped to ``g``: every batch
+    of it is ``g``, however the reshape groups the batches (``torch.matmul`` of a 4-D input
+    and a weight, as export decomposes it: the weight expanded and reshaped to a 3-D batch)."""
+    merges = {}
+    for b in bindings(func):
+        if not isinstance(b, relax.VarBinding) or op_name(b.value) != "relax.reshape":
+            continue
+        src = b.value.args[0]
+        g = sources.get(src) if isinstance(src, relax.Var) else None
+        gs, out = (None, None) if g is None else (known_shape(g), known_shape(b.var))
+        if gs is not None and out is not None and len(gs) >= 2 and len(out) >= 2 and \
+                gs[-2:] == out[-2:] and all(d == 1 for d in gs[:-2]):
+            merges[b.var] = g
+    return merges
+
+
 def _result_shape(shapes: Sequence[tuple[int, ...] | None]) -> tuple[int, ...] | None:
     if any(s is None for s in shapes):
         return None
@@ -71,9 +93,11 @@ def _matmul_shape(shapes: Sequence[tuple[int, ...] | None]) -> tuple[int, ...] |
 
 @mutator
 class _Elider(PyExprMutator):  # type: ignore[misc]
-    def __init__(self, sources: dict[relax.Var, relax.Expr]) -> None:
+    def __init__(self, sources: dict[relax.Var, relax.Expr],
+                 merges: dict[relax.Var, relax.Expr]) -> None:
         super().__init__()
         self.sources = sources
+        self.matrices = {**sources, **merges}  # what a matmul may read instead
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         value = self._rewrite(binding.value)
@@ -95,16 +119,16 @@ class _Elider(PyExprMutator):  # type: ignore[misc]
                              origin_tag(value))
             return relax.op.broadcast_to(moved, list(out))
         if op_name(value) == MATMUL:
-            shape_of = _matmul_shape
+            shape_of, sources = _matmul_shape, self.matrices
         elif op_name(value) in ELIDING_OPS:
-            shape_of = _result_shape
+            shape_of, sources = _result_shape, self.sources
         else:
             return None
         args = list(value.args)
         want = known_shape(value)
         changed = False
         for i, a in enumerate(args):
-            g = self.sources.get(a) if isinstance(a, relax.Var) else None
+            g = sources.get(a) if isinstance(a, relax.Var) else None
             if g is None:
                 continue
             trial = [g if j == i else x for j, x in enumerate(args)]
@@ -124,7 +148,7 @@ def elide_broadcasts(func: relax.Function) -> relax.Function:
         sources = _broadcast_sources(current)
         if not sources:
             break
-        new = _Elider(sources).visit_expr(current)
+        new = _Elider(sources, _batch_merges(current, sources)).visit_expr(current)
         if new.same_as(current):
             break
         current = relax.analysis.remove_all_unused(new)
