@@ -29,6 +29,7 @@ from cl_validate.compile.legalize import legalize
 from cl_validate.compile.passes import (
     BoolArithmetic,
     ComputeInLayout,
+    ConstantFills,
     DropIdentities,
     FoldFlattenIntoLinear,
     FoldPermuteIntoColumns,
@@ -213,7 +214,8 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
         # the import's spelling, made readable for ConvertLayout: gathers that change
         # nothing, axes, batch-folded norms, an unfold's permute moved onto its
         # gather's index or data, group statistics over merged axes
-        Stage("normalize_axes", tvm.transform.Sequential([DropIdentities(), NormalizeAxes(),
+        Stage("normalize_axes", tvm.transform.Sequential([DropIdentities(), ConstantFills(),
+                                                          NormalizeAxes(),
                                                           PerSampleInstanceNorm(),
                                                           PermuteIntoGather(),
                                                           PermuteBeforeGather(),

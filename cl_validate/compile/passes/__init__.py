@@ -68,8 +68,10 @@ weights are bound, ``FoldScaleShift`` moves the per-channel scale and shift a Ba
 after a convolution into the convolution's weights plus one bias add (float rounding differs,
 nothing else), and ``DropIdentities`` (also first, in ``nhwc``) drops a gather whose index
 picks its whole axis in order, with the import's reshape after it (a reflect pad of
-nothing; exact); ``BoolArithmetic``, with the decomposition, computes arithmetic,
-comparisons and min/max on boolean masks on int32 (llvm cannot emit them on booleans; exact).
+nothing; exact), and ``ConstantFills`` (first, in ``nhwc``) makes a fill shaped like a
+tensor (``zeros_like``) of a static shape a constant ``full`` (exact); ``BoolArithmetic``,
+with the decomposition, computes arithmetic, comparisons and min/max on boolean masks on
+int32 (llvm cannot emit them on booleans; exact).
 ``IntegerCompute`` follows the layout stages: a quantized network's
 convolutions and matmuls read their int8/uint8 codes and accumulate in int32, in the layout
 they have. ``StridedProducts`` follows: a float matmul reads its operands and writes its
@@ -94,6 +96,7 @@ from cl_validate.compile.passes.channel_filters import (
 )
 from cl_validate.compile.passes.computed_weights import ComputeInLayout
 from cl_validate.compile.passes.conv_transpose import lower_conv_transpose
+from cl_validate.compile.passes.fills import ConstantFills
 from cl_validate.compile.passes.flatten_linear import FoldFlattenIntoLinear
 from cl_validate.compile.passes.fold_scale_shift import FoldScaleShift
 from cl_validate.compile.passes.gather_order import PermuteBeforeGather, PermuteIntoGather
@@ -166,6 +169,7 @@ __all__ = [
     "BoolArithmetic",
     "CancelPermutes",
     "ComputeInLayout",
+    "ConstantFills",
     "DropIdentities",
     "DropRoundTrips",
     "ElideBroadcasts",
