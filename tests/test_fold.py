@@ -37,6 +37,28 @@ def test_a_transform_of_a_buffer_made_from_nothing_folds(tmp_path) -> None:
     assert len(kernels.runtime_transforms) == 2, kernels.render()  # the boundaries
 
 
+class IgnoresItsInput(nn.Module):
+    """A convolution of a constant: the output does not depend on the input at all."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(torch.ones(1, 3, 8, 8))
+
+
+def test_a_model_whose_output_ignores_its_input_compiles_to_its_constant(tmp_path) -> None:
+    """TVM's weight lifting took the output itself out of ``main`` and the build failed
+    ("Var gv is not defined"); the whole output is folded instead, computed as PyTorch
+    computes it (a check that the numerics cannot fail then says so)."""
+    from tests.passes.conftest import compile_nhwc
+
+    _, kernels = compile_nhwc(tmp_path, IgnoresItsInput, (1, 3, 8, 8), rtol=1e-5, atol=1e-5,
+                              input_layout="NCHW")
+    assert len(kernels.kernels) == 0, kernels.render()
+
+
 def test_a_buffer_only_read_at_run_time_is_left_to_its_kernel() -> None:
     """``x + zeros`` reads the zeros where its kernel makes them (no constant the size of the
     activation to read instead); ``x + permute(zeros)`` has the permute computed once."""

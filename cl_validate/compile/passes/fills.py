@@ -45,8 +45,9 @@ def constant_fills(func: relax.Function) -> relax.Function:
 
 
 def _constant_output(func: relax.Function) -> bool:
-    """Every output of `func` computable from its weights alone (TVM's LiftTransformParams
-    would lift the output itself, and the build then fails: "Var gv is not defined")."""
+    """Every output of `func` computable from its weights alone: a program that would no
+    longer read its input at all (it would fold to a constant), which this pass does not
+    make of one that reads it."""
     out = func.body.body
     leaves = out.fields if isinstance(out, relax.Tuple) else [out]
     return all_weight_derived(leaves, weight_derived(func))
