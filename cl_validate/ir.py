@@ -278,6 +278,15 @@ def all_weight_derived(exprs: Iterable[object], derived: set[relax.Var]) -> bool
     return bool(exprs) and all(is_weight_derived(e, derived) for e in exprs)
 
 
+def output_of_weights(func: relax.Function) -> bool:
+    """Every output of `func` computable from its weights alone (a model whose output
+    ignores its input): TVM's LiftTransformParams would lift the output itself out of
+    `func`, whose build then fails ("Var gv is not defined")."""
+    out = func.body.body
+    leaves = out.fields if isinstance(out, relax.Tuple) else [out]
+    return all_weight_derived(leaves, weight_derived(func))
+
+
 # --------------------------------------------------------------------------------------------
 # Transforms
 # --------------------------------------------------------------------------------------------

@@ -31,12 +31,12 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from cl_validate.compile.fold_values import evaluate
 from cl_validate.ir import (
-    all_weight_derived,
     bindings,
     is_tensor_constant,
     known_shape,
     num_input,
     op_name,
+    output_of_weights,
     replace_function,
     tensor_type,
     use_sites,
@@ -146,7 +146,7 @@ def fold_params(mod: tvm.IRModule, params: dict[str, Any], *, entry: str = "main
 
     func = relax.Function(list(func.params[:n_in]) + weights, body, func.ret_ty, func.is_pure,
                           func.attrs)
-    if _output_of_weights(func):  # a model whose output ignores its input: all of it folds
+    if output_of_weights(func):  # a model whose output ignores its input: all of it folds
         mod = replace_function(mod, entry, func)
         mod = relax.transform.BindParams(entry, dict(zip(weights, values, strict=True)))(mod)
         return relax.transform.FoldConstant()(mod)
@@ -165,15 +165,6 @@ def fold_params(mod: tvm.IRModule, params: dict[str, Any], *, entry: str = "main
     mod = replace_function(mod, entry, new_entry)
     mod = relax.transform.BindParams(entry, bound)(mod)
     return _fold_constants(mod, entry)
-
-
-def _output_of_weights(func: relax.Function) -> bool:
-    """Every output of `func` computable from its weights alone: TVM's LiftTransformParams
-    would lift the output itself out of `func`, whose build then fails ("Var gv is not
-    defined")."""
-    out = func.body.body
-    leaves = out.fields if isinstance(out, relax.Tuple) else [out]
-    return all_weight_derived(leaves, weight_derived(func))
 
 
 def _transformed(prep: tvm.IRModule, name: str, values: list[Any]) -> list[Any]:

@@ -14,14 +14,7 @@ from __future__ import annotations
 from tvm import relax
 
 from cl_validate.compile.passes._util import rebind, relax_function_pass
-from cl_validate.ir import (
-    all_weight_derived,
-    bindings,
-    known_shape,
-    op_name,
-    tensor_type,
-    weight_derived,
-)
+from cl_validate.ir import bindings, known_shape, op_name, output_of_weights, tensor_type
 
 _LIKE = ("relax.full_like", "relax.zeros_like", "relax.ones_like")
 
@@ -39,18 +32,9 @@ def constant_fills(func: relax.Function) -> relax.Function:
             if name == "relax.full_like" else \
             (relax.op.zeros if name == "relax.zeros_like" else relax.op.ones)(list(shape), dtype)
     new = rebind(func, plans, lambda mut, full, _var: mut.visit_expr(full))
-    if _constant_output(new) and not _constant_output(func):
+    if output_of_weights(new) and not output_of_weights(func):
         return func  # a model that reads its input only for a shape: its program stays one
     return new
-
-
-def _constant_output(func: relax.Function) -> bool:
-    """Every output of `func` computable from its weights alone: a program that would no
-    longer read its input at all (it would fold to a constant), which this pass does not
-    make of one that reads it."""
-    out = func.body.body
-    leaves = out.fields if isinstance(out, relax.Tuple) else [out]
-    return all_weight_derived(leaves, weight_derived(func))
 
 
 ConstantFills = relax_function_pass("ConstantFills")(constant_fills)

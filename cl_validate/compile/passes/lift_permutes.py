@@ -14,23 +14,21 @@ or none where the two undo each other, or a matmul's write that StridedProducts 
 all outer ones share ``q⁻¹``, so the rounds carry them down through the elementwise ops to
 ``t``, where they cancel.
 
-`lifted_pairs` only rewrites; SinkPermutes (`sink_rounds`) keeps the rewrite only where the
-rounds after it lower the run-time transform cost. Pure data movement: exact.
+`lift_sites` only finds them; SinkPermutes (`sink_rounds`) pairs each site's operands
+(`product_chains.with_pairs`) and keeps the rewrite only where the rounds after it lower the
+run-time transform cost. Pure data movement: exact.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from tvm import relax
 
 from cl_validate.compile.passes._layout_ops import BROADCAST_OPS, UNARY_OPS
-from cl_validate.compile.passes._util import Perm, inverse, rebind
+from cl_validate.compile.passes._util import Perm
 from cl_validate.ir import (
     bindings,
     is_identity,
     is_weight_derived,
-    mark_origin,
     ndim,
     op_name,
     origin_tag,
@@ -83,19 +81,4 @@ def lift_sites(func: relax.Function) -> list[tuple[relax.Var, tuple[relax.Var, .
     return sites
 
 
-def lifted_pairs(func: relax.Function, leaves: tuple[relax.Var, ...], perm: Perm,
-                 origin: str | None) -> relax.Function:
-    """`func` with each of `leaves` read through ``permute_dims(permute_dims(x, perm),
-    perm⁻¹)``: the same values (both transposes marked with `origin`, the lifted
-    transpose's, which they stand for)."""
-    values = {b.var: b.value for b in bindings(func)}
-
-    def rebuild(mut: Any, p: Perm, var: relax.Var) -> relax.Expr:
-        inner = mut.builder_.emit(mut.visit_expr(values[var]))
-        lifted = mut.builder_.emit(mark_origin(relax.op.permute_dims(inner, list(p)), origin))
-        return mark_origin(relax.op.permute_dims(lifted, list(inverse(p))), origin)
-
-    return rebind(func, {x: perm for x in leaves}, rebuild)
-
-
-__all__ = ["lift_sites", "lifted_pairs"]
+__all__ = ["lift_sites"]

@@ -210,21 +210,28 @@ def _transpose_below(var: relax.Var, values: Mapping[Any, Any], uses: Mapping[An
     return None
 
 
+def with_pairs(func: relax.Function, perms: Mapping[relax.Var, Perm],
+               origin: str | None) -> relax.Function:
+    """`func` with each var of `perms` read through ``permute_dims(permute_dims(var, p),
+    p⁻¹)``: the same values; the inner transpose joins what the var is (a product's write,
+    or a transpose it already is), the outer one is a seed for SinkPermutes to carry down
+    (both marked with the origin of the transpose they stand for)."""
+    values = {b.var: b.value for b in bindings(func)}
+
+    def rebuild(mut: Any, p: Perm, var: relax.Var) -> relax.Expr:
+        inner = mut.builder_.emit(mut.visit_expr(values[var]))
+        moved = mut.builder_.emit(mark_origin(relax.op.permute_dims(inner, list(p)), origin))
+        return mark_origin(relax.op.permute_dims(moved, list(inverse(p))), origin)
+
+    return rebind(func, dict(perms), rebuild)
+
+
 def with_write_pair(func: relax.Function, var: relax.Var, perm: Perm,
                     origin: str | None) -> relax.Function:
-    """`func` with `var` read through ``permute_dims(permute_dims(var, perm), perm⁻¹)``: the
-    same values; the inner transpose is the product's write, the outer one a seed for
-    SinkPermutes to carry down (both marked with the transpose's origin, which they stand
-    for)."""
-    value = next(b.value for b in bindings(func) if b.var.same_as(var))
-
-    def rebuild(mut: Any, p: Perm, _var: relax.Var) -> relax.Expr:
-        inner = mut.builder_.emit(mut.visit_expr(value))
-        written = mut.builder_.emit(mark_origin(relax.op.permute_dims(inner, list(p)), origin))
-        return mark_origin(relax.op.permute_dims(written, list(inverse(p))), origin)
-
-    return rebind(func, {var: perm}, rebuild)
+    """`with_pairs` for a matmul's result `var`: the inner transpose is the product's
+    write."""
+    return with_pairs(func, {var: perm}, origin)
 
 
-__all__ = ["accept_for", "cost_after_products", "read_by_product", "with_write_pair",
+__all__ = ["accept_for", "cost_after_products", "read_by_product", "with_pairs", "with_write_pair",
            "write_sites", "written_seeds"]

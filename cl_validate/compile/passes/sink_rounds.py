@@ -31,11 +31,12 @@ from cl_validate.compile.passes._util import (
 )
 from cl_validate.compile.passes.cancel_permutes import fold_permutes
 from cl_validate.compile.passes.layout_agnostic import convert_regions
-from cl_validate.compile.passes.lift_permutes import lift_sites, lifted_pairs
+from cl_validate.compile.passes.lift_permutes import lift_sites
 from cl_validate.compile.passes.product_chains import (
     Accept,
     accept_for,
     cost_after_products,
+    with_pairs,
     with_write_pair,
     write_sites,
 )
@@ -140,7 +141,7 @@ def _lifted(func: relax.Function, accept: Accept | None) -> relax.Function | Non
     (`lift_permutes`), for each site in turn, then rounds: the first that lowers the cost is
     kept."""
     for _var, leaves, perm, origin in lift_sites(func)[:MAX_WRITE_TRIALS]:
-        paired = lifted_pairs(func, leaves, perm, origin)
+        paired = with_pairs(func, {x: perm for x in leaves}, origin)
         first = _improved(paired, False, accept)
         kept = None if first is None else _settled(first, func, accept)
         if kept is not None:
