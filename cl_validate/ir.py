@@ -49,6 +49,9 @@ ORIGIN_SPAN = "cl_validate.origin"
 #: Who put a permute in the graph: the model's code, TVM's importer, or one of our passes
 #: (for an op it raised, e.g. attention from matmul/softmax/matmul).
 MODEL, IMPORTER, PASS = "model", "importer", "cl_validate"
+#: A mark's part saying that a pass could have removed the permute and declined, and why
+#: (`declined_part`): not who put it there, so not one of the permutes it was folded from.
+DECLINED = "declined"
 #: Calls that move arguments into a PrimFunc or packed function: bookkeeping, not an op.
 LOWERED_CALL_OPS: tuple[str, ...] = (
     "relax.call_tir", "relax.call_dps_packed", "relax.call_pure_packed",
@@ -327,7 +330,9 @@ def is_transform(call: object) -> bool:
 class Part(tuple):  # type: ignore[type-arg]
     """One permute a transform was folded from: ``(who, source, op)`` — who put it there
     (`MODEL` or `IMPORTER`), the PyTorch source (``blocks.0.attn (permute)``), and for the
-    importer the op it was inserted for (``scaled_dot_product_attention``)."""
+    importer the op it was inserted for (``scaled_dot_product_attention``). A `DECLINED`
+    part is no permute: it says which pass declined to remove the transform (its `op`) and
+    why (its `source`), see `declined_part`."""
 
     __slots__ = ()
 
@@ -345,6 +350,12 @@ class Part(tuple):  # type: ignore[type-arg]
     @property
     def op(self) -> str | None:
         return self[2]  # type: ignore[no-any-return]
+
+
+def declined_part(why: str, by: str) -> Part:
+    """The part of a mark saying that pass `by` declined to remove the permute, and `why`
+    (kept as ``(DECLINED, why, by)``)."""
+    return Part(DECLINED, why, by)
 
 
 def origin_tag(call: object) -> str | None:
@@ -382,7 +393,7 @@ def merge_origins(*marks: str | None) -> str | None:
 def is_own(call: object) -> bool:
     """A transform call the model's own code performs: every part of its mark is the
     model's (a fold with an importer's permute is not only the model's)."""
-    parts = origin_parts(call)
+    parts = [p for p in origin_parts(call) if p.who != DECLINED]
     return bool(parts) and all(p.who == MODEL for p in parts)
 
 

@@ -77,7 +77,11 @@ def test_attention_over_channels_stays_as_matmuls_and_says_why(tmp_path, sdpa):
     # sum over 144 pixels would step both operands a pixel a term (`walks_one_axis`)
     assert len(kernels.runtime_transforms) == 2, kernels.render()
     assert sorted(t.attribution.reason.name for t in kernels.runtime_transforms) == \
-        ["NO_LAYOUT_RULE", "OUTPUT_BOUNDARY"]
+        ["DECLINED", "OUTPUT_BOUNDARY"]
+    (kept,) = [t.attribution for t in kernels.runtime_transforms
+               if t.attribution.reason.name == "DECLINED"]
+    assert kept.relax_op == "StridedProducts" and kept.why == (
+        "its sum over 144 (> 128) would read both operands strided, neither contiguous"), kept
 
 
 def test_attention_over_a_map_s_pixels_is_still_raised():

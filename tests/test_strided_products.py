@@ -21,7 +21,12 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 from cl_validate.compile.passes.product_index import STRIDED_DEPTH
-from cl_validate.compile.passes.strided_products import PRODUCT_ATTR, find, strided_products
+from cl_validate.compile.passes.strided_products import (
+    PRODUCT_ATTR,
+    declined,
+    find,
+    strided_products,
+)
 from cl_validate.ir import count_permutes
 from tests.conftest import benchmark_module
 from tests.data.tiny_models import TalkingHeads
@@ -202,6 +207,10 @@ def test_a_depth_a_view_merged_from_two_axes_is_read_as_before():
 
     assert find(Before["main"]) == []
     tvm.ir.assert_structural_equal(strided_products(Before, LLVM), Before)
+    # the transpose stays as what it is: it reorders the summed axis itself (a channel
+    # shuffle before a pointwise convolution is the model's data movement, at its floor),
+    # which any kernel pays, so it is not said to be kept by this pass
+    assert declined(Before["main"]) == {}
 
 
 def test_a_depth_of_axes_next_to_each_other_in_memory_is_read_in_place():
@@ -256,6 +265,9 @@ def test_a_long_sum_strided_through_both_operands_keeps_one_transpose(tokens):
     assert bool(product.reads[0]) is not long and product.reads[1], product
     after = strided_products(mod, LLVM)
     assert count_permutes(after) == int(long), after
+    whys = list(declined(mod["main"]).values())
+    assert whys == ([f"its sum over {tokens} (> {STRIDED_DEPTH}) would read both operands "
+                     "strided, neither contiguous"] if long else []), whys
     a = np.random.default_rng(0).standard_normal((1, tokens, 16)).astype("float32")
     np.testing.assert_array_equal(_run(after, [a]), _run(mod, [a]))
 
@@ -279,6 +291,10 @@ def test_a_result_written_down_its_rows_when_their_operand_is_the_smaller():
 
     small, large = module(4, 16), module(16, 4)
     assert len(find(small["main"])) == 1 and find(large["main"]) == []
+    assert declined(small["main"]) == {}
+    assert list(declined(large["main"]).values()) == [
+        "it would write its result down its rows, sweeping the larger (rows') operand again "
+        "for each column"]
     a = np.random.default_rng(0).standard_normal((2, 4, 4)).astype("float32")
     b = np.random.default_rng(1).standard_normal((2, 4, 16)).astype("float32")
     np.testing.assert_array_equal(_run(strided_products(small, LLVM), [a, b]),
@@ -307,6 +323,48 @@ def test_a_transpose_read_elsewhere_too_stays():
             return out
 
     assert find(Before["main"]) == []
+    assert declined(Before["main"]) == {}  # not this pass's to take: no decline to name
+
+
+class _ColumnsBack(nn.Module):
+    """CCNet's columns without a softmax: each column's values (B·W, C, H) times a run-time
+    (H, H) matrix, the result viewed and permuted back to the map. C is larger than H, so
+    writing the map from the product would sweep the values again for each column."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.value, self.query = nn.Conv2d(32, 32, 1), nn.Conv2d(32, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        v = self.value(x).permute(0, 3, 1, 2).reshape(b * w, c, h)
+        q = self.query(x).permute(0, 3, 2, 1).reshape(b * w, h, 2)
+        mix = torch.sigmoid(q @ q.transpose(1, 2))
+        out = torch.bmm(v, mix.permute(0, 2, 1)).view(b, w, c, h).permute(0, 2, 3, 1)
+        return out + x
+
+
+@pytest.mark.compile
+def test_a_transpose_the_pass_declined_says_so_and_why_in_the_kernel_list(tmp_path):
+    """Issue 42, item 3: the write-back transpose stays because StridedProducts declined it,
+    not because the model permutes: its label names the pass and the reason, and keeps the
+    model's line; the program still computes what PyTorch does."""
+    from cl_validate.checks.layout_transforms import next_step
+    from cl_validate.measurements.attribution import Reason
+
+    kernels, got, want = _compiled(_ColumnsBack(), (1, 32, 8, 8), tmp_path)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    kept = [t.attribution for t in kernels.runtime_transforms
+            if t.attribution.reason is Reason.DECLINED]
+    assert len(kept) == 1, kernels.render()
+    assert kept[0].relax_op == "StridedProducts" and "permute" in (kept[0].source or "")
+    assert kept[0].describe().startswith(
+        "kept by StridedProducts, which declined it: it would write its result down its "
+        "rows"), kept[0].describe()
+    # and the verdict's next step says so, ahead of "the model permutes itself"
+    step = next_step(_case(tmp_path, (1, 32, 8, 8)), "llvm", kernels)
+    assert step.startswith("1 transform(s) kept by StridedProducts, which declined them: it "
+                           "would write"), step
 
 
 def _run(mod: tvm.IRModule, args: list[np.ndarray]) -> np.ndarray:

@@ -62,7 +62,8 @@ def attributions(kernels: KernelList) -> tuple[str, ...]:
 
 def next_step(case: CaseSpec, target: str, kernels: KernelList) -> str:
     """The most useful thing to do about the runtime transforms: an op that needs a layout
-    rule beats the model's own permutes, which beat the graph boundaries."""
+    rule beats the permutes inserted to convert ops, then the transforms a pass declined
+    (with its reason), the model's own permutes, and the graph boundaries last."""
     atts = [t.attribution for t in kernels.runtime_transforms if t.attribution is not None]
     rules = Counter(a.relax_op for a in atts if a.reason is Reason.NO_LAYOUT_RULE and a.relax_op)
     if rules:
@@ -75,6 +76,13 @@ def next_step(case: CaseSpec, target: str, kernels: KernelList) -> str:
         where = next((a.source for a in inserted if a.source), None)
         return (f"{len(inserted)} permute(s) inserted to convert {ops}"
                 f"{f', e.g. {where}' if where else ''}")
+    declined = [a for a in atts if a.reason is Reason.DECLINED]
+    if declined:
+        passes = ", ".join(dict.fromkeys(a.relax_op or "a pass" for a in declined))
+        where = next((a.source for a in declined if a.source), None)
+        return (f"{len(declined)} transform(s) kept by {passes}, which declined them: "
+                f"{declined[0].why or 'see the kernel list'}"
+                f"{f' (e.g. {where})' if where else ''}")
     own = [a for a in atts if a.reason is Reason.OWN_PERMUTE]
     if own:
         return f"the model permutes itself ({len(own)}x, e.g. {own[0].source or 'a permute'})"

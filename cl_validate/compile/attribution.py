@@ -34,6 +34,7 @@ from cl_validate.compile.passes._layout_ops import (
     UNARY_OPS,
 )
 from cl_validate.ir import (
+    DECLINED,
     IMPORTER,
     MODEL,
     TRANSFORM_OPS,
@@ -156,16 +157,23 @@ def _runs_in(call: Any, layouts: Mapping[str, Sequence[str]]) -> bool:
     return str(data) == wanted[0]
 
 
-def origin_attribution(call: Any) -> Attribution:
+def origin_attribution(call: Any, declines: bool = True) -> Attribution:
     """A marked transform by its parts (`cl_validate.ir.origin_parts`): the model's own
-    permute (its sources), one TVM's importer inserted (for which op), or a fold of both."""
-    parts = origin_parts(call)
+    permute (its sources), one TVM's importer inserted (for which op), or a fold of both;
+    kept by a pass that declined to remove it, where one did (unless not `declines`: a
+    permute upstream of another transform, blamed for what it is)."""
+    parts = [p for p in origin_parts(call) if p.who != DECLINED]
+    declined = [p for p in origin_parts(call) if p.who == DECLINED]
     model = [p for p in parts if p.who == MODEL]
     inserted = [p for p in parts if p.who != MODEL]  # by TVM's importer or by our passes
     sources = list(dict.fromkeys(p.source for p in (model or inserted) if p.source))
     source = "; ".join(sources) if sources else None
     inserted_for = ", ".join(dict.fromkeys(
         (p.op or "an op") + ("" if p.who == IMPORTER else f" ({p.who})") for p in inserted))
+    if declined and declines:
+        return Attribution(Reason.DECLINED, declined[0].op, source, declined[0].source)
+    if not parts:
+        return Attribution(Reason.UNTRACED, op_name(call), None)
     if not inserted:
         return Attribution(Reason.OWN_PERMUTE, op_name(call), source)
     if not model:
@@ -221,8 +229,8 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
         module = src.rsplit(" (", 1)[0] if src else None
         if isinstance(cur.value, (relax.Tuple, relax.TupleGetItem)):
             pass  # a concat's parts, bound, or a split's: on through the first, or the split
-        elif origin_parts(cur.value):
-            return origin_attribution(cur.value)
+        elif any(p.who != DECLINED for p in origin_parts(cur.value)):
+            return origin_attribution(cur.value, declines=False)
         elif op in kept:
             return Attribution(Reason.KEPT_LAYOUT, op, src)
         elif module is not None and module in pinned:

@@ -20,6 +20,7 @@ class Reason(enum.Enum):
     IMPORTED = "a permute inserted to convert another op"
     FOLDED = "the model's permute folded with one inserted to convert another op"
     NO_LAYOUT_RULE = "op without a layout rule"
+    DECLINED = "kept by a pass that declined to remove it"
     KEPT_LAYOUT = "kept in a layout TVM lowers"
     PINNED = "layout pinned by [layout_overrides]"
     WEIGHT = "unfolded weight"
@@ -43,6 +44,9 @@ _NEXT_STEP = {
                      "its neighbours, removes it",
     Reason.FOLDED: "what is left of the model's permute and one inserted to convert {op}: look "
                    "at both (cl-validate show CASE --stage cleanup)",
+    Reason.DECLINED: "{op} could read or write it inside a kernel but declined, as the reason "
+                     "says (the program would be slower, or it cannot prove it exact): "
+                     "budget it, or change the model so the pass need not decline",
     Reason.NO_LAYOUT_RULE: "give {op} a layout rule (or a cl_validate pass that carries the "
                            "layout through it) so it runs in NHWC",
     Reason.KEPT_LAYOUT: "TVM cannot lower {op} in the desired layout, so it stays in the one "
@@ -58,28 +62,33 @@ _NEXT_STEP = {
 
 @dataclass(frozen=True)
 class Attribution:
-    """One transform's reason, the Relax op that forced it, and its PyTorch source."""
+    """One transform's reason, the Relax op that forced it, and its PyTorch source (for
+    `Reason.DECLINED`: the pass that declined, and `why`)."""
 
     reason: Reason
     relax_op: str | None = None  # the Relax op that forced the transform
     source: str | None = None  # PyTorch source: "layer1.0.conv1 (conv2d)"
+    why: str | None = None  # why the pass declined (`Reason.DECLINED`)
 
     def to_json(self) -> str:
         """The form carried through TVM (a span's source name, then a PrimFunc attribute)."""
         return json.dumps({"reason": self.reason.name, "op": self.relax_op,
-                           "source": self.source})
+                           "source": self.source, "why": self.why})
 
     @staticmethod
     def from_json(text: str) -> Attribution | None:
         try:
             d = json.loads(text)
-            return Attribution(Reason[d["reason"]], d.get("op"), d.get("source"))
+            return Attribution(Reason[d["reason"]], d.get("op"), d.get("source"), d.get("why"))
         except (ValueError, KeyError, TypeError):
             return None
 
     def describe(self) -> str:
         parts = [self.reason.value]
-        if self.relax_op and self.reason is Reason.NO_LAYOUT_RULE:
+        if self.relax_op and self.reason is Reason.DECLINED:
+            parts[0] = f"kept by {self.relax_op}, which declined it" + (
+                f": {self.why}" if self.why else "")
+        elif self.relax_op and self.reason is Reason.NO_LAYOUT_RULE:
             parts[0] = f"{self.relax_op} has no layout rule"
         elif self.relax_op and self.reason is Reason.KEPT_LAYOUT:
             parts[0] = f"{self.relax_op} kept in a layout TVM lowers"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tvm
@@ -178,8 +178,17 @@ def _uses(expr: Any, var: Any) -> bool:
         any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
 
 
-def _walks(p: Product) -> bool:
-    """`walks_one_axis`, computed."""
+class Problem(NamedTuple):
+    """Why a product is declined (`kind`: ``"jumps"``, ``"strided"`` or ``"write"``, the
+    condition of `walks_one_axis` it breaks; ``"shape"``, a source's shape unknown;
+    ``"schedule"``, refused by a GPU rule), and `why`, as a reader is told it."""
+
+    kind: str
+    why: str
+
+
+def _walk_problem(p: Product) -> Problem | None:
+    """`walk_problem`, computed."""
     final, depth = _final_shape(p), p.shapes[0][-1]
     idx = [tirx.Var(f"i{a}", "int64") for a in range(len(final))]
     ana = _bound(idx, final)
@@ -187,34 +196,62 @@ def _walks(p: Product) -> bool:
     ana.bind(k, tvm.ir.Range(0, depth))
     at = [_indices(p, idx, tirx.const(d, "int64"), ana) for d in (0, 1)]
     strides = []
-    for index, source, zero, one in zip(_indices(p, idx, k, ana), p.sources, *at,
-                                        strict=True):
+    for side, index, source, zero, one in zip(_SIDES, _indices(p, idx, k, ana), p.sources,
+                                              *at, strict=True):
         shape = known_shape(source)
         if shape is None:
-            return False
+            return Problem("shape", f"the shape of its {side} operand is not known")
         offset = [_flat(x, shape) for x in (index, zero, one)]
         stride = ana.simplify(offset[2] - offset[1])
         if not isinstance(stride, tirx.IntImm) or stride.value == 0 or \
                 not ana.can_prove_equal(offset[0] - offset[1], k * stride.value):
-            return False
+            return Problem("jumps", f"its sum over {depth} would read the {side} operand in "
+                                    "jumps (a depth merged from axes apart in memory)")
         strides.append(abs(stride.value))
     if 1 not in strides and depth > STRIDED_DEPTH:
-        return False
+        return Problem("strided", f"its sum over {depth} (> {STRIDED_DEPTH}) would read both "
+                                  "operands strided, neither contiguous")
     if not p.writes:
-        return True
+        return None
     m, inner = _walk(p.writes, idx, ana), idx[-1]
     rest = _walk(p.writes, [*idx[:-1], tirx.const(0, "int64")], ana)  # inner at 0
     small = int(np.prod(p.shapes[0])) <= int(np.prod(p.shapes[1]))  # rows' operand
     for axis in (-1, -2) if small else (-1,):
         if not any(_uses(e, inner) for a, e in enumerate(m) if a != len(m) + axis) and \
                 ana.can_prove_equal(m[axis] - rest[axis], inner):
-            return True
-    return False
+            return None
+    if not all(_affine(p.writes, idx, ana, a) for a in (-2, -1)):
+        return Problem("jumps", "its rows or columns would be written in jumps (an axis of "
+                                "the result split apart in memory)")
+    if small:
+        return Problem("write", "it would write its result neither along its columns nor "
+                                "along its rows")
+    return Problem("write", "it would write its result down its rows, sweeping the larger "
+                            "(rows') operand again for each column")
+
+
+def _affine(writes: Sequence[Step], idx: Sequence[Any], ana: Any, axis: int) -> bool:
+    """Whether the result's `axis` index, as the writes reach it from the final tensor's
+    `idx`, is a constant plus a constant multiple of each of `idx` (no floordiv or floormod
+    of a merged index: the write moves that axis whole, however strided)."""
+    at = _walk(writes, idx, ana)[axis]
+    for a, v in enumerate(idx):
+        ends = [_walk(writes, [*idx[:a], tirx.const(d, "int64"), *idx[a + 1:]], ana)[axis]
+                for d in (0, 1)]
+        step = ana.simplify(ends[1] - ends[0])
+        if not isinstance(step, tirx.IntImm) or not ana.can_prove_equal(at - ends[0],
+                                                                          v * step.value):
+            return False
+    return True
+
+
+#: The product's operands, as `walk_problem` names them
+_SIDES = ("rows'", "columns'")
 
 
 #: The longest sum a product reads strided through both operands (`walks_one_axis`)
 STRIDED_DEPTH = 128
-_WALKS: dict[Any, bool] = {}  # SinkPermutes asks `find` about the same products again
+_WALKS: dict[Any, Problem | None] = {}  # SinkPermutes asks `find` about the same products again
 
 
 def walks_one_axis(p: Product) -> bool:
@@ -237,12 +274,19 @@ def walks_one_axis(p: Product) -> bool:
       an NCHW output down its columns (its input larger than its weight) took 2.2x the time
       of the convolution and its transpose (BENCHMARKS.md).
     """
+    return walk_problem(p) is None
+
+
+def walk_problem(p: Product) -> Problem | None:
+    """Which of `walks_one_axis`'s conditions the product breaks, and why as a reader is
+    told it (the kernel list says why a transpose the product declined stays); None when it
+    breaks none."""
     key = (STRIDED_DEPTH, p.name, p.out_shape, p.reads, p.writes, p.shapes,
            tuple(known_shape(s) for s in p.sources))  # all it depends on
     if key not in _WALKS:
         if len(_WALKS) > 4096:
             _WALKS.clear()
-        _WALKS[key] = _walks(p)
+        _WALKS[key] = _walk_problem(p)
     return _WALKS[key]
 
 
@@ -254,5 +298,5 @@ def _flat(index: Sequence[Any], shape: Sequence[int]) -> Any:
     return flat
 
 
-__all__ = ["CAST", "EPILOGUE_OPS", "Product", "Step", "chain_step", "product_compute",
-           "walks_one_axis"]
+__all__ = ["CAST", "EPILOGUE_OPS", "Problem", "Product", "Step", "chain_step", "product_compute",
+           "walk_problem", "walks_one_axis"]

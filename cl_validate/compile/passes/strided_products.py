@@ -43,19 +43,25 @@ from cl_validate.compile.passes.gpu_products import gpu_schedules
 from cl_validate.compile.passes.product_index import (
     CAST,
     EPILOGUE_OPS,
+    Problem,
     Product,
     Step,
     chain_step,
-    walks_one_axis,
+    walk_problem,
 )
 from cl_validate.ir import (
     bindings,
+    declined_part,
     float_typed,
     is_float,
     is_identity,
     is_weight_derived,
     known_shape,
+    mark_origin,
+    merge_origins,
     op_name,
+    origin_mark,
+    origin_tag,
     tensor_type,
     use_sites,
     weight_derived,
@@ -84,6 +90,20 @@ def find(func: relax.Function, accept: Callable[[Product], bool] = lambda _p: Tr
     views outside those stay reshapes, which cost nothing, and the product's loops stay
     those of a batched matmul (no fused index to split), which is what dlight recognizes.
     """
+    return _disjoint(_search(func, accept, only)[0])
+
+
+def declined(func: relax.Function, accept: Callable[[Product], bool] = lambda _p: True
+             ) -> dict[relax.Var, str]:
+    """The permutes of chains no product may take, each with why (`walk_problem`, or the
+    GPU rule): each stays a kernel of its own because this pass declined it."""
+    return _search(func, accept, None)[1]
+
+
+def _search(func: relax.Function, accept: Callable[[Product], bool],
+            only: set[relax.Var] | None
+            ) -> tuple[list[list[Product]], dict[relax.Var, str]]:
+    """`find`'s variants of each matmul, and `declined`'s permutes."""
     producers = {b.var: b.value for b in bindings(func) if isinstance(b.value, relax.Call)}
     uses = use_sites(func)
     derived = weight_derived(func)
@@ -160,7 +180,8 @@ def find(func: relax.Function, accept: Callable[[Product], bool] = lambda _p: Tr
         return (links[-1][0], [s for _, s, _ in links], [var, *(v for v, _, _ in links[:-1])],
                 [c for _, _, c in links if c is not None])
 
-    found = []
+    found: list[list[Product]] = []
+    declines: dict[relax.Var, str] = {}
     for var, call in producers.items():
         operands = _as_matmul(call, derived)
         if operands is None or (only is not None and var not in only):
@@ -174,12 +195,13 @@ def find(func: relax.Function, accept: Callable[[Product], bool] = lambda _p: Tr
         # a pointwise convolution's weight is read as the (Cin, Cout) matrix it is
         chains = [read_chain(a), (b, b_steps, []) if b_steps else read_chain(b)]
         final, writes, vw, constants = write_chain(var)
-        variants = []
+        variants: list[Product] = []
+        rejected: dict[tuple[bool, ...], Problem] = {}
         # Every subset of the chains, most first: a chain another product takes too, or one
         # the product would walk badly (`walks_one_axis`) or a GPU rule refuses, is left as
         # it was. (A pointwise convolution's weight chain is always read.)
-        for keep_a, keep_b, keep_w in sorted(itertools.product((True, False), repeat=3),
-                                             key=lambda k: -sum(k)):
+        for keep in sorted(itertools.product((True, False), repeat=3), key=lambda k: -sum(k)):
+            keep_a, keep_b, keep_w = keep
             if b_steps and not keep_b:
                 continue  # the same variant as with it
             sa, ra, va = chains[0] if keep_a else (a, [], [])
@@ -192,13 +214,36 @@ def find(func: relax.Function, accept: Callable[[Product], bool] = lambda _p: Tr
                          (shapes[0], shapes[1]),  # type: ignore[arg-type]
                          str(tensor_type(var).dtype),  # type: ignore[union-attr]
                          str(op_name(call)).rsplit(".", 1)[-1])
-            if walks_one_axis(p) and accept(p):
+            problem = walk_problem(p) or (None if accept(p) else _NO_SCHEDULE)
+            if problem is None:
                 variants.append(p)
+            else:
+                rejected[keep] = problem
         if variants:
             found.append(variants)
-    return _disjoint(found)
+        # A chain that moves data and that no variant keeps: its permutes stay, declined
+        # for the reason the product of that chain alone was. Not a read in jumps: that
+        # permute reorders the summed axis itself (a channel shuffle before a pointwise
+        # convolution), data movement of the model's that any kernel pays, named as it was.
+        bound = (chains[0][2], [] if b_steps else chains[1][2],
+                 [*vw[1:], final] if writes else [])
+        for i, (steps, binds) in enumerate(zip((chains[0][1], chains[1][1], writes), bound,
+                                               strict=True)):
+            if not binds or any(v.reads[i] if i < 2 else v.writes for v in variants):
+                continue
+            alone = tuple(j == i or (j == 1 and bool(b_steps)) for j in range(3))
+            problem = rejected.get(alone)
+            if problem is None or problem.kind == "jumps":
+                continue
+            for step, bind in zip(steps, binds, strict=True):
+                if step.kind == "permute" and not is_identity(step.axes):
+                    declines[bind] = problem.why
+    return found, declines
 
 
+#: Why a product a GPU rule refuses is declined (`gpu_schedules`)
+_NO_SCHEDULE = Problem("schedule", "dlight's Matmul rule would not schedule the product (it "
+                                   "would be left to the generic Fallback)")
 #: Channels-last convolutions whose 1-wide kernel makes them a Linear over the channels:
 #: (data, kernel, output) layouts
 POINTWISE = {"relax.nn.conv2d": ("NHWC", "OHWI", "NHWC"),
@@ -248,17 +293,28 @@ def _disjoint(found: list[list[Product]]) -> list[Product]:
 
 @mutator
 class _Rewriter(PyExprMutator):  # type: ignore[misc]
-    """Each product bound to its chain's last var; the bindings it absorbed dropped."""
+    """Each product bound to its chain's last var; the bindings it absorbed dropped; each
+    permute declined marked with why (`declined_part`)."""
 
-    def __init__(self, mod: tvm.IRModule, products: list[Product]) -> None:
+    def __init__(self, mod: tvm.IRModule, products: list[Product],
+                 declines: dict[relax.Var, str]) -> None:
         super().__init__(mod)
         self.by_final = {p.final: p for p in products}
         self.skip = {v for p in products for v in p.absorbed}
+        self.declines = declines
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var in self.skip:
             return
         p = self.by_final.get(binding.var)
+        why = self.declines.get(binding.var)
+        if p is None and why is not None:
+            call = self.visit_expr(binding.value)
+            mark = merge_origins(origin_tag(binding.value),
+                                 origin_mark([declined_part(why, "StridedProducts")]))
+            value = self.builder_.normalize(mark_origin(call, mark))
+            self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
+            return
         if p is None:
             super().visit_var_binding_(binding)
             return
@@ -275,10 +331,11 @@ class _Rewriter(PyExprMutator):  # type: ignore[misc]
 def strided_products(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """Every matmul of ``main`` that `find` takes, read and written through its chains."""
     func = mod["main"]
-    products = find(func, gpu_schedules(target))
-    if not products:
+    found, declines = _search(func, gpu_schedules(target), None)
+    products = _disjoint(found)
+    if not products and not declines:
         return mod
-    rewriter = _Rewriter(mod, products)
+    rewriter = _Rewriter(mod, products, declines)
     new = rewriter.visit_expr(func)
     rewriter.builder_.update_func(mod.get_global_var("main"), new)
     return relax.transform.DeadCodeElimination(["main"])(rewriter.builder_.get())
@@ -290,4 +347,4 @@ def StridedProducts(target: tvm.target.Target) -> tvm.transform.Pass:
                                      opt_level=0, name="StridedProducts")
 
 
-__all__ = ["PRODUCT_ATTR", "StridedProducts", "find", "strided_products"]
+__all__ = ["PRODUCT_ATTR", "StridedProducts", "declined", "find", "strided_products"]
