@@ -85,7 +85,10 @@ Rules, not passes (the ``nhwc`` pipeline with the rule patched out while it comp
 - ``window-gathers`` (a gather with a k-D index, ``Tensor.unfold``'s windows, follows the
   data): ``halonet_32`` (the zoo's reduced HaloNet: 4x4 blocks, a halo of 1) and
   ``halonet_b8_64`` (the same code with halonet26t's 8x8 blocks and halo of 2, 128
-  channels, on a 32x32 map).
+  channels, on a 32x32 map);
+- ``split-hoist`` (the cleanup also compiled with SinkPermutes' rounds started from a
+  ``relax.split``'s parts' one transpose shared before it, kept for fewer transposes:
+  HaloNet's k and v share one transpose of the windows): the same two HaloNets.
 
     python benchmarks/movement_passes.py PASS [--target llvm|cuda] [--repeat N]
         [--layout NCHW|NHWC]
@@ -287,6 +290,28 @@ def _no_conv1d_products() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _no_splits_first() -> Iterator[None]:
+    from cl_validate.compile.passes import sink_rounds
+
+    trial = sink_rounds.splits_first
+
+    @contextlib.contextmanager
+    def never(on: bool) -> Iterator[Any]:
+        with trial(False) as t:  # the rounds from the function as it is, and no rerun
+            yield t
+            t.found = False
+
+    sink_rounds.splits_first = never
+    pipeline = sys.modules["cl_validate.compile.pipeline"]
+    pipeline.splits_first = never  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        sink_rounds.splits_first = trial
+        pipeline.splits_first = trial  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
 def _no_flip_rule() -> Iterator[None]:
     from cl_validate.compile.passes import _layout_ops
 
@@ -322,6 +347,8 @@ RULES: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "channel-heads": lambda: _finding_nothing("raise_attention", "channel_heads"),
     "conv1d-products": _no_conv1d_products,
     "window-gathers": _no_window_rule,
+    # the rounds only from the function as it is, splits shared only where a round is
+    "split-hoist": _no_splits_first,
 }
 
 
@@ -361,6 +388,7 @@ PASSES: dict[str, Callable[[], dict[str, tuple[Any, list[int]]]]] = {
     "channel-heads": _channel_heads,
     "conv1d-products": _conv1d_products,
     "window-gathers": _windows,
+    "split-hoist": _windows,
 }
 
 

@@ -49,7 +49,9 @@ from cl_validate.compile.passes import (
     cleanup_passes,
     lower_conv_transpose,
 )
-from cl_validate.compile.passes._util import Cost, collect_notes, runtime_cost
+from cl_validate.compile.passes._util import Cost, collect_notes, note, runtime_cost
+from cl_validate.compile.passes.product_chains import accept_for, cost_after_products
+from cl_validate.compile.passes.sink_rounds import splits_first
 from cl_validate.compile.schedule import schedule_gpu
 from cl_validate.errors import CaseFileError
 from cl_validate.paths import display_path
@@ -193,6 +195,32 @@ def _unfold_filters(convert: Stage, cleanup: Stage) -> Stage:
     return Stage("unfold_filters", run)
 
 
+def _cleanup(ctx: PipelineContext) -> Stage:
+    """The cleanup passes; where SinkPermutes met a ``relax.split`` whose parts end in one
+    transpose, compiled again with its rounds started from that transpose shared before the
+    split (`splits_first`), and that program kept if it leaves fewer run-time transposes
+    after StridedProducts (HaloNet's keys and values: one transpose of the windows for both,
+    not one each); a tie keeps the first. Each program's notes stay with it."""
+    passes = tvm.transform.Sequential(list(cleanup_passes(ctx.target)))
+    accept = accept_for(ctx.target)
+
+    def run(mod: tvm.IRModule) -> tvm.IRModule:
+        with collect_notes() as said, splits_first(False) as trial:
+            plain = passes(mod)
+        kept, kept_notes = plain, said
+        if trial.found:
+            with collect_notes() as other_said, splits_first(True):
+                other = passes(mod)
+            if cost_after_products(other["main"], accept)[0] < \
+                    cost_after_products(plain["main"], accept)[0]:
+                kept, kept_notes = other, other_said
+        for line in kept_notes:
+            note(line)
+        return kept
+
+    return Stage("cleanup", run)
+
+
 @register_pipeline("nhwc-plain")
 def nhwc_plain(ctx: PipelineContext) -> list[Stage]:
     """TVM's own ConvertLayout and nothing else: the baseline our passes are measured against
@@ -208,7 +236,7 @@ def nhwc(ctx: PipelineContext) -> list[Stage]:
     ConvertLayout carried into a layout TVM cannot lower rewritten as convolutions there; a
     quantized network's convolutions and matmuls computed in integers (unless the case says
     ``integer_compute = false``)."""
-    cleanup = Stage("cleanup", tvm.transform.Sequential(list(cleanup_passes(ctx.target))))
+    cleanup = _cleanup(ctx)
     convert = _convert_layout(ctx)
     return standard_stages(ctx, layout=[
         # the import's spelling, made readable for ConvertLayout: gathers that change

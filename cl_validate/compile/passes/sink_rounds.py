@@ -7,7 +7,9 @@ stage) leaves: the transposes a product reads or writes through are free
 (`product_chains.cost_after_products`). A round whose regions counted a matmul's read free
 (`product_chains.read_by_product`, an estimate) and that does not pay is tried again without
 those reads, so the estimate never costs a round that would have paid. Then a transpose
-shared before a split (`split_permutes`), kept only where the rounds after it lower the cost.
+shared before a split (`split_permutes`), kept only where the rounds after it lower the cost
+(and, in a trial the cleanup stage runs where a ``relax.split`` allows it, before the first
+round: `splits_first`).
 Last, a transpose a few layout-agnostic ops below a matmul (EfficientViT's output divided by
 its last column, then its heads moved back): the matmul's result read through a transpose
 and its inverse (`with_write_pair`), the one written by the matmul, the other carried down by
@@ -17,6 +19,11 @@ transposed in different ways, lifted onto them (`lift_permutes`), kept the same 
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 import tvm
 from tvm import relax
@@ -40,7 +47,7 @@ from cl_validate.compile.passes.product_chains import (
     with_write_pair,
     write_sites,
 )
-from cl_validate.compile.passes.split_permutes import hoist
+from cl_validate.compile.passes.split_permutes import hoist, split_plans
 
 #: Rounds `sink_permutes` runs at most. Each kept round lowers the run-time transform cost,
 #: a pair of counts, so the rounds end on their own; the cap bounds the compile time of a
@@ -83,7 +90,56 @@ def sink_permutes(func: relax.Function, accept: Accept | None = None) -> relax.F
     StridedProducts takes on the target: what it leaves) is discarded, and a function where
     no round helps is returned untouched. At most `MAX_ROUNDS` rounds: when one more would
     still lower the cost, the pass says so (`note`) and returns what the rounds reached."""
-    start = current = fold_permutes(canonicalize(func))
+    start = fold_permutes(canonicalize(func))
+    trial = _SPLITS_FIRST.get()
+    shared = hoist(start, unbinds=False) if trial is not None else None
+    if trial is not None and shared is not None and trial.on:
+        return _rounds(shared, accept)  # the rounds from the splits' transposes shared
+    current = _rounds(start, accept)
+    if trial is not None and shared is not None and split_plans(current) and \
+            _cost(_rounds(shared, accept), accept)[0] < _cost(current, accept)[0]:
+        # a split whose parts still each end in a transpose, and the rounds from it
+        # shared reach fewer: worth the cleanup's second run
+        trial.found = True
+    return func if current is start else current
+
+
+@dataclass
+class SplitsFirst:
+    """`splits_first`'s trial: `on`, the rounds start from the ``relax.split``s' transposes
+    shared; `found`, set when a function had such a split and the rounds from it shared
+    left fewer transposes than those from the function as it is."""
+
+    on: bool
+    found: bool = False
+
+
+_SPLITS_FIRST: ContextVar[SplitsFirst | None] = ContextVar("cl_validate_splits_first",
+                                                           default=None)
+
+
+@contextmanager
+def splits_first(on: bool) -> Iterator[SplitsFirst]:
+    """SinkPermutes run inside the ``with`` starts its rounds from each ``relax.split``'s
+    parts' one transpose shared before it (`hoist`) if `on`; either way the trial says
+    whether there was such a split. The rounds, run from the function as it is, can move a
+    split so that its parts' transposes no longer meet (HaloNet's keys and values: a
+    transpose each, where one before the split serves both); from the hoisted start they
+    can reach fewer. Off, both are tried and the trial says whether the hoisted start
+    reached fewer; the ``cleanup`` stage then runs again with it on and keeps the program
+    with fewer transposes at its end (`cl_validate.compile.pipeline`): fewer after the
+    rounds can be as many after the passes that follow them (SHViT's q, k and v)."""
+    trial = SplitsFirst(on)
+    token = _SPLITS_FIRST.set(trial)
+    try:
+        yield trial
+    finally:
+        _SPLITS_FIRST.reset(token)
+
+
+def _rounds(start: relax.Function, accept: Accept | None) -> relax.Function:
+    """`sink_permutes`' rounds from `start` (`start` itself when none lowers the cost)."""
+    current = start
     for _ in range(MAX_ROUNDS):
         new = _improved(current, False, accept) or _improved(current, True, accept) or \
             _hoisted(current, accept) or _written_through(current, accept) or \
@@ -98,7 +154,7 @@ def sink_permutes(func: relax.Function, accept: Accept | None = None) -> relax.F
                  f"transforms still going down ({cost_text(_cost(current, accept))} -> "
                  f"{cost_text(_cost(more, accept))} in the next round): more transforms "
                  f"may remain than the pass would leave")
-    return func if current is start else current
+    return current
 
 
 def _improved(func: relax.Function, copies: bool = False,

@@ -7,9 +7,14 @@ transposed once, by ``Q`` lifted to ``T``'s rank with the split axis outermost, 
 part already transposed: each part is then ``permute_dims(part', inverse(Q))``, a permute
 SinkPermutes carries down the part's ops until it meets ``Q`` and both vanish.
 
-`hoist` only rewrites; `cl_validate.compile.passes.layout_agnostic` runs it as a last kind of
-round and keeps it only when the run-time transform cost goes down (a part whose ``Q`` is not
-reached keeps its permute, and the round is discarded). Pure data movement: exact.
+A ``relax.split`` into parts of several indices (HaloNet's keys and values, split from one
+unfolded projection) is the same with nothing to lift: each part keeps ``T``'s rank, so ``T``
+is transposed by ``Q`` itself and split along the axis ``Q`` moves the split axis to.
+
+`hoist` only rewrites; SinkPermutes (`cl_validate.compile.passes.sink_rounds`) runs it as a
+kind of round and keeps it only when the run-time transform cost goes down (a part whose ``Q``
+is not reached keeps its permute, and the round is discarded), and for a ``relax.split`` also
+before its first round (`sink_rounds.splits_first`). Pure data movement: exact.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from cl_validate.ir import (
     weight_derived,
 )
 
-_SLICE, _RESHAPE = "relax.strided_slice", "relax.reshape"
+_SLICE, _RESHAPE, _SPLIT = "relax.strided_slice", "relax.reshape", "relax.split"
 #: How many ops down a part may end in its transpose
 _NEAR = 12
 _PART = Part(PASS, None, "one transpose shared by the parts of a split")
@@ -132,6 +137,60 @@ def _plans(func: relax.Function) -> dict[relax.Var, tuple[tuple[int, ...], int]]
     return plans
 
 
+def split_plans(func: relax.Function) -> dict[relax.Var, tuple[int, ...]]:
+    """Per ``relax.split`` binding whose every part ends in the same transpose ``Q`` (and is
+    read only through its getitem): ``Q``."""
+    values = {b.var: b.value for blk in func.body.blocks for b in blk.bindings
+              if isinstance(b, relax.VarBinding)}
+    uses = use_sites(func)
+    derived = weight_derived(func)
+    plans: dict[relax.Var, tuple[int, ...]] = {}
+    for t, value in values.items():
+        if op_name(value) != _SPLIT or t in derived or known_shape(value.args[0]) is None:
+            continue
+        parts = uses.get(t, [])
+        if not parts or None in parts or any(
+                not isinstance(values.get(u), relax.TupleGetItem) for u in parts):  # type: ignore[arg-type]
+            continue
+        ends = {_ending(u, values, uses) for u in parts}  # type: ignore[arg-type]
+        if len(ends) == 1 and None not in ends:
+            (q,) = ends
+            assert q is not None and not is_identity(q)
+            plans[t] = q
+    return plans
+
+
+@mutator
+class _SplitHoister(PyExprMutator):  # type: ignore[misc]
+    """Each planned split made of its source transposed by ``Q``; each part read back
+    through ``Q``'s inverse (which SinkPermutes carries down to ``Q``)."""
+
+    def __init__(self, plans: dict[relax.Var, tuple[int, ...]]) -> None:
+        super().__init__()
+        self.plans = plans
+        self.split: dict[relax.Var, relax.Var] = {}  # the old split -> the new one
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        var, value = binding.var, binding.value
+        q = self.plans.get(var)
+        if q is not None:
+            shared = self.builder_.emit(mark_origin(
+                relax.op.permute_dims(self.visit_expr(value.args[0]), list(q)), SHARED))
+            sections = value.attrs.indices_or_sections
+            sections = int(sections) if isinstance(sections, int) or not hasattr(
+                sections, "__len__") else [int(i) for i in sections]
+            self.split[var] = self.builder_.emit(relax.op.split(
+                shared, sections, axis=list(q).index(int(value.attrs.axis) % len(q))))
+            return
+        if isinstance(value, relax.TupleGetItem) and value.tuple_value in self.split:
+            t = value.tuple_value
+            part = self.builder_.emit(relax.TupleGetItem(self.split[t], value.index))
+            back = self.builder_.emit(relax.op.permute_dims(part, list(inverse(self.plans[t]))))
+            self.set_var_remap(var, back)
+            return
+        super().visit_var_binding_(binding)
+
+
 @mutator
 class _Hoister(PyExprMutator):  # type: ignore[misc]
     def __init__(self, func: relax.Function,
@@ -177,14 +236,17 @@ def _q_of(lifted: Sequence[int], axis: int) -> tuple[int, ...]:
     return tuple(outer.index(i) for i in lifted[1:])
 
 
-def hoist(func: relax.Function) -> relax.Function | None:
+def hoist(func: relax.Function, unbinds: bool = True) -> relax.Function | None:
     """`func` with one shared transpose before each split whose parts end in one transpose,
-    or None when it has no such split."""
-    plans = _plans(func)
-    if not plans:
-        return None
-    new = _Hoister(func, plans).visit_expr(func)
-    return relax.analysis.remove_all_unused(new)
+    or None when it has no such split (`unbinds`: parts of one index too, else only
+    ``relax.split``'s)."""
+    new, plans = func, _plans(func) if unbinds else {}
+    if plans:
+        new = relax.analysis.remove_all_unused(_Hoister(func, plans).visit_expr(func))
+    splits = split_plans(new)  # a split's vars, as they are after the unbinds' hoist
+    if splits:
+        new = relax.analysis.remove_all_unused(_SplitHoister(splits).visit_expr(new))
+    return None if new is func else new
 
 
-__all__ = ["SHARED", "hoist", "is_shared"]
+__all__ = ["SHARED", "hoist", "is_shared", "split_plans"]
