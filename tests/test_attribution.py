@@ -97,12 +97,14 @@ def test_transforms_around_a_converted_conv1d_are_traced_to_what_made_its_input(
     transforms are traced up their input (through the split) to that, not "cause not
     traced" from the conv's side where nothing decided, and never "op without a layout
     rule" for the chunk's getitem, which is no op at all. (Since a ``relax.split``'s parts
-    share one transpose before it, the two are one: the chunk's.)"""
+    share one transpose before it, the two are one, traced as theirs were: not named after
+    the pass that moved it.)"""
     ts = _transforms(write_case, "channels_first_conv1d", pipeline="nhwc")
     middle = [t.attribution for t in ts if t.attribution.reason not in (
         Reason.INPUT_BOUNDARY, Reason.OUTPUT_BOUNDARY)]
     said = [a.describe() for a in middle]
     assert len(middle) == 1, said
+    assert not any("shared by the parts" in line for line in said), said
     assert all(a.reason is not Reason.UNTRACED for a in middle), said
     assert all(a.relax_op for a in middle if a.reason is Reason.NO_LAYOUT_RULE), said
     assert all("conv1d" not in (a.source or "") + (a.relax_op or "") for a in middle), said

@@ -33,11 +33,13 @@ from cl_validate.compile.passes._layout_ops import (
     REDUCE_OPS,
     UNARY_OPS,
 )
+from cl_validate.compile.passes.split_permutes import SHARED_PARTS
 from cl_validate.ir import (
     DECLINED,
     IMPORTER,
     MODEL,
     TRANSFORM_OPS,
+    Part,
     bindings,
     input_params,
     is_tensor_constant,
@@ -97,7 +99,8 @@ def annotate_transforms(mod: Any, sources: dict[str, str],
         elif b.var in outputs:
             att = Attribution(Reason.OUTPUT_BOUNDARY, None, sources.get(
                 x.name if isinstance(x, relax.Var) else name))
-        elif origin_parts(b.value):  # its origin travels in its mark: passes rename it
+        elif _permute_parts(b.value) or any(p.who == DECLINED for p in origin_parts(b.value)):
+            # its origin travels in its mark: passes rename it
             att = origin_attribution(b.value)
         elif axes == _TO_NCHW and _only_towards(b.var, outputs, users, producer):
             # read only by layout-agnostic ops on the way to an NCHW output: that output's
@@ -162,7 +165,7 @@ def origin_attribution(call: Any, declines: bool = True) -> Attribution:
     permute (its sources), one TVM's importer inserted (for which op), or a fold of both;
     kept by a pass that declined to remove it, where one did (unless not `declines`: a
     permute upstream of another transform, blamed for what it is)."""
-    parts = [p for p in origin_parts(call) if p.who != DECLINED]
+    parts = _permute_parts(call)
     declined = [p for p in origin_parts(call) if p.who == DECLINED]
     model = [p for p in parts if p.who == MODEL]
     inserted = [p for p in parts if p.who != MODEL]  # by TVM's importer or by our passes
@@ -179,6 +182,13 @@ def origin_attribution(call: Any, declines: bool = True) -> Attribution:
     if not model:
         return Attribution(Reason.IMPORTED, inserted_for, source)
     return Attribution(Reason.FOLDED, inserted_for, source)
+
+
+def _permute_parts(call: Any) -> list[Part]:
+    """The parts of a transform's mark that say who put a permute there: not a pass's
+    decline, and not `split_permutes`' shared transpose, which is the split's parts'
+    transposes moved before it (traced like them, to what needed them)."""
+    return [p for p in origin_parts(call) if p.who != DECLINED and p not in SHARED_PARTS]
 
 
 def has_layout_rule(op: str | None) -> bool:
@@ -229,7 +239,7 @@ def _blame(start: Any, skip_arg: Any, producer: dict[Any, Any], derived: set[Any
         module = src.rsplit(" (", 1)[0] if src else None
         if isinstance(cur.value, (relax.Tuple, relax.TupleGetItem)):
             pass  # a concat's parts, bound, or a split's: on through the first, or the split
-        elif any(p.who != DECLINED for p in origin_parts(cur.value)):
+        elif _permute_parts(cur.value):
             return origin_attribution(cur.value, declines=False)
         elif op in kept:
             return Attribution(Reason.KEPT_LAYOUT, op, src)

@@ -47,6 +47,8 @@ _NEAR = 12
 _PART = Part(PASS, None, "one transpose shared by the parts of a split")
 #: The mark of a shared transpose: SinkPermutes does not carry it back down into the parts
 SHARED = origin_mark([_PART])
+#: The parts of that mark (attribution traces a shared transpose as the parts' own)
+SHARED_PARTS = frozenset({_PART})
 
 
 def is_shared(call: object) -> bool:
@@ -249,4 +251,4 @@ def hoist(func: relax.Function, unbinds: bool = True) -> relax.Function | None:
     return None if new is func else new
 
 
-__all__ = ["SHARED", "hoist", "is_shared", "split_plans"]
+__all__ = ["SHARED", "SHARED_PARTS", "hoist", "is_shared", "split_plans"]
