@@ -291,24 +291,21 @@ def _no_conv1d_products() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _no_splits_first() -> Iterator[None]:
-    from cl_validate.compile.passes import sink_rounds
+    from cl_validate.compile import pipeline
 
-    trial = sink_rounds.splits_first
+    trial = pipeline.splits_first
 
     @contextlib.contextmanager
-    def never(on: bool) -> Iterator[Any]:
-        with trial(False) as t:  # the rounds from the function as it is, and no rerun
+    def never(on: bool) -> Iterator[Any]:  # the cleanup never sees a reason to run again
+        with trial(False) as t:
             yield t
             t.found = False
 
-    sink_rounds.splits_first = never
-    pipeline = sys.modules["cl_validate.compile.pipeline"]
-    pipeline.splits_first = never  # type: ignore[attr-defined]
+    pipeline.splits_first = never  # type: ignore[assignment]
     try:
         yield
     finally:
-        sink_rounds.splits_first = trial
-        pipeline.splits_first = trial  # type: ignore[attr-defined]
+        pipeline.splits_first = trial
 
 
 @contextlib.contextmanager

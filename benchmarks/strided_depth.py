@@ -8,7 +8,7 @@ Restormer's ``q @ kᵀ`` over channels-last tokens (q and k split from one compu
 (heads, tokens, depth)) is compiled twice for each size in one process:
 
 - ``both``: both operands read in place (`product_index.STRIDED_DEPTH` lifted), no transpose;
-- ``rule``: as `walks_one_axis` decides (past `STRIDED_DEPTH` tokens, q keeps its transpose).
+- ``rule``: as `walk_problem` decides (past `STRIDED_DEPTH` tokens, q keeps its transpose).
 
 Each program's median (TVM's time evaluator, `--repeat` timings of 20 runs each, the two
 programs interleaved so that drift on a shared machine hits both), the transposes left, and

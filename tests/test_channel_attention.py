@@ -74,7 +74,7 @@ def test_attention_over_channels_stays_as_matmuls_and_says_why(tmp_path, sdpa):
     # raised, q, k and v were a transpose each and the output one more (5 in all); as
     # matmuls the map is read in place (v's depth is a head's share of the channels, one
     # stride through memory) and k too; q keeps one transpose: read in place as well, the
-    # sum over 144 pixels would step both operands a pixel a term (`walks_one_axis`)
+    # sum over 144 pixels would step both operands a pixel a term (`walk_problem`)
     assert len(kernels.runtime_transforms) == 2, kernels.render()
     assert sorted(t.attribution.reason.name for t in kernels.runtime_transforms) == \
         ["DECLINED", "OUTPUT_BOUNDARY"]

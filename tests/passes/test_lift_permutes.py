@@ -3,7 +3,7 @@ them: CCNet's criss-cross attention sums a column branch and a row branch, each 
 back to NCHW its own way, scales the sum and adds the map. Lifted, ConvertLayout's transpose
 after the sum is composed with each branch's permute: one becomes a matmul's write, one
 stays a transpose (written along the matmul's rows from its larger operand, a product would
-walk memory worse than the transpose does: `walks_one_axis`). Without the lift both
+walk memory worse than the transpose does: `walk_problem`). Without the lift both
 branches' permutes stay (the sum's is carried into one of them)."""
 
 from __future__ import annotations

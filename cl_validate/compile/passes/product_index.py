@@ -1,7 +1,7 @@
 """A strided product's index arithmetic: the steps of the chains it reads and writes
 through (permute, view, broadcast; after the matmul also an elementwise epilogue), where an
 element of its result reads each operand, its TE compute, and whether it walks memory as the
-matmul it replaces did (`walks_one_axis`). `strided_products` finds the products and rewrites
+matmul it replaces did (`walk_problem`). `strided_products` finds the products and rewrites
 the program with them; this is what each one computes.
 """
 
@@ -180,7 +180,7 @@ def _uses(expr: Any, var: Any) -> bool:
 
 class Problem(NamedTuple):
     """Why a product is declined (`kind`: ``"jumps"``, ``"strided"`` or ``"write"``, the
-    condition of `walks_one_axis` it breaks; ``"shape"``, a source's shape unknown;
+    condition of `walk_problem`'s rule it breaks; ``"shape"``, a source's shape unknown;
     ``"schedule"``, refused by a GPU rule), and `why`, as a reader is told it."""
 
     kind: str
@@ -249,14 +249,16 @@ def _affine(writes: Sequence[Step], idx: Sequence[Any], ana: Any, axis: int) -> 
 _SIDES = ("rows'", "columns'")
 
 
-#: The longest sum a product reads strided through both operands (`walks_one_axis`)
+#: The longest sum a product reads strided through both operands (`walk_problem`)
 STRIDED_DEPTH = 128
 _WALKS: dict[Any, Problem | None] = {}  # SinkPermutes asks `find` about the same products again
 
 
-def walks_one_axis(p: Product) -> bool:
-    """Whether the product walks memory the way the matmul it replaces does, which on llvm
-    (no schedule: the loops as written) decides its speed:
+def walk_problem(p: Product) -> Problem | None:
+    """Which condition of the walks-one-axis rule the product breaks, and why as a reader
+    is told it (the kernel list says why a transpose the product declined stays); None
+    when it breaks none: the product walks memory the way the matmul it replaces does,
+    which on llvm (no schedule: the loops as written) decides its speed:
 
     - the summed depth is walked with a fixed stride through each source: one axis of it,
       or axes a view merged that lie next to each other in memory (a channels-last map's H
@@ -274,13 +276,6 @@ def walks_one_axis(p: Product) -> bool:
       an NCHW output down its columns (its input larger than its weight) took 2.2x the time
       of the convolution and its transpose (BENCHMARKS.md).
     """
-    return walk_problem(p) is None
-
-
-def walk_problem(p: Product) -> Problem | None:
-    """Which of `walks_one_axis`'s conditions the product breaks, and why as a reader is
-    told it (the kernel list says why a transpose the product declined stays); None when it
-    breaks none."""
     key = (STRIDED_DEPTH, p.name, p.out_shape, p.reads, p.writes, p.shapes,
            tuple(known_shape(s) for s in p.sources))  # all it depends on
     if key not in _WALKS:
@@ -299,4 +294,4 @@ def _flat(index: Sequence[Any], shape: Sequence[int]) -> Any:
 
 
 __all__ = ["CAST", "EPILOGUE_OPS", "Problem", "Product", "Step", "chain_step", "product_compute",
-           "walk_problem", "walks_one_axis"]
+           "walk_problem"]

@@ -92,15 +92,17 @@ def sink_permutes(func: relax.Function, accept: Accept | None = None) -> relax.F
     still lower the cost, the pass says so (`note`) and returns what the rounds reached."""
     start = fold_permutes(canonicalize(func))
     trial = _SPLITS_FIRST.get()
-    shared = hoist(start, unbinds=False) if trial is not None else None
-    if trial is not None and shared is not None and trial.on:
+    shared = None if trial is None else hoist(start, unbinds=False)
+    if trial is None or shared is None:
+        current = _rounds(start, accept)
+    elif trial.on:
         return _rounds(shared, accept)  # the rounds from the splits' transposes shared
-    current = _rounds(start, accept)
-    if trial is not None and shared is not None and split_plans(current) and \
-            _cost(_rounds(shared, accept), accept)[0] < _cost(current, accept)[0]:
-        # a split whose parts still each end in a transpose, and the rounds from it
-        # shared reach fewer: worth the cleanup's second run
-        trial.found = True
+    else:
+        current = _rounds(start, accept)
+        # a split whose parts still each end in a transpose, and the rounds from it shared
+        # reach fewer: worth the cleanup's second run
+        trial.found = bool(split_plans(current)) and \
+            _cost(_rounds(shared, accept), accept)[0] < _cost(current, accept)[0]
     return func if current is start else current
 
 

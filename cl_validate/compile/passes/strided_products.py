@@ -23,7 +23,7 @@ indices.
 Taken only where it removes a run-time transpose (a chain holds a permute of a computed
 value, and the chain's values have no other reader), with static shapes and float operands
 (quantized products are `IntegerCompute`'s, and the float QDQ count's), and where the
-product walks memory as the matmul did (`walks_one_axis`). On a GPU only where dlight's
+product walks memory as the matmul did (`walk_problem`). On a GPU only where dlight's
 Matmul rule schedules the product, as it schedules the matmul it replaces: a product it
 would leave to the generic Fallback (threads bound to loops, nothing shared) keeps its
 transposes. Each product's PrimFunc carries `PRODUCT_ATTR`.
@@ -198,7 +198,7 @@ def _search(func: relax.Function, accept: Callable[[Product], bool],
         variants: list[Product] = []
         rejected: dict[tuple[bool, ...], Problem] = {}
         # Every subset of the chains, most first: a chain another product takes too, or one
-        # the product would walk badly (`walks_one_axis`) or a GPU rule refuses, is left as
+        # the product would walk badly (`walk_problem`) or a GPU rule refuses, is left as
         # it was. (A pointwise convolution's weight chain is always read.)
         for keep in sorted(itertools.product((True, False), repeat=3), key=lambda k: -sum(k)):
             keep_a, keep_b, keep_w = keep
